@@ -1,0 +1,3 @@
+//! hf2q's runtime. So far: discovery of the compute devices the backends will run on.
+
+pub mod device;

@@ -1,0 +1,114 @@
+//! `hf2q`: the command-line entry point. Parses arguments, sets up logging, dispatches to a
+//! subcommand and maps its outcome to an exit code (see `error.rs`).
+
+mod cmd;
+mod error;
+mod json;
+
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use error::{CliError, CliResult};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "hf2q",
+    version,
+    about = "Inspect and edit GGUF model files; check this machine for running them",
+    propagate_version = true
+)]
+struct Cli {
+    /// More logging: -v for debug, -vv for trace (overridden by --log-level).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    /// Log level: error, warn, info, debug, trace (or a tracing filter such as `gguf=debug`).
+    #[arg(long, global = true, env = "HF2Q_LOG")]
+    log_level: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Describe a GGUF file (architecture, sizes, tokenizer, tensor types) or a HuggingFace model directory.
+    Info(cmd::info::InfoArgs),
+    /// Set, change or delete metadata keys of a GGUF file; tensor data is copied untouched.
+    GgufPatch(cmd::patch::PatchArgs),
+    /// Report CPU features, memory, NVIDIA GPUs, cache directory and free disk.
+    Doctor(cmd::doctor::DoctorArgs),
+    /// Print a shell completion script.
+    Completions {
+        /// Shell to generate completions for.
+        shell: clap_complete::Shell,
+    },
+}
+
+fn init_logging(cli: &Cli) -> CliResult {
+    use tracing_subscriber::EnvFilter;
+    let level = match (&cli.log_level, cli.verbose) {
+        (Some(l), _) => l.clone(),
+        (None, 0) => "warn".into(),
+        (None, 1) => "debug".into(),
+        (None, _) => "trace".into(),
+    };
+    let filter = EnvFilter::try_new(&level)
+        .map_err(|e| CliError::input(format!("invalid --log-level `{level}`: {e}")))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => builder.with_target(false).init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+fn run(cli: Cli) -> CliResult {
+    init_logging(&cli)?;
+    match cli.command {
+        Command::Info(args) => cmd::info::run(args),
+        Command::GgufPatch(args) => cmd::patch::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "hf2q", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            let _ = e.print();
+            return match e.kind() {
+                ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                        ExitCode::from(error::Kind::Input as u8)
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                _ => ExitCode::from(error::Kind::Input as u8),
+            };
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.message.replace('\n', " "));
+            e.exit_code()
+        }
+    }
+}
