@@ -19,7 +19,9 @@ pub enum GgufError {
         version: u32,
         hint: &'static str,
     },
-    #[error("{path}: truncated file: {what} at offset {offset} needs {needed} bytes, but the file ends at {file_size}")]
+    #[error(
+        "{path}: truncated file: {what} at offset {offset} needs {needed} bytes, but the file ends at {file_size}"
+    )]
     Truncated {
         path: PathBuf,
         what: String,
@@ -53,9 +55,7 @@ impl GgufError {
         match self {
             GgufError::Io { source, .. } => matches!(
                 source.kind(),
-                std::io::ErrorKind::NotFound
-                    | std::io::ErrorKind::IsADirectory
-                    | std::io::ErrorKind::PermissionDenied
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory | std::io::ErrorKind::PermissionDenied
             ),
             GgufError::Write { .. } => false,
             _ => true,

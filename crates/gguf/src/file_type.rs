@@ -41,10 +41,7 @@ pub const FILE_TYPES: &[(u32, &str)] = &[
 ];
 
 pub fn file_type_name(id: u64) -> Option<&'static str> {
-    FILE_TYPES
-        .iter()
-        .find(|(i, _)| u64::from(*i) == id)
-        .map(|(_, n)| *n)
+    FILE_TYPES.iter().find(|(i, _)| u64::from(*i) == id).map(|(_, n)| *n)
 }
 
 pub fn file_type_id(name: &str) -> Option<u32> {

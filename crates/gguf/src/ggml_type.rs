@@ -137,10 +137,7 @@ mod tests {
             assert_eq!(t.ty.layout(), t);
             assert_eq!(GgmlType::from_name(t.name), Some(t.ty));
             if i > 0 {
-                assert!(
-                    TYPE_TABLE[i - 1].ty.id() < t.ty.id(),
-                    "table must be in id order"
-                );
+                assert!(TYPE_TABLE[i - 1].ty.id() < t.ty.id(), "table must be in id order");
             }
         }
         // Removed ids (Q4_2, Q4_3, the interleaved Q4_0_x_y / IQ4_NL_x_y) are unknown.

@@ -21,5 +21,5 @@ pub use error::{GgufError, Result};
 pub use ggml_type::{GgmlType, TypeLayout, TYPE_TABLE};
 pub use reader::{parse_header, GgufFile, Header, TensorInfo};
 pub use split::GgufModel;
-pub use value::{Array, Metadata, Value, ValueType};
+pub use value::{Array, Metadata, StrArray, Value, ValueType};
 pub use writer::{GgufWriter, TensorSpec};

@@ -13,7 +13,7 @@
 use crate::error::{GgufError, Result};
 use crate::ggml_type::GgmlType;
 use crate::keys;
-use crate::value::{Array, Metadata, Value, ValueType};
+use crate::value::{Array, Metadata, StrArray, Value, ValueType};
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -44,10 +44,7 @@ impl TensorInfo {
     /// size overflows.
     pub fn n_bytes(&self) -> Option<u64> {
         let row = self.ty.row_bytes(*self.shape.first().unwrap_or(&1))?;
-        self.shape
-            .iter()
-            .skip(1)
-            .try_fold(row, |acc, &d| acc.checked_mul(d))
+        self.shape.iter().skip(1).try_fold(row, |acc, &d| acc.checked_mul(d))
     }
 }
 
@@ -123,7 +120,8 @@ impl<'a> Cursor<'a> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
 
-    fn string(&mut self, what: &dyn Fn() -> String) -> Result<String> {
+    /// A string as a slice of the input (validated UTF-8).
+    fn str(&mut self, what: &dyn Fn() -> String) -> Result<&'a str> {
         let at = self.pos;
         let len = self.u64(&|| format!("{} (string length)", what()))?;
         if len > self.remaining() {
@@ -137,29 +135,27 @@ impl<'a> Cursor<'a> {
             ));
         }
         let bytes = self.take(len, what)?;
-        match std::str::from_utf8(bytes) {
-            Ok(s) => Ok(s.to_owned()),
-            Err(e) => Err(self.invalid(
+        std::str::from_utf8(bytes).map_err(|e| {
+            self.invalid(
                 what(),
                 at,
                 format!(
                     "string is not valid UTF-8 (invalid byte at string offset {})",
                     e.valid_up_to()
                 ),
-            )),
-        }
+            )
+        })
+    }
+
+    fn string(&mut self, what: &dyn Fn() -> String) -> Result<String> {
+        self.str(what).map(str::to_owned)
     }
 
     fn value_type(&mut self, what: &dyn Fn() -> String) -> Result<ValueType> {
         let at = self.pos;
         let id = self.u32(&|| format!("{} (value type)", what()))?;
-        ValueType::from_id(id).ok_or_else(|| {
-            self.invalid(
-                what(),
-                at,
-                format!("unknown value type {id} (expected 0..=12)"),
-            )
-        })
+        ValueType::from_id(id)
+            .ok_or_else(|| self.invalid(what(), at, format!("unknown value type {id} (expected 0..=12)")))
     }
 
     fn value(&mut self, ty: ValueType, what: &dyn Fn() -> String, depth: u32) -> Result<Value> {
@@ -246,9 +242,9 @@ impl<'a> Cursor<'a> {
             ValueType::String => {
                 // Grow with the data actually parsed rather than trusting `count` for the
                 // allocation: a String is 24 bytes in memory but may be 8 bytes in the file.
-                let mut v = Vec::with_capacity(n.min(1 << 12));
+                let mut v = StrArray::with_capacity(n.min(1 << 12), 0);
                 for i in 0..n {
-                    v.push(self.string(&|| format!("{} element {i}", what()))?);
+                    v.push(self.str(&|| format!("{} element {i}", what()))?);
                 }
                 v.shrink_to_fit();
                 Array::String(v)
@@ -375,18 +371,18 @@ pub fn parse_header(buf: &[u8], path: &Path) -> Result<Header> {
         for d in 0..n_dims {
             let ne = c.u64(&|| format!("{} dimension {d}", what()))?;
             if ne > i64::MAX as u64 {
-                return Err(c.invalid(
-                    what(),
-                    dims_at,
-                    format!("dimension {d} is {ne}, larger than 2^63-1"),
-                ));
+                return Err(c.invalid(what(), dims_at, format!("dimension {d} is {ne}, larger than 2^63-1")));
             }
             shape.push(ne);
         }
         let type_at = c.pos;
         let type_id = c.u32(&|| format!("{} type", what()))?;
         let ty = GgmlType::from_id(type_id).ok_or_else(|| {
-            c.invalid(what(), type_at, format!("unknown ggml type id {type_id} (this build knows ids 0-3, 6-30, 34, 35, 39-42)"))
+            c.invalid(
+                what(),
+                type_at,
+                format!("unknown ggml type id {type_id} (this build knows ids 0-3, 6-30, 34, 35, 39-42)"),
+            )
         })?;
         let offset = c.u64(&|| format!("{} data offset", what()))?;
         if !names.insert(name.clone()) {
@@ -432,12 +428,9 @@ pub fn parse_header(buf: &[u8], path: &Path) -> Result<Header> {
                 ),
             ));
         }
-        let size = t.n_bytes().ok_or_else(|| {
-            terr(
-                t,
-                format!("shape {:?} overflows the size of a file", t.shape),
-            )
-        })?;
+        let size = t
+            .n_bytes()
+            .ok_or_else(|| terr(t, format!("shape {:?} overflows the size of a file", t.shape)))?;
         if t.offset % alignment != 0 {
             return Err(terr(
                 t,

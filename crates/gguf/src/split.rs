@@ -57,7 +57,9 @@ impl GgufModel {
         };
         let count = u32::try_from(count).map_err(|_| serr(format!("`split.count` is {count}")))?;
         let (prefix, _, named_count) = parse_split_name(path).ok_or_else(|| {
-            serr(format!("file has `split.count` = {count} but its name does not end in -NNNNN-of-{count:05}.gguf"))
+            serr(format!(
+                "file has `split.count` = {count} but its name does not end in -NNNNN-of-{count:05}.gguf"
+            ))
         })?;
         if named_count != count {
             return Err(serr(format!(
@@ -71,9 +73,7 @@ impl GgufModel {
                 GgufFile::open(&p)?
             } else {
                 GgufFile::open(&p).map_err(|e| match e {
-                    GgufError::Io { source, .. }
-                        if source.kind() == std::io::ErrorKind::NotFound =>
-                    {
+                    GgufError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                         serr(format!("shard {no} of {count} is missing: {}", p.display()))
                     }
                     e => e,
@@ -120,11 +120,7 @@ impl GgufModel {
                 order.push((fi, ti));
             }
         }
-        Ok(GgufModel {
-            files,
-            order,
-            by_name,
-        })
+        Ok(GgufModel { files, order, by_name })
     }
 
     /// The first (or only) file, whose metadata describes the model.
@@ -164,10 +160,7 @@ mod tests {
         let p = Path::new("/m/model-00002-of-00003.gguf");
         let (prefix, no, count) = parse_split_name(p).unwrap();
         assert_eq!((prefix.as_path(), no, count), (Path::new("/m/model"), 2, 3));
-        assert_eq!(
-            split_path(&prefix, 1, 3),
-            Path::new("/m/model-00001-of-00003.gguf")
-        );
+        assert_eq!(split_path(&prefix, 1, 3), Path::new("/m/model-00001-of-00003.gguf"));
         assert!(parse_split_name(Path::new("model.gguf")).is_none());
         assert!(parse_split_name(Path::new("model-1-of-3.gguf")).is_none());
     }

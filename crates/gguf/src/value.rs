@@ -133,7 +133,7 @@ pub enum Array {
     I32(Vec<i32>),
     F32(Vec<f32>),
     Bool(Vec<bool>),
-    String(Vec<String>),
+    String(StrArray),
     Array(Vec<Array>),
     U64(Vec<u64>),
     I64(Vec<i64>),
@@ -237,16 +237,10 @@ impl Value {
             ValueType::Bool => match text.trim() {
                 "true" | "1" => Value::Bool(true),
                 "false" | "0" => Value::Bool(false),
-                _ => {
-                    return Err(format!(
-                        "`{text}` is not a valid bool value (use true or false)"
-                    ))
-                }
+                _ => return Err(format!("`{text}` is not a valid bool value (use true or false)")),
             },
             ValueType::String => Value::String(text.to_string()),
-            ValueType::Array => {
-                return Err("array values cannot be given on the command line".into())
-            }
+            ValueType::Array => return Err("array values cannot be given on the command line".into()),
         })
     }
 }
@@ -315,7 +309,7 @@ impl Array {
             Array::I32(v) => Value::I32(*v.get(i)?),
             Array::F32(v) => Value::F32(*v.get(i)?),
             Array::Bool(v) => Value::Bool(*v.get(i)?),
-            Array::String(v) => Value::String(v.get(i)?.clone()),
+            Array::String(v) => Value::String(v.get(i)?.to_string()),
             Array::Array(v) => Value::Array(v.get(i)?.clone()),
             Array::U64(v) => Value::U64(*v.get(i)?),
             Array::I64(v) => Value::I64(*v.get(i)?),
@@ -323,7 +317,7 @@ impl Array {
         })
     }
 
-    pub fn as_strings(&self) -> Option<&[String]> {
+    pub fn as_strings(&self) -> Option<&StrArray> {
         match self {
             Array::String(v) => Some(v),
             _ => None,
@@ -348,6 +342,78 @@ impl fmt::Display for Value {
             Value::I64(v) => write!(f, "{v}"),
             Value::F64(v) => write!(f, "{v}"),
         }
+    }
+}
+
+/// An array of strings stored in one buffer (vocabularies have 10^5 entries; one allocation
+/// instead of one per token).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct StrArray {
+    buf: String,
+    /// End offset in `buf` of each string.
+    ends: Vec<usize>,
+}
+
+impl StrArray {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn with_capacity(strings: usize, bytes: usize) -> Self {
+        StrArray {
+            buf: String::with_capacity(bytes),
+            ends: Vec::with_capacity(strings),
+        }
+    }
+    pub fn push(&mut self, s: &str) {
+        self.buf.push_str(s);
+        self.ends.push(self.buf.len());
+    }
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+    pub fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)?;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        Some(&self.buf[start..end])
+    }
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        (0..self.len()).map(|i| self.get(i).expect("index in range"))
+    }
+    /// The first `n` strings (all of them if there are fewer).
+    pub fn truncated(&self, n: usize) -> StrArray {
+        self.iter().take(n).collect()
+    }
+    pub fn to_vec(&self) -> Vec<String> {
+        self.iter().map(String::from).collect()
+    }
+    pub fn shrink_to_fit(&mut self) {
+        self.buf.shrink_to_fit();
+        self.ends.shrink_to_fit();
+    }
+}
+
+impl fmt::Debug for StrArray {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<S> for StrArray {
+    fn from_iter<I: IntoIterator<Item = S>>(iter: I) -> Self {
+        let mut a = StrArray::new();
+        for s in iter {
+            a.push(s.as_ref());
+        }
+        a
+    }
+}
+
+impl<S: AsRef<str>> From<Vec<S>> for StrArray {
+    fn from(v: Vec<S>) -> Self {
+        v.into_iter().collect()
     }
 }
 

@@ -211,11 +211,7 @@ pub struct GgufWriter {
 
 impl GgufWriter {
     /// Start writing `dest` (GGUF v3).
-    pub fn create(
-        dest: impl AsRef<Path>,
-        metadata: &Metadata,
-        tensors: &[TensorSpec],
-    ) -> Result<GgufWriter> {
+    pub fn create(dest: impl AsRef<Path>, metadata: &Metadata, tensors: &[TensorSpec]) -> Result<GgufWriter> {
         Self::create_version(dest, 3, metadata, tensors)
     }
 
@@ -252,11 +248,7 @@ impl GgufWriter {
         let mut n = 0u32;
         let (file, tmp_path) = loop {
             let tmp_path = dir.join(format!(".{file_name}.{}.{n}.tmp", std::process::id()));
-            match OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp_path)
-            {
+            match OpenOptions::new().write(true).create_new(true).open(&tmp_path) {
                 Ok(f) => break (f, tmp_path),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
                 Err(e) => return Err(io("create temporary file", e)),
@@ -268,7 +260,7 @@ impl GgufWriter {
         };
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&header).map_err(|e| io("write header", e))?;
-        let mut w = GgufWriter {
+        Ok(GgufWriter {
             dest,
             tmp,
             out,
@@ -276,9 +268,7 @@ impl GgufWriter {
             alignment,
             current: 0,
             written: 0,
-        };
-        w.skip_empty_tensors()?;
-        Ok(w)
+        })
     }
 
     /// The tensor infos with their assigned offsets.
@@ -314,24 +304,22 @@ impl GgufWriter {
         Ok(())
     }
 
-    fn skip_empty_tensors(&mut self) -> Result<()> {
-        while self.current < self.tensors.len() && self.tensors[self.current].n_bytes() == Some(0) {
+    /// Move past tensors that hold no data (a dimension of 0) when no byte of them is written.
+    fn skip_empty_tensors(&mut self) {
+        while self.written == 0 && self.tensors.get(self.current).is_some_and(|t| t.n_bytes() == Some(0)) {
             self.current += 1;
         }
-        Ok(())
     }
 
     /// Append bytes of tensor data. A call may cover part of a tensor, or finish one tensor and
     /// continue into the next; tensors are filled in declaration order.
     pub fn write_data(&mut self, mut bytes: &[u8]) -> Result<()> {
         while !bytes.is_empty() {
+            self.skip_empty_tensors();
             let Some(t) = self.tensors.get(self.current) else {
                 return Err(GgufError::Write {
                     path: self.dest.clone(),
-                    problem: format!(
-                        "{} bytes of tensor data beyond the last declared tensor",
-                        bytes.len()
-                    ),
+                    problem: format!("{} bytes of tensor data beyond the last declared tensor", bytes.len()),
                 });
             };
             let size = t.n_bytes().expect("checked in encode_header");
@@ -345,7 +333,6 @@ impl GgufWriter {
                 self.pad_current()?;
                 self.current += 1;
                 self.written = 0;
-                self.skip_empty_tensors()?;
             }
         }
         Ok(())
@@ -377,11 +364,16 @@ impl GgufWriter {
                 ),
             });
         }
+        if size == 0 {
+            self.current += 1;
+            return Ok(());
+        }
         self.write_data(bytes)
     }
 
     /// Flush, fsync and atomically rename the file into place.
     pub fn finish(mut self) -> Result<()> {
+        self.skip_empty_tensors();
         if self.current != self.tensors.len() {
             let t = &self.tensors[self.current];
             return Err(GgufError::Write {
@@ -397,10 +389,7 @@ impl GgufWriter {
             });
         }
         self.out.flush().map_err(|e| self.io("flush", e))?;
-        self.out
-            .get_ref()
-            .sync_all()
-            .map_err(|e| self.io("fsync", e))?;
+        self.out.get_ref().sync_all().map_err(|e| self.io("fsync", e))?;
         std::fs::rename(&self.tmp.path, &self.dest).map_err(|e| self.io("rename into place", e))?;
         self.tmp.keep = true;
         if let Some(dir) = self.dest.parent().filter(|p| !p.as_os_str().is_empty()) {

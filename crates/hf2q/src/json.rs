@@ -40,11 +40,7 @@ pub fn scalar(v: &Value) -> J {
 
 fn array_values(a: &Array, limit: usize) -> J {
     let n = a.len().min(limit);
-    J::Array(
-        (0..n)
-            .map(|i| scalar(&a.get(i).expect("index in range")))
-            .collect(),
-    )
+    J::Array((0..n).map(|i| scalar(&a.get(i).expect("index in range"))).collect())
 }
 
 pub fn value(v: &Value, full: bool) -> J {

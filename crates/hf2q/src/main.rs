@@ -59,8 +59,8 @@ fn init_logging(cli: &Cli) -> CliResult {
         (None, 1) => "debug".into(),
         (None, _) => "trace".into(),
     };
-    let filter = EnvFilter::try_new(&level)
-        .map_err(|e| CliError::input(format!("invalid --log-level `{level}`: {e}")))?;
+    let filter =
+        EnvFilter::try_new(&level).map_err(|e| CliError::input(format!("invalid --log-level `{level}`: {e}")))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

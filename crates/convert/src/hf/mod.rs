@@ -8,10 +8,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum HfError {
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: {problem}")]
     Invalid { path: PathBuf, problem: String },
 }
@@ -75,10 +72,7 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, HfError> {
             .get("weight_map")
             .and_then(|m| m.as_object())
             .ok_or_else(|| HfError::invalid(&index, "missing object `weight_map`"))?;
-        let mut files: Vec<String> = map
-            .values()
-            .filter_map(|v| v.as_str().map(String::from))
-            .collect();
+        let mut files: Vec<String> = map.values().filter_map(|v| v.as_str().map(String::from)).collect();
         files.sort();
         files.dedup();
         return Ok(files.into_iter().map(|f| dir.join(f)).collect());
@@ -111,10 +105,7 @@ pub fn inspect(dir: &Path) -> Result<HfSummary, HfError> {
         .and_then(|a| a.first())
         .and_then(|a| a.as_str())
         .map(String::from);
-    let model_type = config
-        .get("model_type")
-        .and_then(|m| m.as_str())
-        .map(String::from);
+    let model_type = config.get("model_type").and_then(|m| m.as_str()).map(String::from);
 
     let files = safetensors_files(dir)?;
     if files.is_empty() {
@@ -157,18 +148,11 @@ pub fn inspect(dir: &Path) -> Result<HfSummary, HfError> {
         for info in tensors.values() {
             let n: u64 = info.shape.iter().map(|&d| d as u64).product();
             summary.parameters += n;
-            *summary
-                .dtypes
-                .entry(format!("{:?}", info.dtype))
-                .or_default() += n;
+            *summary.dtypes.entry(format!("{:?}", info.dtype)).or_default() += n;
         }
         summary.n_tensors += tensors.len();
         summary.shards.push(ShardSummary {
-            file: f
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned(),
+            file: f.file_name().unwrap_or_default().to_string_lossy().into_owned(),
             bytes: len,
             tensors: tensors.len(),
         });

@@ -69,21 +69,14 @@ pub fn kernel_path(features: &[&str]) -> &'static str {
 
 fn meminfo_kib(text: &str, key: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with(key))?;
-    line[key.len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
+    line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
 }
 
 pub fn cpu_info() -> CpuInfo {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
-        .find(|l| {
-            l.starts_with("model name") || l.starts_with("Model") || l.starts_with("Hardware")
-        })
+        .find(|l| l.starts_with("model name") || l.starts_with("Model") || l.starts_with("Hardware"))
         .and_then(|l| l.split_once(':'))
         .map(|(_, v)| v.trim().to_string())
         .unwrap_or_else(|| "unknown".into());
@@ -92,9 +85,7 @@ pub fn cpu_info() -> CpuInfo {
     CpuInfo {
         model,
         arch: std::env::consts::ARCH,
-        logical_cores: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        logical_cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         kernel_path: kernel_path(&features),
         features,
         mem_total_bytes: meminfo_kib(&meminfo, "MemTotal:").map(|k| k * 1024),

@@ -90,8 +90,7 @@ pub fn probe_cuda() -> CudaProbe {
             sym(b"cuDeviceTotalMem_v2\0"),
             sym(b"cuDeviceGetAttribute\0"),
         ) else {
-            probe.problem =
-                Some("driver library lacks the expected CUDA driver API symbols".into());
+            probe.problem = Some("driver library lacks the expected CUDA driver API symbols".into());
             return probe;
         };
         let init: Init = std::mem::transmute(init);

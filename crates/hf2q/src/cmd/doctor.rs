@@ -52,20 +52,14 @@ pub fn run(args: DoctorArgs) -> CliResult {
             "cache_dir_exists": cache.is_dir(),
             "free_disk_bytes": free,
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&j).expect("serialisable")
-        );
+        println!("{}", serde_json::to_string_pretty(&j).expect("serialisable"));
         return Ok(());
     }
     let row = |k: &str, v: String| println!("{k:<15} {v}");
     row("hf2q", env!("CARGO_PKG_VERSION").into());
     row(
         "cpu",
-        format!(
-            "{} ({}, {} logical cores)",
-            cpu.model, cpu.arch, cpu.logical_cores
-        ),
+        format!("{} ({}, {} logical cores)", cpu.model, cpu.arch, cpu.logical_cores),
     );
     row(
         "simd",
@@ -113,31 +107,20 @@ pub fn run(args: DoctorArgs) -> CliResult {
     }
     row(
         "nvrtc",
-        cuda.nvrtc_library
-            .clone()
-            .unwrap_or_else(|| "not found".into()),
+        cuda.nvrtc_library.clone().unwrap_or_else(|| "not found".into()),
     );
     row(
         "cublas",
-        cuda.cublas_library
-            .clone()
-            .unwrap_or_else(|| "not found".into()),
+        cuda.cublas_library.clone().unwrap_or_else(|| "not found".into()),
     );
     row(
         "cache dir",
         format!(
             "{}{}",
             cache.display(),
-            if cache.is_dir() {
-                ""
-            } else {
-                " (not created yet)"
-            }
+            if cache.is_dir() { "" } else { " (not created yet)" }
         ),
     );
-    row(
-        "free disk",
-        free.map(human_bytes).unwrap_or_else(|| "unknown".into()),
-    );
+    row("free disk", free.map(human_bytes).unwrap_or_else(|| "unknown".into()));
     Ok(())
 }

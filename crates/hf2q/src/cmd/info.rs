@@ -56,10 +56,7 @@ pub fn run(args: InfoArgs) -> CliResult {
                 "file": f.path().file_name().map(|n| n.to_string_lossy().into_owned()),
             })).collect::<Vec<_>>(),
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("JSON values serialise")
-        );
+        println!("{}", serde_json::to_string_pretty(&out).expect("JSON values serialise"));
         return Ok(());
     }
     s.print(&args, &model);
@@ -128,20 +125,14 @@ const HPARAMS: &[(&str, &str)] = &[
 fn short(v: &Value) -> (String, J) {
     match v {
         Value::Array(a) if a.len() > 8 => {
-            let head: Vec<String> = (0..4)
-                .filter_map(|i| a.get(i))
-                .map(|x| x.to_string())
-                .collect();
+            let head: Vec<String> = (0..4).filter_map(|i| a.get(i)).map(|x| x.to_string()).collect();
             (
                 format!("[{}, … ({} values)]", head.join(", "), a.len()),
                 json::value(v, false),
             )
         }
         Value::Array(a) => {
-            let all: Vec<String> = (0..a.len())
-                .filter_map(|i| a.get(i))
-                .map(|x| x.to_string())
-                .collect();
+            let all: Vec<String> = (0..a.len()).filter_map(|i| a.get(i)).map(|x| x.to_string()).collect();
             (format!("[{}]", all.join(", ")), json::scalar(v))
         }
         v => (v.to_string(), json::scalar(v)),
@@ -169,14 +160,12 @@ impl Summary {
                 }
             }
         }
-        let tokens = m
-            .get_array("tokenizer.ggml.tokens")
-            .and_then(|a| a.as_strings());
+        let tokens = m.get_array("tokenizer.ggml.tokens").and_then(|a| a.as_strings());
         let special = SPECIAL_TOKENS
             .iter()
             .filter_map(|(label, key)| {
                 let id = m.get_u64(key)?;
-                let text = tokens.and_then(|t| t.get(id as usize)).cloned();
+                let text = tokens.and_then(|t| t.get(id as usize)).map(String::from);
                 Some((label.to_string(), id, text))
             })
             .collect();
@@ -297,10 +286,7 @@ fn hf_dir(args: &InfoArgs) -> CliResult {
         let mut j = serde_json::to_value(&s).expect("serialisable");
         j["format"] = J::from("huggingface");
         j["convertible"] = J::from(false);
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&j).expect("serialisable")
-        );
+        println!("{}", serde_json::to_string_pretty(&j).expect("serialisable"));
         return Ok(());
     }
     let row = |k: &str, v: String| println!("{k:<15} {v}");
@@ -327,14 +313,7 @@ fn hf_dir(args: &InfoArgs) -> CliResult {
     let shards: Vec<String> = s
         .shards
         .iter()
-        .map(|sh| {
-            format!(
-                "{} ({}, {} tensors)",
-                sh.file,
-                human_bytes(sh.bytes),
-                sh.tensors
-            )
-        })
+        .map(|sh| format!("{} ({}, {} tensors)", sh.file, human_bytes(sh.bytes), sh.tensors))
         .collect();
     row("shards", shards.join(", "));
     row(

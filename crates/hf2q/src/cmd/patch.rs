@@ -47,12 +47,14 @@ pub fn parse_set(arg: &str) -> Result<Edit, String> {
     if key.is_empty() {
         return Err(format!("--set `{arg}`: empty key"));
     }
-    let (ty, text) = rest.split_once(':').ok_or_else(|| {
-        format!("--set `{arg}`: expected TYPE:VALUE after `=`, e.g. u32:7 or str:text")
-    })?;
+    let (ty, text) = rest
+        .split_once(':')
+        .ok_or_else(|| format!("--set `{arg}`: expected TYPE:VALUE after `=`, e.g. u32:7 or str:text"))?;
     let vt = ValueType::from_name(ty.trim())
         .filter(|t| *t != ValueType::Array)
-        .ok_or_else(|| format!("--set `{arg}`: unknown type `{ty}` (use u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 bool str)"))?;
+        .ok_or_else(|| {
+            format!("--set `{arg}`: unknown type `{ty}` (use u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 bool str)")
+        })?;
     let value = Value::parse_typed(vt, text).map_err(|e| format!("--set `{arg}`: {e}"))?;
     Ok(Edit::Set(key.to_string(), value))
 }
@@ -64,10 +66,7 @@ pub fn apply(metadata: &mut Metadata, edits: &[Edit]) -> Result<Vec<String>, Str
         format!(
             "{} {}",
             v.type_string(),
-            j.get("value")
-                .or(j.get("head"))
-                .cloned()
-                .unwrap_or_default()
+            j.get("value").or(j.get("head")).cloned().unwrap_or_default()
         )
     };
     let mut diff = Vec::new();
@@ -96,12 +95,9 @@ pub fn run(args: PatchArgs) -> CliResult {
         edits.push(Edit::Delete(d.clone()));
     }
     if let Some(p) = &args.chat_template {
-        let text = std::fs::read_to_string(p)
-            .map_err(|e| CliError::input(format!("--chat-template {}: {e}", p.display())))?;
-        edits.push(Edit::Set(
-            gguf::keys::CHAT_TEMPLATE.into(),
-            Value::String(text),
-        ));
+        let text =
+            std::fs::read_to_string(p).map_err(|e| CliError::input(format!("--chat-template {}: {e}", p.display())))?;
+        edits.push(Edit::Set(gguf::keys::CHAT_TEMPLATE.into(), Value::String(text)));
     }
     if edits.is_empty() {
         return Err(CliError::input(
@@ -119,10 +115,7 @@ pub fn run(args: PatchArgs) -> CliResult {
         }
     };
     if !args.file.exists() {
-        return Err(CliError::input(format!(
-            "{}: no such file",
-            args.file.display()
-        )));
+        return Err(CliError::input(format!("{}: no such file", args.file.display())));
     }
     let src = GgufFile::open(&args.file)?;
     let mut metadata = src.metadata().clone();
@@ -151,45 +144,27 @@ mod tests {
     fn set_parsing() {
         assert_eq!(
             parse_set("general.name=str:My Model"),
-            Ok(Edit::Set(
-                "general.name".into(),
-                Value::String("My Model".into())
-            ))
+            Ok(Edit::Set("general.name".into(), Value::String("My Model".into())))
         );
-        assert_eq!(
-            parse_set("a.b=u32:7"),
-            Ok(Edit::Set("a.b".into(), Value::U32(7)))
-        );
+        assert_eq!(parse_set("a.b=u32:7"), Ok(Edit::Set("a.b".into(), Value::U32(7))));
         assert_eq!(
             parse_set("a=str:x:y"),
             Ok(Edit::Set("a".into(), Value::String("x:y".into())))
         );
-        assert_eq!(
-            parse_set("a=bool:true"),
-            Ok(Edit::Set("a".into(), Value::Bool(true)))
-        );
-        assert!(parse_set("a=u33:7")
-            .unwrap_err()
-            .contains("unknown type `u33`"));
-        assert!(parse_set("a=u8:300")
-            .unwrap_err()
-            .contains("not a valid u8"));
+        assert_eq!(parse_set("a=bool:true"), Ok(Edit::Set("a".into(), Value::Bool(true))));
+        assert!(parse_set("a=u33:7").unwrap_err().contains("unknown type `u33`"));
+        assert!(parse_set("a=u8:300").unwrap_err().contains("not a valid u8"));
         assert!(parse_set("a=7").unwrap_err().contains("TYPE:VALUE"));
-        assert!(parse_set("noequals")
-            .unwrap_err()
-            .contains("KEY=TYPE:VALUE"));
+        assert!(parse_set("noequals").unwrap_err().contains("KEY=TYPE:VALUE"));
         assert!(parse_set("=u8:1").unwrap_err().contains("empty key"));
         assert!(parse_set("a=array:1").is_err());
     }
 
     #[test]
     fn apply_keeps_order_and_reports() {
-        let mut m: Metadata = [
-            ("a".to_string(), Value::U32(1)),
-            ("b".to_string(), Value::U32(2)),
-        ]
-        .into_iter()
-        .collect();
+        let mut m: Metadata = [("a".to_string(), Value::U32(1)), ("b".to_string(), Value::U32(2))]
+            .into_iter()
+            .collect();
         let diff = apply(
             &mut m,
             &[
@@ -200,10 +175,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "c"]);
-        assert_eq!(
-            diff,
-            ["~ a: u32 1 -> u32 5", "+ c: bool true", "- b: u32 2"]
-        );
+        assert_eq!(diff, ["~ a: u32 1 -> u32 5", "+ c: bool true", "- b: u32 2"]);
         assert!(apply(&mut m, &[Edit::Delete("zz".into())]).is_err());
     }
 }
