@@ -113,7 +113,7 @@ impl GgmlType {
     /// Bytes needed for a row of `n` values, or `None` if `n` is not a whole number of blocks.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let l = self.layout();
-        if n % l.block_size != 0 {
+        if !n.is_multiple_of(l.block_size) {
             return None;
         }
         (n / l.block_size).checked_mul(l.type_size)

@@ -202,7 +202,7 @@ impl<'a> Cursor<'a> {
                 what(),
                 at,
                 format!(
-                    "array of {count} {elem} elements needs at least {} bytes, but only {} remain in the file",
+                    "array of {count} {elem} elements needs at least {} bytes, but only {} remain in the file (corrupt or truncated)",
                     min.map_or("2^64".to_string(), |m| m.to_string()),
                     self.remaining()
                 ),
@@ -418,7 +418,7 @@ pub fn parse_header(buf: &[u8], path: &Path) -> Result<Header> {
     let mut ranges = Vec::with_capacity(tensors.len());
     for t in &tensors {
         let ne0 = t.shape.first().copied().unwrap_or(1);
-        if ne0 % t.ty.block_size() != 0 {
+        if !ne0.is_multiple_of(t.ty.block_size()) {
             return Err(terr(
                 t,
                 format!(
@@ -431,7 +431,7 @@ pub fn parse_header(buf: &[u8], path: &Path) -> Result<Header> {
         let size = t
             .n_bytes()
             .ok_or_else(|| terr(t, format!("shape {:?} overflows the size of a file", t.shape)))?;
-        if t.offset % alignment != 0 {
+        if !t.offset.is_multiple_of(alignment) {
             return Err(terr(
                 t,
                 format!(

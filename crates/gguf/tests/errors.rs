@@ -39,7 +39,7 @@ impl B {
         self.u32(ty).u64(offset)
     }
     fn pad_to(&mut self, a: usize) -> &mut Self {
-        while self.0.len() % a != 0 {
+        while !self.0.len().is_multiple_of(a) {
             self.0.push(0);
         }
         self
