@@ -1,0 +1,5 @@
+//! (not yet implemented)
+
+use crate::Codec;
+
+pub(crate) const CODECS: &[Codec] = &[];
