@@ -2,3 +2,4 @@
 //! (`hf2q info DIR`); conversion to GGUF is not implemented in this version.
 
 pub mod hf;
+pub mod plan;

@@ -110,7 +110,7 @@ pub fn quantize_into(
         return Err(QuantError::RequiresImatrix(ty));
     }
     let rb = row_bytes(ty, n_per_row)?;
-    if n_per_row == 0 || src.len() % n_per_row != 0 {
+    if n_per_row == 0 || !src.len().is_multiple_of(n_per_row) {
         return Err(QuantError::Length {
             what: "input (whole rows)",
             expected: n_per_row,
@@ -143,7 +143,7 @@ pub fn quantize_into(
 /// Quantize rows of `n_per_row` values; see [`quantize_into`].
 pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: usize, imatrix: Option<&[f32]>) -> Result<Vec<u8>, QuantError> {
     let rb = row_bytes(ty, n_per_row)?;
-    let n_rows = if n_per_row == 0 { 0 } else { src.len() / n_per_row };
+    let n_rows = src.len().checked_div(n_per_row).unwrap_or(0);
     let mut dst = vec![0u8; n_rows * rb];
     quantize_into(ty, src, &mut dst, n_per_row, imatrix)?;
     Ok(dst)
@@ -174,7 +174,7 @@ pub fn dequantize_into(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), 
     let c = codec(ty).ok_or(QuantError::Unsupported(ty))?;
     let bs = ty.block_size() as usize;
     let bb = ty.type_size() as usize;
-    if dst.len() % bs != 0 {
+    if !dst.len().is_multiple_of(bs) {
         return Err(QuantError::RowLength {
             ty,
             n: dst.len(),

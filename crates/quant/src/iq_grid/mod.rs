@@ -6,6 +6,9 @@ pub mod iq1;
 pub mod iq2;
 pub mod iq3;
 
+mod grids3;
+mod init3;
+
 use crate::Codec;
 
 pub(crate) const CODECS: &[&[Codec]] = &[iq2::CODECS, iq1::CODECS, iq3::CODECS];
