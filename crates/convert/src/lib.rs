@@ -3,3 +3,4 @@
 
 pub mod hf;
 pub mod plan;
+pub mod requant;

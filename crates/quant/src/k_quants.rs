@@ -1,5 +1,0 @@
-//! (not yet implemented)
-
-use crate::Codec;
-
-pub(crate) const CODECS: &[Codec] = &[];
