@@ -155,11 +155,7 @@ impl ModelFacts {
     }
 
     fn n_gqa(&self) -> u32 {
-        if self.n_head_kv == 0 {
-            0
-        } else {
-            self.n_head / self.n_head_kv
-        }
+        self.n_head.checked_div(self.n_head_kv).unwrap_or(0)
     }
 
     /// `LLM_TYPE_70B`: Llama with 80 layers and grouped-query attention.
@@ -319,7 +315,7 @@ fn allows_quantization(t: &PlanTensor, opts: &PlanOptions) -> bool {
 fn fallback(t: &PlanTensor, target: GgmlType) -> Result<(GgmlType, bool), PlanError> {
     use GgmlType as G;
     let ncols = t.shape[0];
-    if ncols % target.block_size() == 0 {
+    if ncols.is_multiple_of(target.block_size()) {
         return Ok((target, false));
     }
     let mut ty = match target {
@@ -331,7 +327,7 @@ fn fallback(t: &PlanTensor, target: GgmlType) -> Result<(GgmlType, bool), PlanEr
         t if t.block_size() <= 32 => t,
         t => return Err(PlanError(format!("no tensor type fallback is defined for type {t}"))),
     };
-    if ncols % ty.block_size() != 0 {
+    if !ncols.is_multiple_of(ty.block_size()) {
         ty = G::F16;
     }
     Ok((ty, true))
@@ -419,7 +415,7 @@ impl State<'_> {
         if cat == C::Output || (self.has_tied_embeddings && cat == C::TokenEmbd) {
             if let Some(o) = opts.output_tensor_type {
                 ty = o;
-            } else if f == ft::MXFP4_MOE || t.shape[0] % ty.block_size() != 0 {
+            } else if f == ft::MXFP4_MOE || !t.shape[0].is_multiple_of(ty.block_size()) {
                 ty = G::Q8_0;
             } else if is(&[
                 ft::IQ2_XXS,
@@ -490,15 +486,11 @@ impl State<'_> {
                 } else {
                     G::IQ3_XXS
                 };
-            } else if is(&[ft::IQ3_XS, ft::IQ3_S]) && n_gqa >= 4 {
-                ty = G::Q4_K;
-            } else if f == ft::IQ3_M {
+            } else if (is(&[ft::IQ3_XS, ft::IQ3_S]) && n_gqa >= 4) || f == ft::IQ3_M {
                 ty = G::Q4_K;
             } else if f == ft::Q3_K_M {
                 ty = if self.i_attention_wv < 2 { G::Q5_K } else { G::Q4_K };
-            } else if f == ft::Q3_K_L {
-                ty = G::Q5_K;
-            } else if is(&[ft::IQ4_NL, ft::IQ4_XS]) && n_gqa >= 4 {
+            } else if f == ft::Q3_K_L || (is(&[ft::IQ4_NL, ft::IQ4_XS]) && n_gqa >= 4) {
                 ty = G::Q5_K;
             } else if is(&[ft::Q4_K_M, ft::Q5_K_M]) && Self::use_more_bits(self.i_attention_wv, self.n_attention_wv) {
                 ty = G::Q6_K;

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 #[command(
     name = "hf2q",
     version,
-    about = "Inspect and edit GGUF model files; check this machine for running them",
+    about = "Inspect, edit and quantize GGUF model files; check this machine for running them",
     propagate_version = true
 )]
 struct Cli {
@@ -42,6 +42,8 @@ enum Command {
     Info(cmd::info::InfoArgs),
     /// Set, change or delete metadata keys of a GGUF file; tensor data is copied untouched.
     GgufPatch(cmd::patch::PatchArgs),
+    /// Quantize a GGUF file to another file type, with llama-quantize's per-tensor plan.
+    Quantize(cmd::quantize::QuantizeArgs),
     /// Report CPU features, memory, NVIDIA GPUs, cache directory and free disk.
     Doctor(cmd::doctor::DoctorArgs),
     /// Print a shell completion script.
@@ -76,6 +78,7 @@ fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Info(args) => cmd::info::run(args),
         Command::GgufPatch(args) => cmd::patch::run(args),
+        Command::Quantize(args) => cmd::quantize::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "hf2q", &mut std::io::stdout());

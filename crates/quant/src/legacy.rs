@@ -330,8 +330,8 @@ fn quantize_q8_0(src: &[f32], dst: &mut [u8], _imatrix: Option<&[f32]>) {
     for (y, x) in blocks.iter_mut().zip(src.chunks_exact(QK)) {
         let (d, id) = q8_scale(x);
         y.d = put_f16(d);
-        for j in 0..QK {
-            y.qs[j] = (x[j] * id).round() as i8;
+        for (q, &v) in y.qs.iter_mut().zip(x) {
+            *q = (v * id).round() as i8;
         }
     }
 }
@@ -340,8 +340,8 @@ fn dequantize_q8_0(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockQ8_0] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
         let d = get_f16(b.d);
-        for j in 0..QK {
-            y[j] = b.qs[j] as f32 * d;
+        for (v, &q) in y.iter_mut().zip(&b.qs) {
+            *v = q as f32 * d;
         }
     }
 }
@@ -367,8 +367,8 @@ fn dequantize_q8_1(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockQ8_1] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
         let d = get_f16(b.d);
-        for j in 0..QK {
-            y[j] = b.qs[j] as f32 * d;
+        for (v, &q) in y.iter_mut().zip(&b.qs) {
+            *v = q as f32 * d;
         }
     }
 }

@@ -1,6 +1,7 @@
 pub mod doctor;
 pub mod info;
 pub mod patch;
+pub mod quantize;
 
 /// Human-readable byte count (binary units, as llama.cpp prints sizes).
 pub fn human_bytes(n: u64) -> String {

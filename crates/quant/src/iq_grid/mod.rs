@@ -6,7 +6,9 @@ pub mod iq1;
 pub mod iq2;
 pub mod iq3;
 
+mod grids2;
 mod grids3;
+mod init2;
 mod init3;
 
 use crate::Codec;
