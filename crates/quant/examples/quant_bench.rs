@@ -77,13 +77,14 @@ fn main() {
             if im.is_none() && codec.requires_imatrix {
                 continue;
             }
-            let run = || pool.install(|| quant::quantize(ty, &src, n_per_row, im).unwrap());
-            let out = run(); // warm-up (and grid initialisation)
+            // Output buffer allocated once and reused, as the ggml harness does.
+            let mut out = quant::quantize(ty, &src, n_per_row, im).unwrap(); // warm-up (and grid initialisation)
             let mut times = Vec::new();
             let start = Instant::now();
             while times.len() < 1000 && (times.len() < 3 || start.elapsed().as_secs_f64() < min_seconds) {
                 let t0 = Instant::now();
-                std::hint::black_box(run());
+                pool.install(|| quant::quantize_into(ty, &src, &mut out, n_per_row, im).unwrap());
+                std::hint::black_box(&out);
                 times.push(t0.elapsed().as_secs_f64());
             }
             times.sort_by(f64::total_cmp);
