@@ -13,7 +13,7 @@ use std::process::ExitCode;
 #[command(
     name = "hf2q",
     version,
-    about = "Inspect, edit and quantize GGUF model files; check this machine for running them",
+    about = "Convert HuggingFace models to GGUF; inspect, edit and quantize GGUF files; check this machine",
     propagate_version = true
 )]
 struct Cli {
@@ -42,6 +42,8 @@ enum Command {
     Info(cmd::info::InfoArgs),
     /// Set, change or delete metadata keys of a GGUF file; tensor data is copied untouched.
     GgufPatch(cmd::patch::PatchArgs),
+    /// Convert a HuggingFace model directory to GGUF (any llama.cpp file type).
+    Convert(cmd::convert::ConvertArgs),
     /// Quantize a GGUF file to another file type, with llama-quantize's per-tensor plan.
     Quantize(cmd::quantize::QuantizeArgs),
     /// Report CPU features, memory, NVIDIA GPUs, cache directory and free disk.
@@ -78,6 +80,7 @@ fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Info(args) => cmd::info::run(args),
         Command::GgufPatch(args) => cmd::patch::run(args),
+        Command::Convert(args) => cmd::convert::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Completions { shell } => {

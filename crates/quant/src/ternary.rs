@@ -117,6 +117,16 @@ fn unpack_trit(q: u8, n: usize) -> i16 {
 
 /// `dequantize_row_tq1_0`.
 fn dequantize_tq1_0(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available.
+        return unsafe { x86::dequantize_tq1_0_avx2(src, dst) };
+    }
+    dequantize_tq1_0_scalar(src, dst)
+}
+
+/// The scalar reference for [`dequantize_tq1_0`].
+fn dequantize_tq1_0_scalar(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockTq1_0] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
         let d = get_f16(b.d);
@@ -139,6 +149,16 @@ fn dequantize_tq1_0(src: &[u8], dst: &mut [f32]) {
 
 /// `dequantize_row_tq2_0`.
 fn dequantize_tq2_0(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available.
+        return unsafe { x86::dequantize_tq2_0_avx2(src, dst) };
+    }
+    dequantize_tq2_0_scalar(src, dst)
+}
+
+/// The scalar reference for [`dequantize_tq2_0`].
+fn dequantize_tq2_0_scalar(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockTq2_0] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
         let d = get_f16(b.d);
@@ -153,9 +173,128 @@ fn dequantize_tq2_0(src: &[u8], dst: &mut [f32]) {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! AVX2 dequantization: the trit / 2-bit code of 8 bytes at a time in i32 lanes, then
+    //! `(t - 1) as f32 * d` as in the scalar code.
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// 8 bytes from `q` as i32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load8(q: &[u8]) -> __m256i {
+        assert!(q.len() >= 8);
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(q.as_ptr() as *const __m128i))
+    }
+
+    /// `y[0..8] = (t - 1) as f32 * d` for i32 lanes `t`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn put8(y: &mut [f32], t: __m256i, d: __m256) {
+        assert!(y.len() >= 8);
+        let v = _mm256_cvtepi32_ps(_mm256_sub_epi32(t, _mm256_set1_epi32(1)));
+        _mm256_storeu_ps(y.as_mut_ptr(), _mm256_mul_ps(v, d));
+    }
+
+    /// [`unpack_trit`] of 8 bytes: `((q * 3^n mod 256) * 3) >> 8`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn trits8(q: __m256i, pow3: __m256i) -> __m256i {
+        let m = _mm256_and_si256(_mm256_mullo_epi32(q, pow3), _mm256_set1_epi32(0xff));
+        _mm256_srli_epi32::<8>(_mm256_add_epi32(m, _mm256_add_epi32(m, m)))
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn dequantize_tq1_0_avx2(src: &[u8], dst: &mut [f32]) {
+        const POW3: [i32; 5] = [1, 3, 9, 27, 81];
+        let blocks: &[BlockTq1_0] = bytemuck::cast_slice(src);
+        for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+            let d = _mm256_set1_ps(get_f16(b.d));
+            let mut o = 0;
+            for group in [&b.qs[..32], &b.qs[32..]] {
+                for p in POW3 {
+                    let pw = _mm256_set1_epi32(p);
+                    for c in group.chunks_exact(8) {
+                        put8(&mut y[o..o + 8], trits8(load8(c), pw), d);
+                        o += 8;
+                    }
+                }
+            }
+            // qh: 4 bytes, trits n = 0..3 of each, in the order n-major
+            let qh = _mm256_setr_epi32(
+                b.qh[0] as i32,
+                b.qh[1] as i32,
+                b.qh[2] as i32,
+                b.qh[3] as i32,
+                b.qh[0] as i32,
+                b.qh[1] as i32,
+                b.qh[2] as i32,
+                b.qh[3] as i32,
+            );
+            put8(
+                &mut y[o..o + 8],
+                trits8(qh, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3)),
+                d,
+            );
+            put8(
+                &mut y[o + 8..o + 16],
+                trits8(qh, _mm256_setr_epi32(9, 9, 9, 9, 27, 27, 27, 27)),
+                d,
+            );
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn dequantize_tq2_0_avx2(src: &[u8], dst: &mut [f32]) {
+        let blocks: &[BlockTq2_0] = bytemuck::cast_slice(src);
+        let three = _mm256_set1_epi32(3);
+        for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+            let d = _mm256_set1_ps(get_f16(b.d));
+            for (qs, yc) in b.qs.chunks_exact(32).zip(y.chunks_exact_mut(4 * 32)) {
+                for (k, c) in qs.chunks_exact(8).enumerate() {
+                    let q = load8(c);
+                    for l in 0..4 {
+                        let t = _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_set1_epi32(2 * l as i32)), three);
+                        put8(&mut yc[l * 32 + 8 * k..l * 32 + 8 * k + 8], t, d);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_dequantize_matches_scalar() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let bytes: Vec<u8> = (0..54 * 66 * 64)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 24) as u8
+            })
+            .collect();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let n = bytes.len() / 54 * QK_K;
+        let (mut a, mut b) = (vec![0f32; n], vec![1f32; n]);
+        dequantize_tq1_0_scalar(&bytes, &mut a);
+        unsafe { x86::dequantize_tq1_0_avx2(&bytes, &mut b) };
+        assert!(bits(&a) == bits(&b), "TQ1_0");
+        let n = bytes.len() / 66 * QK_K;
+        let (mut a, mut b) = (vec![0f32; n], vec![1f32; n]);
+        dequantize_tq2_0_scalar(&bytes, &mut a);
+        unsafe { x86::dequantize_tq2_0_avx2(&bytes, &mut b) };
+        assert!(bits(&a) == bits(&b), "TQ2_0");
+    }
 
     #[test]
     fn ternary_values_round_trip() {

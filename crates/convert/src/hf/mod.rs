@@ -1,6 +1,12 @@
 //! Reading a HuggingFace model directory: `config.json`, safetensors shards (single file or
 //! `model.safetensors.index.json`), and which tokenizer files are present.
 
+pub mod config;
+pub mod tensors;
+
+pub use config::HfConfig;
+pub use tensors::{HfTensor, HfTensors};
+
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

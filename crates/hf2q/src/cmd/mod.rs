@@ -1,3 +1,4 @@
+pub mod convert;
 pub mod doctor;
 pub mod info;
 pub mod patch;

@@ -8,17 +8,9 @@ use convert::requant::{self, QuantizeOptions};
 use gguf::GgmlType;
 use std::path::PathBuf;
 
-#[derive(clap::Args)]
-pub struct QuantizeArgs {
-    /// Input GGUF (any shard of a split model).
-    pub input: PathBuf,
-    /// Output GGUF (written atomically).
-    pub output: PathBuf,
-    /// File type, as llama-quantize names it: Q4_K_M, Q8_0, IQ4_XS, F16, BF16, COPY, … (case-insensitive).
-    pub ftype: String,
-    /// Quantize tensors that are already quantized (through f32), as llama-quantize --allow-requantize.
-    #[arg(long)]
-    pub allow_requantize: bool,
+/// llama-quantize's options that change the per-tensor plan.
+#[derive(clap::Args, Default)]
+pub struct PlanArgs {
     /// Give every quantizable tensor the file type's default type (no per-category mix).
     #[arg(long)]
     pub pure: bool,
@@ -34,6 +26,21 @@ pub struct QuantizeArgs {
     /// Override the type of tensors whose name matches REGEX (first match wins). Repeatable.
     #[arg(long = "tensor-type", value_name = "REGEX=TYPE")]
     pub tensor_type: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct QuantizeArgs {
+    /// Input GGUF (any shard of a split model).
+    pub input: PathBuf,
+    /// Output GGUF (written atomically).
+    pub output: PathBuf,
+    /// File type, as llama-quantize names it: Q4_K_M, Q8_0, IQ4_XS, F16, BF16, COPY, … (case-insensitive).
+    pub ftype: String,
+    /// Quantize tensors that are already quantized (through f32), as llama-quantize --allow-requantize.
+    #[arg(long)]
+    pub allow_requantize: bool,
+    #[command(flatten)]
+    pub plan: PlanArgs,
     /// Print the per-tensor plan (tensor → type, bytes) and write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -44,25 +51,19 @@ fn ggml_type(arg: &str, what: &str) -> CliResult<GgmlType> {
         .ok_or_else(|| CliError::input(format!("{what}: unknown ggml type `{arg}` (e.g. q8_0, q4_K, f16)")))
 }
 
-pub fn run(args: QuantizeArgs) -> CliResult {
-    let target = Target::parse(&args.ftype).ok_or_else(|| {
-        CliError::input(format!(
-            "unknown file type `{}` (e.g. Q4_K_M, Q8_0, IQ4_XS, F16, BF16, COPY)",
-            args.ftype
-        ))
-    })?;
-    let mut opts = QuantizeOptions {
-        allow_requantize: args.allow_requantize,
+/// Parse the plan flags into plan options.
+pub fn plan_options(args: &PlanArgs) -> CliResult<convert::plan::PlanOptions> {
+    let mut o = convert::plan::PlanOptions {
+        pure: args.pure,
+        leave_output_tensor: args.leave_output_tensor,
         ..Default::default()
     };
-    opts.plan.pure = args.pure;
-    opts.plan.leave_output_tensor = args.leave_output_tensor;
-    opts.plan.output_tensor_type = args
+    o.output_tensor_type = args
         .output_tensor_type
         .as_deref()
         .map(|t| ggml_type(t, "--output-tensor-type"))
         .transpose()?;
-    opts.plan.token_embedding_type = args
+    o.token_embedding_type = args
         .token_embedding_type
         .as_deref()
         .map(|t| ggml_type(t, "--token-embedding-type"))
@@ -73,8 +74,23 @@ pub fn run(args: QuantizeArgs) -> CliResult {
             .filter(|(re, _)| !re.is_empty())
             .ok_or_else(|| CliError::input(format!("--tensor-type `{tt}`: expected REGEX=TYPE")))?;
         let re = regex::Regex::new(re).map_err(|e| CliError::input(format!("--tensor-type `{tt}`: {e}")))?;
-        opts.plan.tensor_types.push((re, ggml_type(ty, "--tensor-type")?));
+        o.tensor_types.push((re, ggml_type(ty, "--tensor-type")?));
     }
+    Ok(o)
+}
+
+pub fn run(args: QuantizeArgs) -> CliResult {
+    let target = Target::parse(&args.ftype).ok_or_else(|| {
+        CliError::input(format!(
+            "unknown file type `{}` (e.g. Q4_K_M, Q8_0, IQ4_XS, F16, BF16, COPY)",
+            args.ftype
+        ))
+    })?;
+    let opts = QuantizeOptions {
+        allow_requantize: args.allow_requantize,
+        plan: plan_options(&args.plan)?,
+        ..Default::default()
+    };
     if !args.input.is_file() {
         return Err(CliError::input(format!("{}: no such file", args.input.display())));
     }

@@ -73,6 +73,16 @@ fn put_group(y: &mut [f32], dl: f32, index: usize, delta: f32) {
 
 /// `dequantize_row_iq1_s`
 fn dequantize_row_iq1_s(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available.
+        return unsafe { x86::dequantize_row_iq1_s_avx2(src, dst) };
+    }
+    dequantize_row_iq1_s_scalar(src, dst)
+}
+
+/// The scalar reference for [`dequantize_row_iq1_s`].
+fn dequantize_row_iq1_s_scalar(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockIq1S] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
         let d = get_f16(b.d);
@@ -96,6 +106,16 @@ fn iq1m_scales(b: &BlockIq1M) -> [u16; 4] {
 
 /// `dequantize_row_iq1_m`
 fn dequantize_row_iq1_m(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available.
+        return unsafe { x86::dequantize_row_iq1_m_avx2(src, dst) };
+    }
+    dequantize_row_iq1_m_scalar(src, dst)
+}
+
+/// The scalar reference for [`dequantize_row_iq1_m`].
+fn dequantize_row_iq1_m_scalar(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockIq1M] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
         let sc = iq1m_scales(b);
@@ -515,8 +535,92 @@ fn quantize_iq1_m(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! AVX2 dequantization (same operations as the scalar code, 8 values at a time).
+    use super::super::simd::x86::shifted_group;
+    use super::*;
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn dequantize_row_iq1_s_avx2(src: &[u8], dst: &mut [f32]) {
+        let blocks: &[BlockIq1S] = bytemuck::cast_slice(src);
+        for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+            let d = get_f16(b.d);
+            for (ib, y) in y.chunks_exact_mut(32).enumerate() {
+                let qh = u16::from_le_bytes([b.qh[2 * ib], b.qh[2 * ib + 1]]) as usize;
+                let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
+                let delta = if qh & 0x8000 != 0 { -IQ1S_DELTA } else { IQ1S_DELTA };
+                for (l, y) in y.chunks_exact_mut(8).enumerate() {
+                    let index = b.qs[4 * ib + l] as usize | (((qh >> (3 * l)) & 7) << 8);
+                    shifted_group(y, dl, IQ1S_GRID[index], delta);
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn dequantize_row_iq1_m_avx2(src: &[u8], dst: &mut [f32]) {
+        let blocks: &[BlockIq1M] = bytemuck::cast_slice(src);
+        for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+            let sc = iq1m_scales(b);
+            let scale = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
+            let d = f16_to_f32(scale);
+            for (ib, y) in y.chunks_exact_mut(32).enumerate() {
+                let s = sc[ib / 2] as usize;
+                let dl1 = d * (2 * ((s >> (6 * (ib % 2))) & 7) + 1) as f32;
+                let dl2 = d * (2 * ((s >> (6 * (ib % 2) + 3)) & 7) + 1) as f32;
+                let qs = &b.qs[4 * ib..4 * ib + 4];
+                let qh = [b.qh[2 * ib] as usize, b.qh[2 * ib + 1] as usize];
+                for (l, y) in y.chunks_exact_mut(8).enumerate() {
+                    let h = qh[l / 2];
+                    let index = qs[l] as usize | ((h << if l % 2 == 0 { 8 } else { 4 }) & 0x700);
+                    let sign_bit = if l % 2 == 0 { 0x08 } else { 0x80 };
+                    let delta = if h & sign_bit != 0 { -IQ1S_DELTA } else { IQ1S_DELTA };
+                    shifted_group(y, if l < 2 { dl1 } else { dl2 }, IQ1S_GRID[index], delta);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_dequantize_matches_scalar() {
+        use crate::iq_grid::simd::test_util::{bits, Rng};
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mut rng = Rng(0x5eed);
+        type Pair = (crate::DequantizeRow, crate::DequantizeRow);
+        let cases: [(&str, usize, &[usize], Pair); 2] = [
+            (
+                "IQ1_S",
+                50,
+                &[0],
+                (dequantize_row_iq1_s_scalar, |s, d| unsafe {
+                    x86::dequantize_row_iq1_s_avx2(s, d)
+                }),
+            ),
+            (
+                "IQ1_M",
+                56,
+                &[54],
+                (dequantize_row_iq1_m_scalar, |s, d| unsafe {
+                    x86::dequantize_row_iq1_m_avx2(s, d)
+                }),
+            ),
+        ];
+        for (name, bytes, d_at, (scalar, fast)) in cases {
+            let src = rng.blocks(4096, bytes, d_at);
+            let (mut a, mut b) = (vec![0f32; 4096 * QK_K], vec![1f32; 4096 * QK_K]);
+            scalar(&src, &mut a);
+            fast(&src, &mut b);
+            assert!(bits(&a) == bits(&b), "{name}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -87,6 +87,16 @@ fn put_group(y: &mut [f32], db: f32, grid: u64, signs: u8) {
 
 /// `dequantize_row_iq2_xxs`
 fn dequantize_row_iq2_xxs(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available.
+        return unsafe { x86::dequantize_row_iq2_xxs_avx2(src, dst) };
+    }
+    dequantize_row_iq2_xxs_scalar(src, dst)
+}
+
+/// The scalar reference for [`dequantize_row_iq2_xxs`].
+fn dequantize_row_iq2_xxs_scalar(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockIq2Xxs] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
         let d = get_f16(b.d);
@@ -104,6 +114,16 @@ fn dequantize_row_iq2_xxs(src: &[u8], dst: &mut [f32]) {
 
 /// `dequantize_row_iq2_xs`
 fn dequantize_row_iq2_xs(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available.
+        return unsafe { x86::dequantize_row_iq2_xs_avx2(src, dst) };
+    }
+    dequantize_row_iq2_xs_scalar(src, dst)
+}
+
+/// The scalar reference for [`dequantize_row_iq2_xs`].
+fn dequantize_row_iq2_xs_scalar(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockIq2Xs] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
         let d = get_f16(b.d);
@@ -129,6 +149,16 @@ fn dequantize_row_iq2_xs(src: &[u8], dst: &mut [f32]) {
 
 /// `dequantize_row_iq2_s`
 fn dequantize_row_iq2_s(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available.
+        return unsafe { x86::dequantize_row_iq2_s_avx2(src, dst) };
+    }
+    dequantize_row_iq2_s_scalar(src, dst)
+}
+
+/// The scalar reference for [`dequantize_row_iq2_s`].
+fn dequantize_row_iq2_s_scalar(src: &[u8], dst: &mut [f32]) {
     let blocks: &[BlockIq2S] = bytemuck::cast_slice(src);
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
         let d = get_f16(b.d);
@@ -536,8 +566,117 @@ fn quantize_iq2_s(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! AVX2 dequantization (same operations as the scalar code, 8 values at a time).
+    use super::super::simd::x86::signed_group;
+    use super::*;
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn dequantize_row_iq2_xxs_avx2(src: &[u8], dst: &mut [f32]) {
+        let blocks: &[BlockIq2Xxs] = bytemuck::cast_slice(src);
+        for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+            let d = get_f16(b.d);
+            for (ib32, y) in y.chunks_exact_mut(32).enumerate() {
+                let q = &b.qs[8 * ib32..8 * ib32 + 8];
+                let aux1 = u32::from_le_bytes(q[4..8].try_into().unwrap());
+                let db = d * (0.5 + (aux1 >> 28) as f32) * 0.25;
+                for (l, y) in y.chunks_exact_mut(8).enumerate() {
+                    let signs = KSIGNS_IQ2XS[((aux1 >> (7 * l)) & 127) as usize];
+                    signed_group(y, db, IQ2XXS_GRID[q[l] as usize], signs);
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn dequantize_row_iq2_xs_avx2(src: &[u8], dst: &mut [f32]) {
+        let blocks: &[BlockIq2Xs] = bytemuck::cast_slice(src);
+        for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+            let d = get_f16(b.d);
+            for (ib32, y) in y.chunks_exact_mut(32).enumerate() {
+                let sc = b.scales[ib32];
+                let db = [
+                    d * (0.5 + (sc & 0xf) as f32) * 0.25,
+                    d * (0.5 + (sc >> 4) as f32) * 0.25,
+                ];
+                for (l, y) in y.chunks_exact_mut(8).enumerate() {
+                    let i = 2 * (4 * ib32 + l);
+                    let q = u16::from_le_bytes([b.qs[i], b.qs[i + 1]]);
+                    let grid = IQ2XS_GRID[(q & 511) as usize];
+                    signed_group(y, db[l / 2], grid, KSIGNS_IQ2XS[(q >> 9) as usize]);
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn dequantize_row_iq2_s_avx2(src: &[u8], dst: &mut [f32]) {
+        let blocks: &[BlockIq2S] = bytemuck::cast_slice(src);
+        for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+            let d = get_f16(b.d);
+            for (ib32, y) in y.chunks_exact_mut(32).enumerate() {
+                let sc = b.scales[ib32];
+                let db = [
+                    d * (0.5 + (sc & 0xf) as f32) * 0.25,
+                    d * (0.5 + (sc >> 4) as f32) * 0.25,
+                ];
+                let qh = b.qh[ib32] as usize;
+                for (l, y) in y.chunks_exact_mut(8).enumerate() {
+                    let index = b.qs[4 * ib32 + l] as usize | ((qh << (8 - 2 * l)) & 0x300);
+                    signed_group(y, db[l / 2], IQ2S_GRID[index], b.qs[QK_K / 8 + 4 * ib32 + l]);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_dequantize_matches_scalar() {
+        use crate::iq_grid::simd::test_util::{bits, Rng};
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mut rng = Rng(0x5eed);
+        type Pair = (crate::DequantizeRow, crate::DequantizeRow);
+        let cases: [(&str, usize, &[usize], Pair); 3] = [
+            (
+                "IQ2_XXS",
+                66,
+                &[0],
+                (dequantize_row_iq2_xxs_scalar, |s, d| unsafe {
+                    x86::dequantize_row_iq2_xxs_avx2(s, d)
+                }),
+            ),
+            (
+                "IQ2_XS",
+                74,
+                &[0],
+                (dequantize_row_iq2_xs_scalar, |s, d| unsafe {
+                    x86::dequantize_row_iq2_xs_avx2(s, d)
+                }),
+            ),
+            (
+                "IQ2_S",
+                82,
+                &[0],
+                (dequantize_row_iq2_s_scalar, |s, d| unsafe {
+                    x86::dequantize_row_iq2_s_avx2(s, d)
+                }),
+            ),
+        ];
+        for (name, bytes, d_at, (scalar, fast)) in cases {
+            let src = rng.blocks(4096, bytes, d_at);
+            let (mut a, mut b) = (vec![0f32; 4096 * QK_K], vec![1f32; 4096 * QK_K]);
+            scalar(&src, &mut a);
+            fast(&src, &mut b);
+            assert!(bits(&a) == bits(&b), "{name}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -10,6 +10,7 @@ mod grids2;
 mod grids3;
 mod init2;
 mod init3;
+mod simd;
 
 use crate::Codec;
 

@@ -32,7 +32,13 @@ fn c_min(a: f32, b: f32) -> f32 {
 /// with x², 1, |x| or sqrt|x| (or with `qw` when given); a negative `rmse_type` returns early
 /// after one refinement, as in ggml.
 // ggml-quants.c: make_qx_quants
-pub(crate) fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8], rmse_type: i32, qw: Option<&[f32]>) -> f32 {
+pub(crate) fn make_qx_quants_scalar(
+    nmax: i32,
+    x: &[f32],
+    levels: &mut [i8],
+    rmse_type: i32,
+    qw: Option<&[f32]>,
+) -> f32 {
     let n = x.len();
     let levels = &mut levels[..n];
     let mut max = 0f32;
@@ -112,10 +118,86 @@ pub(crate) fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8], rmse_type:
     scale
 }
 
+/// Symmetric quantization of `x` to `nmax + clamp(l, -nmax, nmax - 1)` in `levels`, returning
+/// the scale: [`make_qx_quants_scalar`], through the AVX2 path where available (same results).
+// ggml-quants.c: make_qx_quants
+pub(crate) fn make_qx_quants(nmax: i32, x: &[f32], levels: &mut [i8], rmse_type: i32, qw: Option<&[f32]>) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if rmse_type == 1 && x.len() <= 32 && super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return unsafe { super::fast::make_qx_quants_rmse1(nmax, x, levels, qw) };
+    }
+    make_qx_quants_scalar(nmax, x, levels, rmse_type, qw)
+}
+
+/// [`make_qkx2_quants_scalar`], through the AVX2 path where available (same results).
+// ggml-quants.c: make_qkx2_quants
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn make_qkx2_quants(
+    nmax: i32,
+    x: &[f32],
+    weights: &[f32],
+    levels: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return unsafe {
+            if use_mad {
+                super::fast::make_qkx_quants::<false, true>(nmax, x, weights, levels, rmin, rdelta, nstep)
+            } else {
+                super::fast::make_qkx_quants::<false, false>(nmax, x, weights, levels, rmin, rdelta, nstep)
+            }
+        };
+    }
+    make_qkx2_quants_scalar(nmax, x, weights, levels, rmin, rdelta, nstep, use_mad)
+}
+
+/// [`make_qkx3_quants_scalar`], through the AVX2 path where available (same results).
+// ggml-quants.c: make_qkx3_quants
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn make_qkx3_quants(
+    nmax: i32,
+    x: &[f32],
+    weights: Option<&[f32]>,
+    levels: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if !x.is_empty() && x.len() <= MAX_QKX_GROUP && super::fast::has_avx2() {
+        let mut wbuf = [0f32; MAX_QKX_GROUP];
+        let w = match weights {
+            Some(w) => &w[..x.len()],
+            None => {
+                for (w, &v) in wbuf.iter_mut().zip(x) {
+                    *w = v * v;
+                }
+                &wbuf[..x.len()]
+            }
+        };
+        // SAFETY: AVX2 is available.
+        return unsafe {
+            if use_mad {
+                super::fast::make_qkx_quants::<true, true>(nmax, x, w, levels, rmin, rdelta, nstep)
+            } else {
+                super::fast::make_qkx_quants::<true, false>(nmax, x, w, levels, rmin, rdelta, nstep)
+            }
+        };
+    }
+    make_qkx3_quants_scalar(nmax, x, weights, levels, rmin, rdelta, nstep, use_mad)
+}
+
 /// Symmetric quantization for Q3_K without an importance matrix: levels `nmax + l`, with an
 /// optional x²-weighted coordinate-descent refinement (`do_rmse`). Returns the scale.
 // ggml-quants.c: make_q3_quants
-pub(crate) fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8], do_rmse: bool) -> f32 {
+pub(crate) fn make_q3_quants_scalar(nmax: i32, x: &[f32], levels: &mut [i8], do_rmse: bool) -> f32 {
     let n = x.len();
     let levels = &mut levels[..n];
     let mut max = 0f32;
@@ -185,12 +267,63 @@ pub(crate) fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8], do_rmse: b
     }
 }
 
+/// [`make_q3_quants_scalar`], through the AVX2 path where available (same results).
+// ggml-quants.c: make_q3_quants
+pub(crate) fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8], do_rmse: bool) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if do_rmse && x.len() <= 32 && super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return unsafe { super::fast::make_q3_quants_rmse(nmax, x, levels) };
+    }
+    make_q3_quants_scalar(nmax, x, levels, do_rmse)
+}
+
+/// `levels[i] = clamp(nearest_int((x[i] + dm) / d), 0, nmax)`: the requantization of the
+/// asymmetric K-quants with a sub-block's stored scale and min. `x.len()` must be a multiple of 8.
+// ggml-quants.c: the requantization loops of quantize_row_q2_K/q4_K/q5_K (ref and impl)
+pub(crate) fn requant_asym(x: &[f32], d: f32, dm: f32, nmax: i32, levels: &mut [u8]) {
+    assert!(x.len().is_multiple_of(8) && levels.len() == x.len());
+    #[cfg(target_arch = "x86_64")]
+    if super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return unsafe { super::fast::requant_asym(x, d, dm, nmax, levels) };
+    }
+    requant_asym_scalar(x, d, dm, nmax, levels)
+}
+
+/// The scalar reference of [`requant_asym`].
+pub(crate) fn requant_asym_scalar(x: &[f32], d: f32, dm: f32, nmax: i32, levels: &mut [u8]) {
+    for (q, &v) in levels.iter_mut().zip(x) {
+        *q = nearest_int((v + dm) / d).clamp(0, nmax) as u8;
+    }
+}
+
+/// `levels[i] = clamp(nearest_int(x[i] / d), lo, hi) + off`: the requantization of the symmetric
+/// K-quants with a sub-block's stored scale. `x.len()` must be a multiple of 8.
+// ggml-quants.c: the requantization loops of quantize_row_q3_K/q6_K (ref and impl)
+pub(crate) fn requant_sym(x: &[f32], d: f32, lo: i32, hi: i32, off: i32, levels: &mut [i8]) {
+    assert!(x.len().is_multiple_of(8) && levels.len() == x.len());
+    #[cfg(target_arch = "x86_64")]
+    if super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return unsafe { super::fast::requant_sym(x, d, lo, hi, off, levels) };
+    }
+    requant_sym_scalar(x, d, lo, hi, off, levels)
+}
+
+/// The scalar reference of [`requant_sym`].
+pub(crate) fn requant_sym_scalar(x: &[f32], d: f32, lo: i32, hi: i32, off: i32, levels: &mut [i8]) {
+    for (q, &v) in levels.iter_mut().zip(x) {
+        *q = (nearest_int(v / d).clamp(lo, hi) + off) as i8;
+    }
+}
+
 /// Asymmetric quantization `x ≈ scale * l - the_min`, `l` in `0..=nmax`, minimising the weighted
 /// squared (or absolute, `use_mad`) error over `nstep + 1` candidate scales. Returns
 /// `(scale, the_min)`; `x.len()` must be at most [`MAX_QKX_GROUP`].
 // ggml-quants.c: make_qkx2_quants
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn make_qkx2_quants(
+pub(crate) fn make_qkx2_quants_scalar(
     nmax: i32,
     x: &[f32],
     weights: &[f32],
@@ -283,7 +416,7 @@ pub(crate) fn make_qkx2_quants(
 /// Returns `(scale, the_min)`; `x.len()` must be at most [`MAX_QKX_GROUP`].
 // ggml-quants.c: make_qkx3_quants
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn make_qkx3_quants(
+pub(crate) fn make_qkx3_quants_scalar(
     nmax: i32,
     x: &[f32],
     weights: Option<&[f32]>,

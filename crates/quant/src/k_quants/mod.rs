@@ -7,6 +7,7 @@
 //! Block layouts follow `ggml/src/ggml-common.h`; every field is a byte array so blocks have
 //! alignment 1 and can be cast from row bytes.
 
+mod fast;
 pub(crate) mod helpers;
 mod q2_k;
 mod q3_k;
@@ -174,5 +175,7 @@ fn for_each_dequant<B: bytemuck::Pod>(src: &[u8], dst: &mut [f32], mut f: impl F
     }
 }
 
+#[cfg(test)]
+mod fast_tests;
 #[cfg(test)]
 mod tests;

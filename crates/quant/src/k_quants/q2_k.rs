@@ -1,6 +1,6 @@
 //! Q2_K: 2-bit quants in 16 sub-blocks of 16, with 4-bit sub-block scales and mins.
 
-use super::helpers::{make_qkx2_quants, make_qkx3_quants, make_qp_quants, pack_2bit, QK_K};
+use super::helpers::{make_qkx2_quants, make_qkx3_quants, make_qp_quants, pack_2bit, requant_asym, QK_K};
 use super::{for_each_block, for_each_dequant, BlockQ2K};
 use crate::fp::{get_f16, nearest_int, put_f16};
 
@@ -121,14 +121,22 @@ fn requantize(x: &[f32; QK_K], y: &BlockQ2K, levels: &mut [u8; QK_K]) {
             continue;
         }
         let dm = mall * (y.scales[j] >> 4) as f32;
-        for ii in 0..16 {
-            levels[16 * j + ii] = nearest_int((x[16 * j + ii] + dm) / d).clamp(0, 3) as u8;
-        }
+        requant_asym(&x[16 * j..16 * (j + 1)], d, dm, 3, &mut levels[16 * j..16 * (j + 1)]);
     }
 }
 
 // ggml-quants.c: dequantize_row_q2_K
 pub(super) fn dequantize_row(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return for_each_dequant(src, dst, |b: &BlockQ2K, y| unsafe { super::fast::dequant_q2_k(b, y) });
+    }
+    dequantize_row_scalar(src, dst)
+}
+
+/// The scalar reference of [`dequantize_row`].
+pub(super) fn dequantize_row_scalar(src: &[u8], dst: &mut [f32]) {
     for_each_dequant(src, dst, |b: &BlockQ2K, y| {
         let d = get_f16(b.d);
         let min = get_f16(b.dmin);

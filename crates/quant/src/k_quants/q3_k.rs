@@ -1,7 +1,7 @@
 //! Q3_K: 3-bit quants (2 low bits in `qs`, the high bit in `hmask`) in 16 sub-blocks of 16, with
 //! signed 6-bit sub-block scales.
 
-use super::helpers::{make_q3_quants, make_qx_quants, pack_2bit, QK_K};
+use super::helpers::{make_q3_quants, make_qx_quants, pack_2bit, requant_sym, QK_K};
 use super::{for_each_block, for_each_dequant, BlockQ3K};
 use crate::fp::{get_f16, nearest_int, put_f16};
 
@@ -110,10 +110,7 @@ fn finish_block(x: &[f32; QK_K], y: &mut BlockQ3K, levels: &mut [i8; QK_K]) {
         if d == 0.0 {
             continue;
         }
-        for ii in 0..16 {
-            let l = nearest_int(x[16 * j + ii] / d).clamp(-4, 3);
-            levels[16 * j + ii] = (l + 4) as i8;
-        }
+        requant_sym(&x[16 * j..16 * (j + 1)], d, -4, 3, 4, &mut levels[16 * j..16 * (j + 1)]);
     }
 
     // The high bit of quants 0..32 goes to bit 0 of hmask[0..32], of 32..64 to bit 1, etc.
@@ -132,6 +129,16 @@ fn finish_block(x: &[f32; QK_K], y: &mut BlockQ3K, levels: &mut [i8; QK_K]) {
 
 // ggml-quants.c: dequantize_row_q3_K
 pub(super) fn dequantize_row(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return for_each_dequant(src, dst, |b: &BlockQ3K, y| unsafe { super::fast::dequant_q3_k(b, y) });
+    }
+    dequantize_row_scalar(src, dst)
+}
+
+/// The scalar reference of [`dequantize_row`].
+pub(super) fn dequantize_row_scalar(src: &[u8], dst: &mut [f32]) {
     for_each_dequant(src, dst, |b: &BlockQ3K, y| {
         let d_all = get_f16(b.d);
         let mut out = y.iter_mut();

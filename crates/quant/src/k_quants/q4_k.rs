@@ -2,7 +2,9 @@
 //! search and requantization here are shared with Q5_K, which differs only in `nmax` and the
 //! search parameters.
 
-use super::helpers::{get_scale_min_k4, make_qkx2_quants, make_qkx3_quants, make_qp_quants, pack_scale_min_k4, QK_K};
+use super::helpers::{
+    get_scale_min_k4, make_qkx2_quants, make_qkx3_quants, make_qp_quants, pack_scale_min_k4, requant_asym, QK_K,
+};
 use super::{for_each_block, for_each_dequant, BlockQ4K};
 use crate::fp::{get_f16, nearest_int, put_f16};
 
@@ -136,9 +138,13 @@ pub(super) fn requantize(x: &[f32; QK_K], s: &mut ScaledLevels, nmax: i32) {
             continue;
         }
         let dm = mall * m as f32;
-        for ii in 0..32 {
-            s.levels[32 * j + ii] = nearest_int((x[32 * j + ii] + dm) / d).clamp(0, nmax) as u8;
-        }
+        requant_asym(
+            &x[32 * j..32 * (j + 1)],
+            d,
+            dm,
+            nmax,
+            &mut s.levels[32 * j..32 * (j + 1)],
+        );
     }
 }
 
@@ -163,6 +169,18 @@ pub(super) fn quantize_row(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>)
 
 // ggml-quants.c: dequantize_row_q4_K
 pub(super) fn dequantize_row(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return for_each_dequant(src, dst, |b: &BlockQ4K, y| unsafe {
+            super::fast::dequant_q45_k(get_f16(b.d), get_f16(b.dmin), &b.scales, &b.qs, None, y)
+        });
+    }
+    dequantize_row_scalar(src, dst)
+}
+
+/// The scalar reference of [`dequantize_row`].
+pub(super) fn dequantize_row_scalar(src: &[u8], dst: &mut [f32]) {
     for_each_dequant(src, dst, |b: &BlockQ4K, y| {
         let d = get_f16(b.d);
         let min = get_f16(b.dmin);

@@ -41,6 +41,18 @@ pub(super) fn quantize_row(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>)
 
 // ggml-quants.c: dequantize_row_q5_K
 pub(super) fn dequantize_row(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return for_each_dequant(src, dst, |b: &BlockQ5K, y| unsafe {
+            super::fast::dequant_q45_k(get_f16(b.d), get_f16(b.dmin), &b.scales, &b.qs, Some(&b.qh), y)
+        });
+    }
+    dequantize_row_scalar(src, dst)
+}
+
+/// The scalar reference of [`dequantize_row`].
+pub(super) fn dequantize_row_scalar(src: &[u8], dst: &mut [f32]) {
     for_each_dequant(src, dst, |b: &BlockQ5K, y| {
         let d = get_f16(b.d);
         let min = get_f16(b.dmin);

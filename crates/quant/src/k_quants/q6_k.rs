@@ -1,7 +1,7 @@
 //! Q6_K: 6-bit quants (low 4 bits in `ql`, high 2 in `qh`) in 16 sub-blocks of 16, with signed
 //! 8-bit sub-block scales.
 
-use super::helpers::{make_qx_quants, GROUP_MAX_EPS, QK_K};
+use super::helpers::{make_qx_quants, requant_sym, GROUP_MAX_EPS, QK_K};
 use super::{for_each_block, for_each_dequant, BlockQ6K};
 use crate::fp::{get_f16, nearest_int, put_f16};
 
@@ -49,10 +49,14 @@ fn quantize_block(x: &[f32; QK_K], y: &mut BlockQ6K, qw: Option<&[f32; QK_K]>) {
         if d == 0.0 {
             continue;
         }
-        for ii in 0..16 {
-            let l = nearest_int(x[16 * j + ii] / d).clamp(-32, 31);
-            levels[16 * j + ii] = (l + 32) as i8;
-        }
+        requant_sym(
+            &x[16 * j..16 * (j + 1)],
+            d,
+            -32,
+            31,
+            32,
+            &mut levels[16 * j..16 * (j + 1)],
+        );
     }
 
     // Per 128 quants: ql[0..32] holds quants 0..32 (low nibble) and 64..96 (high nibble),
@@ -74,6 +78,16 @@ fn quantize_block(x: &[f32; QK_K], y: &mut BlockQ6K, qw: Option<&[f32; QK_K]>) {
 
 // ggml-quants.c: dequantize_row_q6_K
 pub(super) fn dequantize_row(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return for_each_dequant(src, dst, |b: &BlockQ6K, y| unsafe { super::fast::dequant_q6_k(b, y) });
+    }
+    dequantize_row_scalar(src, dst)
+}
+
+/// The scalar reference of [`dequantize_row`].
+pub(super) fn dequantize_row_scalar(src: &[u8], dst: &mut [f32]) {
     for_each_dequant(src, dst, |b: &BlockQ6K, y| {
         let d = get_f16(b.d);
         let chunks = b.ql.chunks_exact(64).zip(b.qh.chunks_exact(32));

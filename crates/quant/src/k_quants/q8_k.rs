@@ -41,6 +41,16 @@ fn quantize_block(x: &[f32; QK_K], y: &mut BlockQ8K) {
 
 // ggml-quants.c: dequantize_row_q8_K
 pub(super) fn dequantize_row(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::fast::has_avx2() {
+        // SAFETY: AVX2 is available.
+        return for_each_dequant(src, dst, |b: &BlockQ8K, y| unsafe { super::fast::dequant_q8_k(b, y) });
+    }
+    dequantize_row_scalar(src, dst)
+}
+
+/// The scalar reference of [`dequantize_row`].
+pub(super) fn dequantize_row_scalar(src: &[u8], dst: &mut [f32]) {
     for_each_dequant(src, dst, |b: &BlockQ8K, y| {
         let d = f32::from_le_bytes(b.d);
         for (out, &q) in y.iter_mut().zip(&b.qs) {

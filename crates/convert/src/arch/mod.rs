@@ -1,0 +1,174 @@
+//! The architecture table: HF `architectures[0]` → the family that converts it. Each family reads
+//! hyper-parameters into GGUF metadata and maps HF tensors to GGUF tensors (with their weight
+//! transforms), following llama.cpp's `conversion/<family>.py`.
+
+pub mod llama;
+pub mod qwen;
+pub mod tensor_names;
+pub mod text;
+
+use crate::hf::{HfConfig, HfError, HfTensor, HfTensors};
+use gguf::Metadata;
+use std::path::{Path, PathBuf};
+
+/// Everything a family sees of the model being converted.
+pub struct Ctx {
+    pub dir: PathBuf,
+    pub cfg: HfConfig,
+    pub hf: HfTensors,
+    /// The HF architecture string (`architectures[0]`).
+    pub hf_arch: String,
+    pub notes: Vec<String>,
+}
+
+impl Ctx {
+    pub fn invalid(&self, problem: impl Into<String>) -> HfError {
+        HfError::Invalid {
+            path: self.dir.clone(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Produces the f32 data of an output tensor (torch order, row-major).
+pub type MakeData = Box<dyn Fn(&HfTensors) -> Result<Vec<f32>, HfError> + Send + Sync>;
+
+/// One tensor of the output GGUF, known before any data is read.
+pub struct OutTensor {
+    pub name: String,
+    /// PyTorch order (outermost first); the GGUF `ne` is this reversed.
+    pub shape: Vec<usize>,
+    /// The HF tensor it came from (for messages and `tensor_force_quant`).
+    pub source: String,
+    pub make: MakeData,
+}
+
+impl OutTensor {
+    /// A tensor copied from the checkpoint (widened to f32).
+    pub fn from_hf(name: String, t: &HfTensor) -> OutTensor {
+        let src = t.name.clone();
+        OutTensor {
+            name,
+            shape: t.shape.clone(),
+            source: t.name.clone(),
+            make: Box::new(move |hf| {
+                let t = hf.get(&src).expect("tensor listed at planning time");
+                hf.f32(t)
+            }),
+        }
+    }
+
+    /// The GGUF `ne` (innermost first).
+    pub fn ne(&self) -> Vec<u64> {
+        self.shape.iter().rev().map(|&d| d as u64).collect()
+    }
+}
+
+/// A model family: metadata and tensors.
+pub trait Family: Sync {
+    /// `general.architecture`.
+    fn gguf_arch(&self, ctx: &Ctx) -> &'static str;
+    /// Model hyper-parameters, written after `general.*` (`set_gguf_parameters`), including
+    /// `general.file_type` at the point the Python converter writes it.
+    fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError>;
+    /// Tokenizer metadata (`set_vocab`).
+    fn set_vocab(&self, ctx: &mut Ctx, m: &mut Metadata) -> Result<(), HfError>;
+    /// The output tensors in the order the converter writes them.
+    fn tensors(&self, ctx: &Ctx) -> Result<Vec<OutTensor>, HfError>;
+}
+
+/// (HF architecture, family)
+pub fn families() -> &'static [(&'static str, &'static dyn Family)] {
+    &[
+        ("LlamaForCausalLM", &llama::Llama),
+        ("MistralForCausalLM", &llama::Llama),
+        ("Qwen2ForCausalLM", &qwen::Qwen2),
+        ("Qwen3ForCausalLM", &qwen::Qwen3),
+    ]
+}
+
+pub fn family_for(hf_arch: &str) -> Option<&'static dyn Family> {
+    families().iter().find(|(a, _)| *a == hf_arch).map(|(_, f)| *f)
+}
+
+pub fn supported_architectures() -> Vec<&'static str> {
+    families().iter().map(|(a, _)| *a).collect()
+}
+
+/// `ModelBase.filter_tensors` + `TextModel.filter_tensors`: multimodal tensors are skipped, and
+/// `language_model.` is dropped from names. Returns `None` for skipped tensors.
+pub fn base_filter(name: &str) -> Option<String> {
+    const SKIP_PREFIX: &[&str] = &[
+        "mlp",
+        "vit.",
+        "vpm.",
+        "siglip2.",
+        "conformer.",
+        "merger.",
+        "resampler.",
+        "sound_encoder.",
+        "sound_projection.",
+        "speech_embeddings.",
+    ];
+    const SKIP_CONTAINS: &[&str] = &[
+        "visual.",
+        "vision.",
+        "audio.",
+        "talker.",
+        "vision_",
+        "audio_",
+        "token2wav.",
+        "code2wav.",
+        "projector.",
+        "pre_mm_projector_norm",
+        "image_newline",
+        "view_seperator",
+        "patch_embed",
+        "patch_embedding",
+        "patch_merger.",
+        "patch_merge_mlp.",
+        "model.connector.",
+    ];
+    if SKIP_PREFIX.iter().any(|p| name.starts_with(p)) || SKIP_CONTAINS.iter().any(|p| name.contains(p)) {
+        return None;
+    }
+    let mut n = name.to_string();
+    if n.ends_with("e_score_correction_bias") {
+        n = n.replace("e_score_correction_bias", "e_score_correction.bias");
+    }
+    if n.contains("language_model.") {
+        n = n.replace("language_model.", "");
+    }
+    Some(n)
+}
+
+/// Tensors the converter always drops (`prepare_tensors`).
+pub fn always_skipped(name: &str) -> bool {
+    name.ends_with(".attention.masked_bias")
+        || name.ends_with(".attention.bias")
+        || name.ends_with(".rotary_emb.inv_freq")
+}
+
+/// The block id of an HF tensor name: its first all-digit part.
+pub fn block_id(name: &str) -> Option<u32> {
+    name.split('.')
+        .find(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|p| p.parse().ok())
+}
+
+/// Map a name or fail with an error naming the tensor (an unmapped tensor is never skipped silently).
+pub fn map_or_err(ctx: &Ctx, name: &str) -> Result<String, HfError> {
+    tensor_names::map_name(name).ok_or_else(|| {
+        ctx.invalid(format!(
+            "cannot map tensor `{name}` of {} to a GGUF name (unsupported layout or architecture variant)",
+            ctx.hf_arch
+        ))
+    })
+}
+
+pub fn dir_name(dir: &Path) -> String {
+    dir.canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "model".into())
+}

@@ -1,0 +1,120 @@
+//! HF → GGUF tensor names, one table (a subset of gguf-py's `tensor_mapping.py` for the families
+//! hf2q converts). `{bid}` stands for the block index; the `.weight` / `.bias` suffix is kept.
+
+/// (HF name template, GGUF name template, models the alias comes from)
+pub const TENSOR_NAMES: &[(&str, &str, &str)] = &[
+    ("model.embed_tokens", "token_embd", "llama, qwen2, qwen3, gemma"),
+    ("model.norm", "output_norm", "llama, qwen2, qwen3"),
+    ("lm_head", "output", "llama, qwen2, qwen3"),
+    (
+        "model.layers.{bid}.input_layernorm",
+        "blk.{bid}.attn_norm",
+        "llama, qwen2, qwen3",
+    ),
+    (
+        "model.layers.{bid}.self_attn.q_proj",
+        "blk.{bid}.attn_q",
+        "llama, qwen2, qwen3",
+    ),
+    (
+        "model.layers.{bid}.self_attn.k_proj",
+        "blk.{bid}.attn_k",
+        "llama, qwen2, qwen3",
+    ),
+    (
+        "model.layers.{bid}.self_attn.v_proj",
+        "blk.{bid}.attn_v",
+        "llama, qwen2, qwen3",
+    ),
+    (
+        "model.layers.{bid}.self_attn.o_proj",
+        "blk.{bid}.attn_output",
+        "llama, qwen2, qwen3",
+    ),
+    ("model.layers.{bid}.self_attn.q_norm", "blk.{bid}.attn_q_norm", "qwen3"),
+    ("model.layers.{bid}.self_attn.k_norm", "blk.{bid}.attn_k_norm", "qwen3"),
+    (
+        "model.layers.{bid}.post_attention_layernorm",
+        "blk.{bid}.ffn_norm",
+        "llama, qwen2, qwen3",
+    ),
+    (
+        "model.layers.{bid}.mlp.gate_proj",
+        "blk.{bid}.ffn_gate",
+        "llama, qwen2, qwen3",
+    ),
+    (
+        "model.layers.{bid}.mlp.up_proj",
+        "blk.{bid}.ffn_up",
+        "llama, qwen2, qwen3",
+    ),
+    (
+        "model.layers.{bid}.mlp.down_proj",
+        "blk.{bid}.ffn_down",
+        "llama, qwen2, qwen3",
+    ),
+    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp", "qwen3moe"),
+    (
+        "model.layers.{bid}.mlp.experts.gate_proj",
+        "blk.{bid}.ffn_gate_exps",
+        "qwen3moe (stacked experts)",
+    ),
+    (
+        "model.layers.{bid}.mlp.experts.up_proj",
+        "blk.{bid}.ffn_up_exps",
+        "qwen3moe (stacked experts)",
+    ),
+    (
+        "model.layers.{bid}.mlp.experts.down_proj",
+        "blk.{bid}.ffn_down_exps",
+        "qwen3moe (stacked experts)",
+    ),
+];
+
+/// Map an HF tensor name (with `.weight`/`.bias`) to its GGUF name, or `None` if unmapped.
+pub fn map_name(name: &str) -> Option<String> {
+    let (base, suffix) = [".weight", ".bias"]
+        .iter()
+        .find_map(|s| name.strip_suffix(s).map(|b| (b, *s)))
+        .unwrap_or((name, ""));
+    // Replace the first all-digit dot-separated part with {bid}.
+    let mut bid = None;
+    let templ: Vec<String> = base
+        .split('.')
+        .map(|p| {
+            if bid.is_none() && !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) {
+                bid = Some(p.to_string());
+                "{bid}".to_string()
+            } else {
+                p.to_string()
+            }
+        })
+        .collect();
+    let templ = templ.join(".");
+    let (_, gguf, _) = TENSOR_NAMES.iter().find(|(hf, _, _)| *hf == templ)?;
+    let mapped = match &bid {
+        Some(b) => gguf.replace("{bid}", b),
+        None => gguf.to_string(),
+    };
+    Some(format!("{mapped}{suffix}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn maps_names() {
+        assert_eq!(
+            super::map_name("model.layers.12.self_attn.q_proj.weight").as_deref(),
+            Some("blk.12.attn_q.weight")
+        );
+        assert_eq!(
+            super::map_name("model.layers.0.self_attn.k_proj.bias").as_deref(),
+            Some("blk.0.attn_k.bias")
+        );
+        assert_eq!(
+            super::map_name("model.embed_tokens.weight").as_deref(),
+            Some("token_embd.weight")
+        );
+        assert_eq!(super::map_name("model.layers.0.unknown.weight"), None);
+    }
+}

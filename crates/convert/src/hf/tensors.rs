@@ -1,0 +1,143 @@
+//! The safetensors of a model directory, read through mmap with the `safetensors` crate, in the
+//! order llama.cpp's converter visits them: shards in sorted file-name order (from
+//! `model.safetensors.index.json` when present), tensors sorted by name within each shard
+//! (`gguf-py` `SafetensorsLocal`).
+
+use super::HfError;
+use safetensors::Dtype;
+use std::path::{Path, PathBuf};
+
+/// One tensor of the checkpoint (shape in PyTorch order, outermost first).
+#[derive(Debug, Clone)]
+pub struct HfTensor {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    shard: usize,
+    start: usize,
+    end: usize,
+}
+
+impl HfTensor {
+    pub fn n_elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+pub struct HfTensors {
+    shards: Vec<(PathBuf, memmap2::Mmap)>,
+    tensors: Vec<HfTensor>,
+}
+
+fn invalid(path: &Path, problem: String) -> HfError {
+    HfError::Invalid {
+        path: path.to_path_buf(),
+        problem,
+    }
+}
+
+impl HfTensors {
+    pub fn open(dir: &Path) -> Result<HfTensors, HfError> {
+        let files = super::safetensors_files(dir)?;
+        if files.is_empty() {
+            return Err(invalid(dir, "no *.safetensors files".into()));
+        }
+        let mut shards = Vec::new();
+        let mut tensors = Vec::new();
+        for (i, f) in files.iter().enumerate() {
+            let file = std::fs::File::open(f).map_err(|source| HfError::Io {
+                path: f.clone(),
+                source,
+            })?;
+            // SAFETY: read-only map of a file we do not modify.
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| HfError::Io {
+                path: f.clone(),
+                source,
+            })?;
+            let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map[..])
+                .map_err(|e| invalid(f, format!("invalid or truncated safetensors file: {e}")))?;
+            let data_start = 8 + header_len;
+            let mut names: Vec<(String, &safetensors::tensor::TensorInfo)> = meta.tensors().into_iter().collect();
+            names.sort_by(|a, b| a.0.cmp(&b.0));
+            for (name, info) in names {
+                let (s, e) = info.data_offsets;
+                if data_start + e > map.len() {
+                    return Err(invalid(
+                        f,
+                        format!("tensor `{name}` data ends past the end of the file (truncated shard?)"),
+                    ));
+                }
+                tensors.push(HfTensor {
+                    name: name.clone(),
+                    dtype: info.dtype,
+                    shape: info.shape.clone(),
+                    shard: i,
+                    start: data_start + s,
+                    end: data_start + e,
+                });
+            }
+            shards.push((f.clone(), map));
+        }
+        Ok(HfTensors { shards, tensors })
+    }
+
+    pub fn tensors(&self) -> &[HfTensor] {
+        &self.tensors
+    }
+
+    pub fn get(&self, name: &str) -> Option<&HfTensor> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// Raw bytes of a tensor.
+    pub fn bytes(&self, t: &HfTensor) -> &[u8] {
+        &self.shards[t.shard].1[t.start..t.end]
+    }
+
+    pub fn shard_path(&self, t: &HfTensor) -> &Path {
+        &self.shards[t.shard].0
+    }
+
+    /// A floating-point tensor widened to f32 (exact for F32/F16/BF16, as `torch.to(float32)`).
+    pub fn f32(&self, t: &HfTensor) -> Result<Vec<f32>, HfError> {
+        let b = self.bytes(t);
+        let v: Vec<f32> = match t.dtype {
+            Dtype::F32 => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            Dtype::F16 => b
+                .chunks_exact(2)
+                .map(|c| quant::fp::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            Dtype::BF16 => b
+                .chunks_exact(2)
+                .map(|c| quant::fp::bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            Dtype::I64 => b
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
+                .collect(),
+            Dtype::I32 => b
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")) as f32)
+                .collect(),
+            d => {
+                return Err(invalid(
+                    self.shard_path(t),
+                    format!(
+                        "tensor `{}` has dtype {d:?}, which hf2q cannot convert (supported: F32, F16, BF16)",
+                        t.name
+                    ),
+                ))
+            }
+        };
+        if v.len() != t.n_elements() {
+            return Err(invalid(
+                self.shard_path(t),
+                format!("tensor `{}`: data size does not match shape {:?}", t.name, t.shape),
+            ));
+        }
+        Ok(v)
+    }
+}

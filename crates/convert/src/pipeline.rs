@@ -1,0 +1,323 @@
+//! `hf2q convert`: HF directory → GGUF in one streaming pass.
+//!
+//! F32/F16/BF16/Q8_0 follow `convert_hf_to_gguf.py --outtype` (its per-tensor type rules in
+//! `ModelBase.prepare_tensors`). Every other file type gives what `convert_hf_to_gguf.py
+//! --outtype bf16` followed by `llama-quantize` gives: the bf16 conversion is planned in memory,
+//! then re-typed by [`crate::plan`] and written in llama-quantize's order with its metadata.
+//!
+//! Memory: tensor data is produced, converted and written one tensor at a time (the largest tensor
+//! in f32 plus its quantized bytes); the input is memory-mapped.
+
+use crate::arch::{self, Ctx, OutTensor};
+use crate::hf::{HfConfig, HfError, HfTensors};
+use crate::meta;
+use crate::plan::{self, ModelFacts, PlanTensor, Target};
+use crate::requant::{self, QuantizeError, QuantizeOptions};
+use gguf::{GgmlType, GgufWriter, Metadata, TensorSpec, Value};
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error(transparent)]
+    Hf(#[from] HfError),
+    #[error(transparent)]
+    Quantize(#[from] QuantizeError),
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+}
+
+impl ConvertError {
+    pub fn is_invalid_input(&self) -> bool {
+        match self {
+            ConvertError::Hf(HfError::Io { source, .. }) => source.kind() == std::io::ErrorKind::NotFound,
+            ConvertError::Hf(_) => true,
+            ConvertError::Quantize(e) => e.is_invalid_input(),
+            ConvertError::Gguf(e) => e.is_invalid_input(),
+        }
+    }
+}
+
+/// What was written, for the summary and the report.
+#[derive(Debug, Clone)]
+pub struct ConvertSummary {
+    pub architecture: String,
+    pub hf_architecture: String,
+    /// (name, type, ne)
+    pub tensors: Vec<(String, GgmlType, Vec<u64>)>,
+    pub notes: Vec<String>,
+}
+
+/// The `--outtype` file types of convert_hf_to_gguf.py that hf2q reproduces directly.
+fn outtype(target: Target) -> Option<(u32, GgmlType)> {
+    match target {
+        Target::Ftype(0) => Some((0, GgmlType::F32)),
+        Target::Ftype(1) => Some((1, GgmlType::F16)),
+        Target::Ftype(32) => Some((32, GgmlType::BF16)),
+        Target::Ftype(7) => Some((7, GgmlType::Q8_0)),
+        _ => None,
+    }
+}
+
+/// Tensors the converter always keeps in F32 (`prepare_tensors`: 1-D, norms, routers, positional
+/// and token-type embeddings, conv1d state weights, and anything not ending in `.weight`).
+fn forced_f32(name: &str, n_dims: usize) -> bool {
+    const F32_PARTS: &[&str] = &[
+        ".ffn_gate_inp.weight",
+        ".ffn_gate_inp_shexp.weight",
+        ".ssm_conv1d.weight",
+        ".shortconv.conv.weight",
+        ".time_mix_first.weight",
+        ".time_mix_w1.weight",
+        ".time_mix_w2.weight",
+        ".time_mix_decay_w1.weight",
+        ".time_mix_decay_w2.weight",
+        ".time_mix_lerp_fused.weight",
+        ".altup_correct_coef.weight",
+        ".altup_predict_coef.weight",
+        ".ssm_conv1d_q.weight",
+        ".ssm_conv1d_k.weight",
+        ".ssm_conv1d_v.weight",
+        ".indexer.proj.weight",
+    ];
+    n_dims <= 1
+        || name.ends_with("_norm.weight")
+        || name == "position_embd.weight"
+        || name == "token_types.weight"
+        || F32_PARTS.iter().any(|p| name.contains(p))
+        || !(name.ends_with(".weight") || name.ends_with(".lora_a") || name.ends_with(".lora_b"))
+}
+
+/// The type `convert_hf_to_gguf.py --outtype <ty>` gives a tensor.
+fn outtype_tensor_type(t: &OutTensor, ty: GgmlType) -> GgmlType {
+    if forced_f32(&t.name, t.shape.len()) {
+        return GgmlType::F32;
+    }
+    // gguf-py refuses a Q8_0 row that is not a whole number of blocks; the converter falls back to F16.
+    if ty == GgmlType::Q8_0 && t.shape.last().is_none_or(|&n| n % 32 != 0) {
+        return GgmlType::F16;
+    }
+    ty
+}
+
+fn metadata(
+    ctx: &mut Ctx,
+    family: &dyn arch::Family,
+    tensors: &[OutTensor],
+    file_type: u32,
+) -> Result<Metadata, HfError> {
+    let arch_name = family.gguf_arch(ctx);
+    let mut m = Metadata::new();
+    m.insert(gguf::keys::ARCHITECTURE, Value::String(arch_name.into()));
+    m.insert("general.type", Value::String("model".into()));
+    m.insert(
+        gguf::keys::NAME,
+        Value::String(meta::python_title(&arch::dir_name(&ctx.dir))),
+    );
+    let (total, shared, expert, n_expert) =
+        meta::parameter_counts(tensors.iter().map(|t| (t.name.as_str(), t.shape.as_slice())));
+    if total > 0 {
+        m.insert(
+            "general.size_label",
+            Value::String(meta::size_label(total, shared, expert, n_expert)),
+        );
+    }
+    family.set_parameters(ctx, &mut m, file_type)?;
+    m.insert(
+        "general.quantization_version",
+        Value::U32(requant::QUANTIZATION_VERSION),
+    );
+    family.set_vocab(ctx, &mut m)?;
+    Ok(m)
+}
+
+/// Open a model directory for conversion.
+pub fn open(dir: &Path) -> Result<(Ctx, &'static dyn arch::Family), ConvertError> {
+    let cfg = HfConfig::load(dir)?;
+    let hf_arch = cfg
+        .architecture()
+        .ok_or_else(|| HfError::Invalid {
+            path: cfg.path.clone(),
+            problem: "config.json has no `architectures`".into(),
+        })?
+        .to_string();
+    let family = arch::family_for(&hf_arch).ok_or_else(|| HfError::Invalid {
+        path: cfg.path.clone(),
+        problem: format!(
+            "unsupported architecture `{hf_arch}` (this version converts: {})",
+            arch::supported_architectures().join(", ")
+        ),
+    })?;
+    let hf = HfTensors::open(dir)?;
+    Ok((
+        Ctx {
+            dir: dir.to_path_buf(),
+            cfg,
+            hf,
+            hf_arch,
+            notes: Vec::new(),
+        },
+        family,
+    ))
+}
+
+/// Convert `dir` to `out` with file type `target`.
+pub fn convert(dir: &Path, out: &Path, target: Target, opts: &QuantizeOptions) -> Result<ConvertSummary, ConvertError> {
+    let (mut ctx, family) = open(dir)?;
+    let tensors = family.tensors(&ctx)?;
+    // Validate shapes before anything is written: every tensor must be a whole number of rows.
+    for t in &tensors {
+        if t.shape.is_empty() && t.name != "rope_freqs.weight" {
+            return Err(ctx
+                .invalid(format!("tensor `{}` (from `{}`) has no dimensions", t.name, t.source))
+                .into());
+        }
+    }
+    let summary_arch = family.gguf_arch(&ctx).to_string();
+    if let Some((file_type, ty)) = outtype(target) {
+        let types: Vec<GgmlType> = tensors.iter().map(|t| outtype_tensor_type(t, ty)).collect();
+        let m = metadata(&mut ctx, family, &tensors, file_type)?;
+        let specs: Vec<TensorSpec> = tensors
+            .iter()
+            .zip(&types)
+            .map(|(t, &ty)| TensorSpec {
+                name: t.name.clone(),
+                ty,
+                shape: t.ne(),
+            })
+            .collect();
+        write(&ctx, out, &m, &tensors, &specs, |_| None)?;
+        return Ok(summary(&ctx, summary_arch, &specs));
+    }
+    // Planned bf16 conversion, then llama-quantize.
+    let Target::Ftype(ftype) = target else {
+        return Err(ctx
+            .invalid("COPY is not a conversion target; use bf16, f16 or f32")
+            .into());
+    };
+    let bf16_types: Vec<GgmlType> = tensors.iter().map(|t| outtype_tensor_type(t, GgmlType::BF16)).collect();
+    let bf16_meta = metadata(&mut ctx, family, &tensors, 32)?;
+    let facts = ModelFacts::from_metadata(&bf16_meta).map_err(QuantizeError::from)?;
+    let ptensors: Vec<PlanTensor> = tensors
+        .iter()
+        .zip(&bf16_types)
+        .map(|(t, &ty)| PlanTensor {
+            name: t.name.clone(),
+            shape: t.ne(),
+            ty,
+        })
+        .collect();
+    let mut popts = opts.plan.clone();
+    popts.has_imatrix = opts.imatrix.is_some();
+    let entries = plan::plan(&facts, &ptensors, target, &popts).map_err(QuantizeError::from)?;
+    requant::check_plan(&entries, opts)?;
+    let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
+    let order = plan::processing_order(&names);
+    let m = requant::output_metadata(&bf16_meta, ftype);
+    let ordered: Vec<&OutTensor> = order.iter().map(|&i| &tensors[i]).collect();
+    let specs: Vec<TensorSpec> = order
+        .iter()
+        .map(|&i| TensorSpec {
+            name: tensors[i].name.clone(),
+            ty: entries[i].target,
+            shape: tensors[i].ne(),
+        })
+        .collect();
+    let intermediate: Vec<GgmlType> = order.iter().map(|&i| bf16_types[i]).collect();
+    write_ordered(&ctx, out, &m, &ordered, &specs, &intermediate, opts)?;
+    Ok(summary(&ctx, summary_arch, &specs))
+}
+
+fn summary(ctx: &Ctx, architecture: String, specs: &[TensorSpec]) -> ConvertSummary {
+    ConvertSummary {
+        architecture,
+        hf_architecture: ctx.hf_arch.clone(),
+        tensors: specs.iter().map(|s| (s.name.clone(), s.ty, s.shape.clone())).collect(),
+        notes: ctx.notes.clone(),
+    }
+}
+
+/// Convert one tensor's f32 data to `ty` bytes, with an optional importance matrix.
+fn encode(
+    name: &str,
+    data: &[f32],
+    ne: &[u64],
+    ty: GgmlType,
+    imatrix: Option<&[f32]>,
+) -> Result<Vec<u8>, QuantizeError> {
+    let n_per_row = ne.first().copied().unwrap_or(1).max(1) as usize;
+    let rows_per_expert = ne.get(1).copied().unwrap_or(1) as usize;
+    if let (Some(im), true) = (imatrix, ne.len() >= 3) {
+        // Per-expert importance weights: quantize expert by expert.
+        let mut out = Vec::new();
+        for (e, chunk) in data.chunks(n_per_row * rows_per_expert).enumerate() {
+            let w = &im[e * n_per_row..(e + 1) * n_per_row];
+            out.extend(
+                quant::quantize(ty, chunk, n_per_row, Some(w))
+                    .map_err(|err| QuantizeError::Invalid(format!("tensor `{name}`: {err}")))?,
+            );
+        }
+        return Ok(out);
+    }
+    quant::quantize(ty, data, n_per_row, imatrix)
+        .map_err(|err| QuantizeError::Invalid(format!("tensor `{name}`: {err}")))
+}
+
+fn check_len(ctx: &Ctx, t: &OutTensor, data: &[f32]) -> Result<(), HfError> {
+    let n: usize = t.shape.iter().product();
+    if data.len() != n {
+        return Err(ctx.invalid(format!(
+            "tensor `{}` (from `{}`): expected {n} values for shape {:?}, got {}",
+            t.name,
+            t.source,
+            t.shape,
+            data.len()
+        )));
+    }
+    Ok(())
+}
+
+fn write(
+    ctx: &Ctx,
+    out: &Path,
+    m: &Metadata,
+    tensors: &[OutTensor],
+    specs: &[TensorSpec],
+    imatrix: impl Fn(&str) -> Option<Vec<f32>>,
+) -> Result<(), ConvertError> {
+    let mut w = GgufWriter::create(out, m, specs)?;
+    for (t, s) in tensors.iter().zip(specs) {
+        let data = (t.make)(&ctx.hf)?;
+        check_len(ctx, t, &data)?;
+        let bytes = encode(&t.name, &data, &s.shape, s.ty, imatrix(&t.name).as_deref())?;
+        w.write_tensor(&bytes)?;
+    }
+    w.finish()?;
+    Ok(())
+}
+
+fn write_ordered(
+    ctx: &Ctx,
+    out: &Path,
+    m: &Metadata,
+    tensors: &[&OutTensor],
+    specs: &[TensorSpec],
+    intermediate: &[GgmlType],
+    opts: &QuantizeOptions,
+) -> Result<(), ConvertError> {
+    let mut w = GgufWriter::create(out, m, specs)?;
+    for ((t, s), &mid) in tensors.iter().zip(specs).zip(intermediate) {
+        let mut data = (t.make)(&ctx.hf)?;
+        check_len(ctx, t, &data)?;
+        if mid == GgmlType::BF16 {
+            // The values llama-quantize would read back from the bf16 conversion.
+            for v in data.iter_mut() {
+                *v = quant::fp::bf16_to_f32(quant::fp::f32_to_bf16(*v));
+            }
+        }
+        let im = opts.imatrix.as_ref().and_then(|m| m.get(&t.name)).map(|v| v.as_slice());
+        let bytes = encode(&t.name, &data, &s.shape, s.ty, if s.ty == mid { None } else { im })?;
+        w.write_tensor(&bytes)?;
+    }
+    w.finish()?;
+    Ok(())
+}
