@@ -88,7 +88,17 @@ fn forced_f32(name: &str, n_dims: usize) -> bool {
 }
 
 /// The type `convert_hf_to_gguf.py --outtype <ty>` gives a tensor.
-fn outtype_tensor_type(t: &OutTensor, ty: GgmlType) -> GgmlType {
+fn outtype_tensor_type(ctx: &Ctx, family: &dyn arch::Family, t: &OutTensor, ty: GgmlType) -> GgmlType {
+    if let Some((raw_ty, _)) = &t.raw {
+        return *raw_ty;
+    }
+    let forced = family.force_type(ctx, t, ty);
+    if t.shape.len() <= 1 || t.name.ends_with("_norm.weight") {
+        return GgmlType::F32;
+    }
+    if let Some(f) = forced {
+        return f;
+    }
     if forced_f32(&t.name, t.shape.len()) {
         return GgmlType::F32;
     }
@@ -154,6 +164,7 @@ pub fn open(dir: &Path) -> Result<(Ctx, &'static dyn arch::Family), ConvertError
             cfg,
             hf,
             hf_arch,
+            no_mtp: false,
             notes: Vec::new(),
         },
         family,
@@ -162,7 +173,25 @@ pub fn open(dir: &Path) -> Result<(Ctx, &'static dyn arch::Family), ConvertError
 
 /// Convert `dir` to `out` with file type `target`.
 pub fn convert(dir: &Path, out: &Path, target: Target, opts: &QuantizeOptions) -> Result<ConvertSummary, ConvertError> {
+    convert_with(dir, out, target, opts, &ConvertOptions::default())
+}
+
+/// Options of `hf2q convert` beyond the file type.
+#[derive(Debug, Clone, Default)]
+pub struct ConvertOptions {
+    /// Drop multi-token-prediction layers (`--no-mtp`).
+    pub no_mtp: bool,
+}
+
+pub fn convert_with(
+    dir: &Path,
+    out: &Path,
+    target: Target,
+    opts: &QuantizeOptions,
+    copts: &ConvertOptions,
+) -> Result<ConvertSummary, ConvertError> {
     let (mut ctx, family) = open(dir)?;
+    ctx.no_mtp = copts.no_mtp;
     let tensors = family.tensors(&ctx)?;
     // Validate shapes before anything is written: every tensor must be a whole number of rows.
     for t in &tensors {
@@ -174,7 +203,11 @@ pub fn convert(dir: &Path, out: &Path, target: Target, opts: &QuantizeOptions) -
     }
     let summary_arch = family.gguf_arch(&ctx).to_string();
     if let Some((file_type, ty)) = outtype(target) {
-        let types: Vec<GgmlType> = tensors.iter().map(|t| outtype_tensor_type(t, ty)).collect();
+        let types: Vec<GgmlType> = tensors
+            .iter()
+            .map(|t| outtype_tensor_type(&ctx, family, t, ty))
+            .collect();
+        let file_type = family.file_type(&ctx, file_type);
         let m = metadata(&mut ctx, family, &tensors, file_type)?;
         let specs: Vec<TensorSpec> = tensors
             .iter()
@@ -194,8 +227,12 @@ pub fn convert(dir: &Path, out: &Path, target: Target, opts: &QuantizeOptions) -
             .invalid("COPY is not a conversion target; use bf16, f16 or f32")
             .into());
     };
-    let bf16_types: Vec<GgmlType> = tensors.iter().map(|t| outtype_tensor_type(t, GgmlType::BF16)).collect();
-    let bf16_meta = metadata(&mut ctx, family, &tensors, 32)?;
+    let bf16_types: Vec<GgmlType> = tensors
+        .iter()
+        .map(|t| outtype_tensor_type(&ctx, family, t, GgmlType::BF16))
+        .collect();
+    let bf16_file_type = family.file_type(&ctx, 32);
+    let bf16_meta = metadata(&mut ctx, family, &tensors, bf16_file_type)?;
     let facts = ModelFacts::from_metadata(&bf16_meta).map_err(QuantizeError::from)?;
     let ptensors: Vec<PlanTensor> = tensors
         .iter()
@@ -286,6 +323,12 @@ fn write(
 ) -> Result<(), ConvertError> {
     let mut w = GgufWriter::create(out, m, specs)?;
     for (t, s) in tensors.iter().zip(specs) {
+        if let Some((raw_ty, make_raw)) = &t.raw {
+            if *raw_ty == s.ty {
+                w.write_tensor(&make_raw(&ctx.hf)?)?;
+                continue;
+            }
+        }
         let data = (t.make)(&ctx.hf)?;
         check_len(ctx, t, &data)?;
         let bytes = encode(&t.name, &data, &s.shape, s.ty, imatrix(&t.name).as_deref())?;
@@ -306,6 +349,12 @@ fn write_ordered(
 ) -> Result<(), ConvertError> {
     let mut w = GgufWriter::create(out, m, specs)?;
     for ((t, s), &mid) in tensors.iter().zip(specs).zip(intermediate) {
+        if let Some((raw_ty, make_raw)) = &t.raw {
+            if *raw_ty == s.ty {
+                w.write_tensor(&make_raw(&ctx.hf)?)?;
+                continue;
+            }
+        }
         let mut data = (t.make)(&ctx.hf)?;
         check_len(ctx, t, &data)?;
         if mid == GgmlType::BF16 {
@@ -313,6 +362,10 @@ fn write_ordered(
             for v in data.iter_mut() {
                 *v = quant::fp::bf16_to_f32(quant::fp::f32_to_bf16(*v));
             }
+        } else if let Some((raw_ty, make_raw)) = &t.raw {
+            // Requantized from the stored type, as llama-quantize --allow-requantize does.
+            data = quant::dequantize(*raw_ty, &make_raw(&ctx.hf)?, data.len())
+                .map_err(|e| QuantizeError::Invalid(format!("tensor `{}`: {e}", t.name)))?;
         }
         let im = opts.imatrix.as_ref().and_then(|m| m.get(&t.name)).map(|v| v.as_slice());
         let bytes = encode(&t.name, &data, &s.shape, s.ty, if s.ty == mid { None } else { im })?;

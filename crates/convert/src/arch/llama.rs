@@ -56,6 +56,7 @@ pub fn permuted(ctx: &Ctx, name: String, t: &HfTensor, n_head: usize) -> Result<
             let t = hf.get(&src).expect("listed");
             Ok(permute_rows(&hf.f32(t)?, &shape, n_head))
         }),
+        raw: None,
     })
 }
 
@@ -105,6 +106,7 @@ pub fn llama3_rope_freqs(ctx: &Ctx) -> Option<OutTensor> {
         shape,
         source: "(generated)".into(),
         make: Box::new(move |_| Ok(factors.clone())),
+        raw: None,
     })
 }
 

@@ -18,6 +18,9 @@ pub struct Ctx {
     pub hf: HfTensors,
     /// The HF architecture string (`architectures[0]`).
     pub hf_arch: String,
+    /// `--no-mtp`: drop multi-token-prediction layers (Qwen3.5/3.6).
+    pub no_mtp: bool,
+    /// Messages for the user and the report (skipped vision tensors, tokenizer fallbacks, …).
     pub notes: Vec<String>,
 }
 
@@ -32,6 +35,9 @@ impl Ctx {
 
 /// Produces the f32 data of an output tensor (torch order, row-major).
 pub type MakeData = Box<dyn Fn(&HfTensors) -> Result<Vec<f32>, HfError> + Send + Sync>;
+/// Produces the bytes of a tensor that is written in a fixed ggml type (e.g. experts that arrive
+/// already in MXFP4, repacked losslessly).
+pub type MakeRaw = Box<dyn Fn(&HfTensors) -> Result<Vec<u8>, HfError> + Send + Sync>;
 
 /// One tensor of the output GGUF, known before any data is read.
 pub struct OutTensor {
@@ -41,6 +47,10 @@ pub struct OutTensor {
     /// The HF tensor it came from (for messages and `tensor_force_quant`).
     pub source: String,
     pub make: MakeData,
+    /// When set, the tensor is stored in this type with these bytes whatever the output type
+    /// (`raw_dtype` in the Python converter); `make` must still give its f32 values (used when
+    /// llama-quantize would requantize it).
+    pub raw: Option<(gguf::GgmlType, MakeRaw)>,
 }
 
 impl OutTensor {
@@ -55,6 +65,7 @@ impl OutTensor {
                 let t = hf.get(&src).expect("tensor listed at planning time");
                 hf.f32(t)
             }),
+            raw: None,
         }
     }
 
@@ -75,6 +86,16 @@ pub trait Family: Sync {
     fn set_vocab(&self, ctx: &mut Ctx, m: &mut Metadata) -> Result<(), HfError>;
     /// The output tensors in the order the converter writes them.
     fn tensors(&self, ctx: &Ctx) -> Result<Vec<OutTensor>, HfError>;
+    /// `tensor_force_quant`: a family-specific type for a tensor under a `--outtype`-style file
+    /// type (`outtype` is F32/F16/BF16/Q8_0), or `None` for the common rules.
+    fn force_type(&self, _ctx: &Ctx, _t: &OutTensor, _outtype: gguf::GgmlType) -> Option<gguf::GgmlType> {
+        None
+    }
+    /// The `general.file_type` actually written for a conversion to `ftype` (e.g. a model whose
+    /// experts arrive as MXFP4 is MOSTLY_MXFP4_MOE even when converted to bf16).
+    fn file_type(&self, _ctx: &Ctx, ftype: u32) -> u32 {
+        ftype
+    }
 }
 
 /// (HF architecture, family)

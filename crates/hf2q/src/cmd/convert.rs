@@ -17,6 +17,9 @@ pub struct ConvertArgs {
     /// Output GGUF path (written atomically).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Drop the multi-token-prediction layers (Qwen3.5/3.6), as convert_hf_to_gguf.py --no-mtp.
+    #[arg(long)]
+    pub no_mtp: bool,
     #[command(flatten)]
     pub plan: super::quantize::PlanArgs,
 }
@@ -43,7 +46,8 @@ pub fn run(args: ConvertArgs) -> CliResult {
         ..Default::default()
     };
     let t0 = std::time::Instant::now();
-    let summary = convert::pipeline::convert(&args.dir, &output, target, &opts).map_err(|e| {
+    let copts = convert::pipeline::ConvertOptions { no_mtp: args.no_mtp };
+    let summary = convert::pipeline::convert_with(&args.dir, &output, target, &opts, &copts).map_err(|e| {
         if e.is_invalid_input() {
             CliError::input(e.to_string())
         } else {
