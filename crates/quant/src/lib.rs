@@ -86,6 +86,9 @@ pub enum QuantError {
     },
 }
 
+/// Below this many values a (de)quantization runs on the calling thread.
+const PARALLEL_MIN_VALUES: usize = 1 << 16;
+
 /// Bytes of one row of `n` values of `ty`.
 pub fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
     ty.row_bytes(n as u64).map(|b| b as usize).ok_or(QuantError::RowLength {
@@ -134,9 +137,18 @@ pub fn quantize_into(
             });
         }
     }
-    dst.par_chunks_mut(rb)
-        .zip(src.par_chunks(n_per_row))
-        .for_each(|(d, s)| q(s, d, imatrix));
+    // Small jobs (or a one-thread pool) run inline: handing them to the pool costs more than the work.
+    if rayon::current_num_threads() == 1 || src.len() < PARALLEL_MIN_VALUES {
+        for (d, s) in dst.chunks_mut(rb).zip(src.chunks(n_per_row)) {
+            q(s, d, imatrix);
+        }
+    } else {
+        let rows_per_task = (PARALLEL_MIN_VALUES / 4 / n_per_row).max(1);
+        dst.par_chunks_mut(rb)
+            .zip(src.par_chunks(n_per_row))
+            .with_min_len(rows_per_task)
+            .for_each(|(d, s)| q(s, d, imatrix));
+    }
     Ok(())
 }
 
@@ -191,9 +203,13 @@ pub fn dequantize_into(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), 
     }
     // Chunks of 256 blocks keep scheduling overhead small relative to the work.
     const BLOCKS: usize = 256;
-    dst.par_chunks_mut(BLOCKS * bs)
-        .zip(src.par_chunks(BLOCKS * bb))
-        .for_each(|(d, s)| (c.dequantize)(s, d));
+    if rayon::current_num_threads() == 1 || dst.len() < PARALLEL_MIN_VALUES {
+        (c.dequantize)(src, dst);
+    } else {
+        dst.par_chunks_mut(BLOCKS * bs)
+            .zip(src.par_chunks(BLOCKS * bb))
+            .for_each(|(d, s)| (c.dequantize)(s, d));
+    }
     Ok(())
 }
 
