@@ -4,6 +4,7 @@
 
 pub mod arch;
 pub mod hf;
+pub mod imatrix;
 pub mod meta;
 pub mod pipeline;
 pub mod plan;

@@ -249,7 +249,7 @@ pub fn convert_with(
     requant::check_plan(&entries, opts)?;
     let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
     let order = plan::processing_order(&names);
-    let m = requant::output_metadata(&bf16_meta, ftype);
+    let m = requant::output_metadata_with(&bf16_meta, ftype, opts);
     let ordered: Vec<&OutTensor> = order.iter().map(|&i| &tensors[i]).collect();
     let specs: Vec<TensorSpec> = order
         .iter()

@@ -36,15 +36,14 @@ impl QuantizeError {
     }
 }
 
-/// Importance-matrix values per tensor name: `ne0 × n_expert` weights.
-pub type ImatrixData = std::collections::HashMap<String, Vec<f32>>;
+pub use crate::imatrix::Imatrix;
 
 #[derive(Default)]
 pub struct QuantizeOptions {
     pub plan: PlanOptions,
     /// `--allow-requantize`: quantize tensors that are already quantized (through f32).
     pub allow_requantize: bool,
-    pub imatrix: Option<ImatrixData>,
+    pub imatrix: Option<Imatrix>,
 }
 
 /// The plan llama-quantize would follow for `model`, in its processing (and output) order.
@@ -81,6 +80,15 @@ pub fn output_metadata(input: &Metadata, file_type: u32) -> Metadata {
     m.insert("general.quantization_version", Value::U32(QUANTIZATION_VERSION));
     m.remove(gguf::keys::FILE_TYPE);
     m.insert(gguf::keys::FILE_TYPE, Value::U32(file_type));
+    m
+}
+
+/// [`output_metadata`] plus the `quantize.imatrix.*` keys when an importance matrix is used.
+pub fn output_metadata_with(input: &Metadata, file_type: u32, opts: &QuantizeOptions) -> Metadata {
+    let mut m = output_metadata(input, file_type);
+    if let Some(im) = &opts.imatrix {
+        im.write_metadata(&mut m);
+    }
     m
 }
 
@@ -143,7 +151,7 @@ pub fn quantize_file(
         Target::Ftype(f) => f,
         Target::Copy => model.metadata().get_u64(gguf::keys::FILE_TYPE).unwrap_or(0) as u32,
     };
-    let metadata = output_metadata(model.metadata(), file_type);
+    let metadata = output_metadata_with(model.metadata(), file_type, opts);
     let specs: Vec<TensorSpec> = entries
         .iter()
         .map(|e| {

@@ -50,6 +50,36 @@ fn byte_identical_to_llama_quantize_on_smollm2() {
 }
 
 #[test]
+fn byte_identical_to_llama_quantize_with_imatrix() {
+    // Run from a folder holding the imatrix under the name llama-quantize was given: the path is
+    // recorded in the output (`quantize.imatrix.file`).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/smollm2.imatrix.gguf"),
+        dir.path().join("smollm2.imatrix.gguf"),
+    )
+    .unwrap();
+    for line in include_str!("data/smollm2_llama_quantize_imatrix.sha256").lines() {
+        let (ftype, hash) = line.split_once(' ').unwrap();
+        let out = format!("{ftype}.gguf");
+        let o = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+            .current_dir(dir.path())
+            .args(["quantize", "--allow-requantize", "--imatrix", "smollm2.imatrix.gguf"])
+            .args([smollm2().to_str().unwrap(), out.as_str(), ftype])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{ftype}: {}", String::from_utf8_lossy(&o.stderr));
+        let path = dir.path().join(&out);
+        assert_eq!(
+            sha256(&path),
+            hash,
+            "{ftype} with imatrix: output differs from llama-quantize's"
+        );
+        std::fs::remove_file(path).unwrap();
+    }
+}
+
+#[test]
 fn refuses_like_llama_quantize() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("o.gguf");

@@ -43,6 +43,7 @@ pub fn run(args: ConvertArgs) -> CliResult {
         .ok_or_else(|| CliError::input("missing -o OUT.gguf"))?;
     let opts = QuantizeOptions {
         plan: plan_options(&args.plan)?,
+        imatrix: super::quantize::load_imatrix(&args.plan)?,
         ..Default::default()
     };
     let t0 = std::time::Instant::now();

@@ -26,6 +26,15 @@ pub struct PlanArgs {
     /// Override the type of tensors whose name matches REGEX (first match wins). Repeatable.
     #[arg(long = "tensor-type", value_name = "REGEX=TYPE")]
     pub tensor_type: Vec<String>,
+    /// Importance matrix (llama-imatrix GGUF or legacy .dat), as llama-quantize --imatrix.
+    #[arg(long, value_name = "FILE")]
+    pub imatrix: Option<PathBuf>,
+    /// Use importance data only for tensors whose name contains this. Repeatable.
+    #[arg(long = "include-weights", value_name = "NAME")]
+    pub include_weights: Vec<String>,
+    /// Ignore importance data for tensors whose name contains this. Repeatable.
+    #[arg(long = "exclude-weights", value_name = "NAME", conflicts_with = "include_weights")]
+    pub exclude_weights: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -49,6 +58,19 @@ pub struct QuantizeArgs {
 fn ggml_type(arg: &str, what: &str) -> CliResult<GgmlType> {
     GgmlType::from_name(arg)
         .ok_or_else(|| CliError::input(format!("{what}: unknown ggml type `{arg}` (e.g. q8_0, q4_K, f16)")))
+}
+
+/// Load and filter the importance matrix, if one was given.
+pub fn load_imatrix(args: &PlanArgs) -> CliResult<Option<convert::imatrix::Imatrix>> {
+    let Some(p) = &args.imatrix else {
+        if !args.include_weights.is_empty() || !args.exclude_weights.is_empty() {
+            return Err(CliError::input("--include-weights/--exclude-weights need --imatrix"));
+        }
+        return Ok(None);
+    };
+    let mut im = convert::imatrix::Imatrix::load(p).map_err(|e| CliError::input(e.to_string()))?;
+    im.filter(&args.include_weights, &args.exclude_weights);
+    Ok(Some(im))
 }
 
 /// Parse the plan flags into plan options.
@@ -89,7 +111,7 @@ pub fn run(args: QuantizeArgs) -> CliResult {
     let opts = QuantizeOptions {
         allow_requantize: args.allow_requantize,
         plan: plan_options(&args.plan)?,
-        ..Default::default()
+        imatrix: load_imatrix(&args.plan)?,
     };
     if !args.input.is_file() {
         return Err(CliError::input(format!("{}: no such file", args.input.display())));
