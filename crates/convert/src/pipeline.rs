@@ -118,6 +118,7 @@ fn metadata(
     let arch_name = family.gguf_arch(ctx);
     let mut m = Metadata::new();
     m.insert(gguf::keys::ARCHITECTURE, Value::String(arch_name.into()));
+    family.init_metadata(ctx, &mut m);
     m.insert("general.type", Value::String("model".into()));
     m.insert(
         gguf::keys::NAME,
@@ -246,7 +247,21 @@ pub fn convert_with(
     let mut popts = opts.plan.clone();
     popts.has_imatrix = opts.imatrix.is_some();
     let entries = plan::plan(&facts, &ptensors, target, &popts).map_err(QuantizeError::from)?;
-    requant::check_plan(&entries, opts)?;
+    // Tensors the converter itself writes in a fixed quantized type (e.g. DeepSeek-V4's MXFP4 experts)
+    // are requantized from their stored values: `hf2q convert --quant T` gives what
+    // `llama-quantize --allow-requantize` makes of the bf16 conversion (plain llama-quantize refuses).
+    let checked: Vec<plan::PlanEntry> = entries
+        .iter()
+        .zip(&tensors)
+        .map(|(e, t)| {
+            let mut e = e.clone();
+            if t.raw.is_some() && e.source.is_quantized() {
+                e.source = GgmlType::F32;
+            }
+            e
+        })
+        .collect();
+    requant::check_plan(&checked, opts)?;
     let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
     let order = plan::processing_order(&names);
     let m = requant::output_metadata_with(&bf16_meta, ftype, opts);

@@ -15,23 +15,12 @@ use serde_json::Value as J;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
-const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3"];
-#[allow(dead_code)]
-const NOT_YET_SUPPORTED: &[&str] = &[
-    "qwen3_moe",
-    "gemma3",
-    "gemma4",
-    "gemma4_moe",
-    "gemma4_ple",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "qwen3_5_text",
-    "qwen3_5_moe_text",
-    "deepseek_v4",
-    "qwen3_vl",
-    "bert",
-    "nomic_bert",
+const SUPPORTED: &[&str] = &[
+    "llama", "qwen2", "qwen3", "deepseek_v4", "gemma3", "gemma4", "gemma4_moe", "gemma4_ple",
 ];
+#[allow(dead_code)]
+const NOT_YET_SUPPORTED: &[&str] =
+    &["qwen3_moe", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_vl", "bert", "nomic_bert"];
 
 fn tiny_dir() -> PathBuf {
     let dir = match std::env::var_os("HF2Q_FIXTURES") {
@@ -185,7 +174,10 @@ fn variants(tiny: &Path, model: &str) -> Vec<(String, J)> {
         else {
             continue;
         };
-        if rest.starts_with("convert.") || rest.starts_with("quantize.") {
+        if rest.starts_with("convert.")
+            || rest.starts_with("quantize.")
+            || rest.starts_with("quantize-allow-requantize.")
+        {
             v.push((
                 rest.to_string(),
                 serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap(),
@@ -208,6 +200,10 @@ fn check_model(model: &str) {
     let mut failures = Vec::new();
     for (variant, expected) in &vs {
         let (kind, ftype) = variant.split_once('.').unwrap();
+        // `quantize-allow-requantize.T`: llama-quantize --allow-requantize (DeepSeek-V4, whose bf16
+        // conversion has MXFP4 experts). `hf2q convert --quant T` gives the same without a flag.
+        let allow_requantize = kind == "quantize-allow-requantize";
+        let kind = if allow_requantize { "quantize" } else { kind };
         let target = Target::parse(ftype).unwrap_or_else(|| panic!("{model}: unknown ftype {ftype}"));
         // `hf2q convert --quant f16|bf16|f32|q8_0` mirrors `convert_hf_to_gguf.py --outtype`; the
         // llama-quantize result for those types (`quantize.F16` …) is `hf2q quantize`'s.
@@ -225,7 +221,14 @@ fn check_model(model: &str) {
         }
         if kind == "quantize" {
             let q = tmp.path().join(format!("{model}.{variant}.requant.gguf"));
-            convert::requant::quantize_file(&bf16, &q, target, &QuantizeOptions::default()).unwrap();
+            let qopts = QuantizeOptions {
+                allow_requantize,
+                ..Default::default()
+            };
+            if let Err(e) = convert::requant::quantize_file(&bf16, &q, target, &qopts) {
+                failures.push(format!("{model} {variant}: hf2q quantize failed: {e}"));
+                continue;
+            }
             for d in diff(&q, expected) {
                 failures.push(format!("{model} {variant} (hf2q quantize from bf16): {d}"));
             }
@@ -258,10 +261,60 @@ fn qwen3() {
     }
 }
 
+fn check_if_present(model: &str) {
+    if tiny_dir().join(model).is_dir() || std::env::var_os("HF2Q_FIXTURES").is_some() {
+        check_model(model);
+    }
+}
+
+#[test]
+fn gemma3() {
+    check_if_present("gemma3");
+}
+
+#[test]
+fn gemma4() {
+    check_if_present("gemma4");
+}
+
+#[test]
+fn gemma4_moe() {
+    check_if_present("gemma4_moe");
+}
+
+#[test]
+fn gemma4_ple() {
+    check_if_present("gemma4_ple");
+}
+
+#[test]
+fn deepseek_v4() {
+    if tiny_dir().join("deepseek_v4").is_dir() || std::env::var_os("HF2Q_FIXTURES").is_some() {
+        check_model("deepseek_v4");
+        // Like llama-quantize, `hf2q quantize` refuses the MXFP4 experts without --allow-requantize.
+        let tmp = tempfile::tempdir().unwrap();
+        let bf16 = tmp.path().join("bf16.gguf");
+        let dir = tiny_dir().join("deepseek_v4");
+        convert::pipeline::convert(&dir, &bf16, Target::parse("bf16").unwrap(), &QuantizeOptions::default()).unwrap();
+        let q = tmp.path().join("q4.gguf");
+        let err =
+            convert::requant::quantize_file(&bf16, &q, Target::parse("Q4_K_M").unwrap(), &QuantizeOptions::default())
+                .unwrap_err();
+        assert!(err.to_string().contains("requantizing from type mxfp4"), "{err}");
+    }
+}
+
 #[test]
 fn supported_list_matches_the_architecture_table() {
-    assert_eq!(SUPPORTED.len(), 3);
-    for a in ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"] {
+    for a in [
+        "LlamaForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "DeepseekV4ForCausalLM",
+        "Gemma3ForCausalLM",
+        "Gemma4ForCausalLM",
+        "Gemma4ForConditionalGeneration",
+    ] {
         assert!(convert::arch::family_for(a).is_some(), "{a}");
     }
 }

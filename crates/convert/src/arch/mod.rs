@@ -2,6 +2,9 @@
 //! hyper-parameters into GGUF metadata and maps HF tensors to GGUF tensors (with their weight
 //! transforms), following llama.cpp's `conversion/<family>.py`.
 
+pub mod deepseek4;
+pub mod deepseek4_weights;
+pub mod gemma;
 pub mod llama;
 pub mod qwen;
 pub mod tensor_names;
@@ -82,6 +85,9 @@ pub trait Family: Sync {
     /// Model hyper-parameters, written after `general.*` (`set_gguf_parameters`), including
     /// `general.file_type` at the point the Python converter writes it.
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError>;
+    /// Metadata the converter writes in the model's `__init__`, right after `general.architecture`
+    /// (e.g. a default chat template whose value the tokenizer's own template replaces in place).
+    fn init_metadata(&self, _ctx: &Ctx, _m: &mut Metadata) {}
     /// Tokenizer metadata (`set_vocab`).
     fn set_vocab(&self, ctx: &mut Ctx, m: &mut Metadata) -> Result<(), HfError>;
     /// The output tensors in the order the converter writes them.
@@ -105,6 +111,11 @@ pub fn families() -> &'static [(&'static str, &'static dyn Family)] {
         ("MistralForCausalLM", &llama::Llama),
         ("Qwen2ForCausalLM", &qwen::Qwen2),
         ("Qwen3ForCausalLM", &qwen::Qwen3),
+        ("DeepseekV4ForCausalLM", &deepseek4::DeepseekV4),
+        ("Gemma3ForCausalLM", &gemma::Gemma3),
+        ("Gemma3ForConditionalGeneration", &gemma::Gemma3),
+        ("Gemma4ForCausalLM", &gemma::Gemma4),
+        ("Gemma4ForConditionalGeneration", &gemma::Gemma4),
     ]
 }
 

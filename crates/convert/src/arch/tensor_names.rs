@@ -69,6 +69,78 @@ pub const TENSOR_NAMES: &[(&str, &str, &str)] = &[
         "blk.{bid}.ffn_down_exps",
         "qwen3moe (stacked experts)",
     ),
+    // gemma (gemma3, gemma4); `post_attention_layernorm` is ATTN_POST_NORM there (arch/gemma.rs)
+    (
+        "model.layers.{bid}.pre_feedforward_layernorm",
+        "blk.{bid}.ffn_norm",
+        "gemma3, gemma4",
+    ),
+    (
+        "model.layers.{bid}.post_feedforward_layernorm",
+        "blk.{bid}.post_ffw_norm",
+        "gemma3, gemma4",
+    ),
+    (
+        "model.layers.{bid}.pre_feedforward_layernorm_2",
+        "blk.{bid}.pre_ffw_norm_2",
+        "gemma4",
+    ),
+    (
+        "model.layers.{bid}.post_feedforward_layernorm_1",
+        "blk.{bid}.post_ffw_norm_1",
+        "gemma4",
+    ),
+    (
+        "model.layers.{bid}.post_feedforward_layernorm_2",
+        "blk.{bid}.post_ffw_norm_2",
+        "gemma4",
+    ),
+    ("model.layers.{bid}.router.proj", "blk.{bid}.ffn_gate_inp", "gemma4"),
+    (
+        "model.layers.{bid}.experts.gate_up_proj",
+        "blk.{bid}.ffn_gate_up_exps",
+        "gemma4",
+    ),
+    (
+        "model.layers.{bid}.experts.down_proj",
+        "blk.{bid}.ffn_down_exps",
+        "gemma4",
+    ),
+    (
+        "model.layers.{bid}.layer_scalar",
+        "blk.{bid}.layer_output_scale",
+        "gemma4",
+    ),
+    (
+        "model.embed_tokens_per_layer",
+        "per_layer_token_embd",
+        "gemma3n, gemma4",
+    ),
+    (
+        "model.per_layer_model_projection",
+        "per_layer_model_proj",
+        "gemma3n, gemma4",
+    ),
+    (
+        "model.per_layer_projection_norm",
+        "per_layer_proj_norm",
+        "gemma3n, gemma4",
+    ),
+    (
+        "model.layers.{bid}.per_layer_input_gate",
+        "blk.{bid}.inp_gate",
+        "gemma3n, gemma4",
+    ),
+    (
+        "model.layers.{bid}.per_layer_projection",
+        "blk.{bid}.proj",
+        "gemma3n, gemma4",
+    ),
+    (
+        "model.layers.{bid}.post_per_layer_input_norm",
+        "blk.{bid}.post_norm",
+        "gemma3n, gemma4",
+    ),
 ];
 
 /// Map an HF tensor name (with `.weight`/`.bias`) to its GGUF name, or `None` if unmapped.

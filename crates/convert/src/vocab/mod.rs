@@ -3,6 +3,7 @@
 
 pub mod pre_hashes;
 pub mod special;
+pub mod spm;
 
 use crate::hf::{HfConfig, HfError};
 use gguf::{Array, Metadata, Value};
@@ -17,6 +18,7 @@ pub mod token_type {
     pub const CONTROL: i32 = 3;
     pub const USER_DEFINED: i32 = 4;
     pub const UNUSED: i32 = 5;
+    pub const BYTE: i32 = 6;
 }
 
 /// Notes for the conversion report (e.g. an unknown pre-tokenizer).
