@@ -271,7 +271,7 @@ pub fn convert_with(
         .map(|&i| TensorSpec {
             name: tensors[i].name.clone(),
             ty: entries[i].target,
-            shape: tensors[i].ne(),
+            shape: requant::ggml_dims(&tensors[i].ne()),
         })
         .collect();
     let intermediate: Vec<GgmlType> = order.iter().map(|&i| bf16_types[i]).collect();

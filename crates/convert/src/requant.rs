@@ -46,6 +46,13 @@ pub struct QuantizeOptions {
     pub imatrix: Option<Imatrix>,
 }
 
+/// The dimensions gguf.cpp writes for a tensor: `ggml_n_dims` drops trailing 1s (at least one
+/// dimension is kept), so e.g. a `[256, 1]` shared-expert gate comes out of llama-quantize 1-D.
+pub fn ggml_dims(ne: &[u64]) -> Vec<u64> {
+    let n = ne.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
+    ne[..n.min(ne.len())].to_vec()
+}
+
 /// The plan llama-quantize would follow for `model`, in its processing (and output) order.
 pub fn plan_model(model: &GgufModel, target: Target, opts: &QuantizeOptions) -> Result<Vec<PlanEntry>, QuantizeError> {
     let facts = ModelFacts::from_metadata(model.metadata())?;
@@ -159,7 +166,7 @@ pub fn quantize_file(
             TensorSpec {
                 name: e.name.clone(),
                 ty: e.target,
-                shape: t.shape.clone(),
+                shape: ggml_dims(&t.shape),
             }
         })
         .collect();

@@ -19,23 +19,18 @@ const SUPPORTED: &[&str] = &[
     "llama",
     "qwen2",
     "qwen3",
-    "deepseek_v4",
     "gemma3",
     "gemma4",
     "gemma4_moe",
     "gemma4_ple",
-];
-#[allow(dead_code)]
-const NOT_YET_SUPPORTED: &[&str] = &[
-    "qwen3_moe",
     "qwen3_5",
     "qwen3_5_moe",
     "qwen3_5_text",
     "qwen3_5_moe_text",
-    "qwen3_vl",
-    "bert",
-    "nomic_bert",
+    "deepseek_v4",
 ];
+#[allow(dead_code)]
+const NOT_YET_SUPPORTED: &[&str] = &["qwen3_moe", "qwen3_vl", "bert", "nomic_bert"];
 
 fn tiny_dir() -> PathBuf {
     let dir = match std::env::var_os("HF2Q_FIXTURES") {
@@ -203,7 +198,15 @@ fn variants(tiny: &Path, model: &str) -> Vec<(String, J)> {
     v
 }
 
+/// The `hf2q convert` options a fixture was converted with (`expected/commands.txt`).
+fn convert_options(model: &str) -> convert::pipeline::ConvertOptions {
+    convert::pipeline::ConvertOptions {
+        no_mtp: matches!(model, "qwen3_5_moe" | "qwen3_5_text" | "qwen3_5_moe_text"),
+    }
+}
+
 fn check_model(model: &str) {
+    let copts = convert_options(model);
     let tiny = tiny_dir();
     let dir = tiny.join(model);
     let tmp = tempfile::tempdir().unwrap();
@@ -211,7 +214,14 @@ fn check_model(model: &str) {
     assert!(vs.len() >= 4, "{model}: only {} expected variants", vs.len());
     // hf2q's own bf16 conversion, input of `hf2q quantize`.
     let bf16 = tmp.path().join(format!("{model}.bf16.gguf"));
-    convert::pipeline::convert(&dir, &bf16, Target::parse("bf16").unwrap(), &QuantizeOptions::default()).unwrap();
+    convert::pipeline::convert_with(
+        &dir,
+        &bf16,
+        Target::parse("bf16").unwrap(),
+        &QuantizeOptions::default(),
+        &copts,
+    )
+    .unwrap();
     let mut failures = Vec::new();
     for (variant, expected) in &vs {
         let (kind, ftype) = variant.split_once('.').unwrap();
@@ -225,7 +235,7 @@ fn check_model(model: &str) {
         let outtype_ftype = matches!(ftype, "F16" | "BF16" | "F32" | "Q8_0");
         if kind == "convert" || !outtype_ftype {
             let out = tmp.path().join(format!("{model}.{variant}.gguf"));
-            let r = convert::pipeline::convert(&dir, &out, target, &QuantizeOptions::default());
+            let r = convert::pipeline::convert_with(&dir, &out, target, &QuantizeOptions::default(), &copts);
             if let Err(e) = r {
                 failures.push(format!("{model} {variant}: convert failed: {e}"));
                 continue;
@@ -282,6 +292,10 @@ fn check_if_present(model: &str) {
     }
 }
 
+fn qwen3_5_fixture(model: &str) {
+    check_if_present(model);
+}
+
 #[test]
 fn gemma3() {
     check_if_present("gemma3");
@@ -316,6 +330,66 @@ fn deepseek_v4() {
             convert::requant::quantize_file(&bf16, &q, Target::parse("Q4_K_M").unwrap(), &QuantizeOptions::default())
                 .unwrap_err();
         assert!(err.to_string().contains("requantizing from type mxfp4"), "{err}");
+    }
+}
+
+#[test]
+fn qwen3_5() {
+    qwen3_5_fixture("qwen3_5");
+}
+
+#[test]
+fn qwen3_5_moe() {
+    qwen3_5_fixture("qwen3_5_moe");
+}
+
+#[test]
+fn qwen3_5_text() {
+    qwen3_5_fixture("qwen3_5_text");
+}
+
+#[test]
+fn qwen3_5_moe_text() {
+    qwen3_5_fixture("qwen3_5_moe_text");
+}
+
+/// A plain conversion of a Qwen3.5 checkpoint without MTP layers fails, as in llama.cpp
+/// (`convert.bf16.without-extra-args`: `assert self.opt_num_mtp_layers != 0`).
+#[test]
+fn qwen3_5_without_mtp_needs_no_mtp() {
+    for model in ["qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"] {
+        let dir = tiny_dir().join(model);
+        if !dir.is_dir() {
+            continue;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out.gguf");
+        let err = convert::pipeline::convert(&dir, &out, Target::parse("bf16").unwrap(), &QuantizeOptions::default())
+            .expect_err(model)
+            .to_string();
+        assert!(err.contains("--no-mtp") && err.contains("MTP"), "{model}: {err}");
+    }
+    // The MTP fixture with --no-mtp: the `mtp.*` tensors are dropped (and reported), as is the vision tower.
+    let dir = tiny_dir().join("qwen3_5");
+    if dir.is_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out.gguf");
+        let copts = convert::pipeline::ConvertOptions { no_mtp: true };
+        let s = convert::pipeline::convert_with(
+            &dir,
+            &out,
+            Target::parse("bf16").unwrap(),
+            &QuantizeOptions::default(),
+            &copts,
+        )
+        .unwrap();
+        assert!(s.tensors.iter().all(|(n, _, _)| !n.starts_with("blk.2.")));
+        assert_eq!(s.tensors.len(), 27);
+        assert!(s.notes.iter().any(|n| n.contains("--no-mtp")), "{:?}", s.notes);
+        assert!(s.notes.iter().any(|n| n.contains("vision")), "{:?}", s.notes);
+        let f = GgufFile::open(&out).unwrap();
+        assert_eq!(f.metadata().get_u64("qwen35.block_count"), Some(2));
+        assert!(f.metadata().get("qwen35.nextn_predict_layers").is_none());
     }
 }
 

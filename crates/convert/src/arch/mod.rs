@@ -7,6 +7,7 @@ pub mod deepseek4_weights;
 pub mod gemma;
 pub mod llama;
 pub mod qwen;
+pub mod qwen35;
 pub mod tensor_names;
 pub mod text;
 
@@ -116,6 +117,10 @@ pub fn families() -> &'static [(&'static str, &'static dyn Family)] {
         ("Gemma3ForConditionalGeneration", &gemma::Gemma3),
         ("Gemma4ForCausalLM", &gemma::Gemma4),
         ("Gemma4ForConditionalGeneration", &gemma::Gemma4),
+        ("Qwen3_5ForConditionalGeneration", &qwen35::Qwen35),
+        ("Qwen3_5ForCausalLM", &qwen35::Qwen35),
+        ("Qwen3_5MoeForConditionalGeneration", &qwen35::Qwen35Moe),
+        ("Qwen3_5MoeForCausalLM", &qwen35::Qwen35Moe),
     ]
 }
 

@@ -141,6 +141,82 @@ pub const TENSOR_NAMES: &[(&str, &str, &str)] = &[
         "blk.{bid}.post_norm",
         "gemma3n, gemma4",
     ),
+    // qwen35 (Gated DeltaNet linear attention, shared expert, MTP/nextn)
+    (
+        "model.layers.{bid}.linear_attn.in_proj_qkv",
+        "blk.{bid}.attn_qkv",
+        "qwen3.5",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.in_proj_z",
+        "blk.{bid}.attn_gate",
+        "qwen3.5",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.in_proj_a",
+        "blk.{bid}.ssm_alpha",
+        "qwen3.5",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.in_proj_b",
+        "blk.{bid}.ssm_beta",
+        "qwen3.5",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.conv1d",
+        "blk.{bid}.ssm_conv1d",
+        "qwen3next",
+    ),
+    (
+        "model.layers.{bid}.linear_attn.dt_proj",
+        "blk.{bid}.ssm_dt",
+        "qwen3next",
+    ),
+    ("model.layers.{bid}.linear_attn.A_log", "blk.{bid}.ssm_a", "qwen3next"),
+    ("model.layers.{bid}.linear_attn.norm", "blk.{bid}.ssm_norm", "qwen3next"),
+    (
+        "model.layers.{bid}.linear_attn.out_proj",
+        "blk.{bid}.ssm_out",
+        "qwen3next",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_expert.gate_proj",
+        "blk.{bid}.ffn_gate_shexp",
+        "qwen2moe",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_expert.up_proj",
+        "blk.{bid}.ffn_up_shexp",
+        "qwen2moe",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_expert.down_proj",
+        "blk.{bid}.ffn_down_shexp",
+        "qwen2moe",
+    ),
+    (
+        "model.layers.{bid}.mlp.shared_expert_gate",
+        "blk.{bid}.ffn_gate_inp_shexp",
+        "qwen2moe",
+    ),
+    ("model.layers.{bid}.eh_proj", "blk.{bid}.nextn.eh_proj", "nextn (mtp)"),
+    (
+        "model.layers.{bid}.embed_tokens",
+        "blk.{bid}.nextn.embed_tokens",
+        "nextn (mtp)",
+    ),
+    ("model.layers.{bid}.enorm", "blk.{bid}.nextn.enorm", "nextn (mtp)"),
+    ("model.layers.{bid}.hnorm", "blk.{bid}.nextn.hnorm", "nextn (mtp)"),
+    (
+        "model.layers.{bid}.shared_head.head",
+        "blk.{bid}.nextn.shared_head_head",
+        "nextn (mtp)",
+    ),
+    (
+        "model.layers.{bid}.shared_head.norm",
+        "blk.{bid}.nextn.shared_head_norm",
+        "nextn (mtp)",
+    ),
 ];
 
 /// Map an HF tensor name (with `.weight`/`.bias`) to its GGUF name, or `None` if unmapped.
