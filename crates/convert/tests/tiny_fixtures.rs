@@ -19,6 +19,7 @@ const SUPPORTED: &[&str] = &[
     "llama",
     "qwen2",
     "qwen3",
+    "qwen3_moe",
     "gemma3",
     "gemma4",
     "gemma4_moe",
@@ -28,9 +29,10 @@ const SUPPORTED: &[&str] = &[
     "qwen3_5_text",
     "qwen3_5_moe_text",
     "deepseek_v4",
+    "qwen3_vl",
 ];
 #[allow(dead_code)]
-const NOT_YET_SUPPORTED: &[&str] = &["qwen3_moe", "qwen3_vl", "bert", "nomic_bert"];
+const NOT_YET_SUPPORTED: &[&str] = &["bert", "nomic_bert"];
 
 fn tiny_dir() -> PathBuf {
     let dir = match std::env::var_os("HF2Q_FIXTURES") {
@@ -390,6 +392,20 @@ fn qwen3_5_without_mtp_needs_no_mtp() {
         let f = GgufFile::open(&out).unwrap();
         assert_eq!(f.metadata().get_u64("qwen35.block_count"), Some(2));
         assert!(f.metadata().get("qwen35.nextn_predict_layers").is_none());
+    }
+}
+
+#[test]
+fn qwen3_moe() {
+    if tiny_dir().join("qwen3_moe").is_dir() || std::env::var_os("HF2Q_FIXTURES").is_some() {
+        check_model("qwen3_moe");
+    }
+}
+
+#[test]
+fn qwen3_vl() {
+    if tiny_dir().join("qwen3_vl").is_dir() || std::env::var_os("HF2Q_FIXTURES").is_some() {
+        check_model("qwen3_vl");
     }
 }
 

@@ -8,6 +8,8 @@ pub mod gemma;
 pub mod llama;
 pub mod qwen;
 pub mod qwen35;
+pub mod qwen3_vl;
+pub mod qwen_moe;
 pub mod tensor_names;
 pub mod text;
 
@@ -121,6 +123,8 @@ pub fn families() -> &'static [(&'static str, &'static dyn Family)] {
         ("Qwen3_5ForCausalLM", &qwen35::Qwen35),
         ("Qwen3_5MoeForConditionalGeneration", &qwen35::Qwen35Moe),
         ("Qwen3_5MoeForCausalLM", &qwen35::Qwen35Moe),
+        ("Qwen3MoeForCausalLM", &qwen_moe::Qwen3Moe),
+        ("Qwen3VLForConditionalGeneration", &qwen3_vl::Qwen3Vl),
     ]
 }
 
