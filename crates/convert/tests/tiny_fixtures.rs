@@ -30,9 +30,11 @@ const SUPPORTED: &[&str] = &[
     "qwen3_5_moe_text",
     "deepseek_v4",
     "qwen3_vl",
+    "bert",
+    "nomic_bert",
 ];
 #[allow(dead_code)]
-const NOT_YET_SUPPORTED: &[&str] = &["bert", "nomic_bert"];
+const NOT_YET_SUPPORTED: &[&str] = &[];
 
 fn tiny_dir() -> PathBuf {
     let dir = match std::env::var_os("HF2Q_FIXTURES") {
@@ -406,6 +408,20 @@ fn qwen3_moe() {
 fn qwen3_vl() {
     if tiny_dir().join("qwen3_vl").is_dir() || std::env::var_os("HF2Q_FIXTURES").is_some() {
         check_model("qwen3_vl");
+    }
+}
+
+#[test]
+fn bert() {
+    if tiny_dir().join("bert").is_dir() || std::env::var_os("HF2Q_FIXTURES").is_some() {
+        check_model("bert");
+    }
+}
+
+#[test]
+fn nomic_bert() {
+    if tiny_dir().join("nomic_bert").is_dir() || std::env::var_os("HF2Q_FIXTURES").is_some() {
+        check_model("nomic_bert");
     }
 }
 

@@ -2,6 +2,7 @@
 //! hyper-parameters into GGUF metadata and maps HF tensors to GGUF tensors (with their weight
 //! transforms), following llama.cpp's `conversion/<family>.py`.
 
+pub mod bert;
 pub mod deepseek4;
 pub mod deepseek4_weights;
 pub mod gemma;
@@ -125,6 +126,9 @@ pub fn families() -> &'static [(&'static str, &'static dyn Family)] {
         ("Qwen3_5MoeForCausalLM", &qwen35::Qwen35Moe),
         ("Qwen3MoeForCausalLM", &qwen_moe::Qwen3Moe),
         ("Qwen3VLForConditionalGeneration", &qwen3_vl::Qwen3Vl),
+        ("BertModel", &bert::Bert),
+        ("BertForMaskedLM", &bert::Bert),
+        ("NomicBertModel", &bert::NomicBert),
     ]
 }
 

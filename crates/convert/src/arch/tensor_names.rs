@@ -217,6 +217,47 @@ pub const TENSOR_NAMES: &[(&str, &str, &str)] = &[
         "blk.{bid}.nextn.shared_head_norm",
         "nextn (mtp)",
     ),
+    // bert
+    ("embeddings.word_embeddings", "token_embd", "bert, nomic-bert"),
+    ("embeddings.token_type_embeddings", "token_types", "bert, nomic-bert"),
+    ("embeddings.position_embeddings", "position_embd", "bert"),
+    ("embeddings.LayerNorm", "token_embd_norm", "bert"),
+    ("encoder.layer.{bid}.attention.self.query", "blk.{bid}.attn_q", "bert"),
+    ("encoder.layer.{bid}.attention.self.key", "blk.{bid}.attn_k", "bert"),
+    ("encoder.layer.{bid}.attention.self.value", "blk.{bid}.attn_v", "bert"),
+    (
+        "encoder.layer.{bid}.attention.output.dense",
+        "blk.{bid}.attn_output",
+        "bert",
+    ),
+    (
+        "encoder.layer.{bid}.attention.output.LayerNorm",
+        "blk.{bid}.attn_output_norm",
+        "bert",
+    ),
+    ("encoder.layer.{bid}.intermediate.dense", "blk.{bid}.ffn_up", "bert"),
+    ("encoder.layer.{bid}.output.dense", "blk.{bid}.ffn_down", "bert"),
+    (
+        "encoder.layer.{bid}.output.LayerNorm",
+        "blk.{bid}.layer_output_norm",
+        "bert",
+    ),
+    ("emb_ln", "token_embd_norm", "nomic-bert"),
+    ("encoder.layers.{bid}.attn.Wqkv", "blk.{bid}.attn_qkv", "nomic-bert"),
+    (
+        "encoder.layers.{bid}.attn.out_proj",
+        "blk.{bid}.attn_output",
+        "nomic-bert",
+    ),
+    ("encoder.layers.{bid}.norm1", "blk.{bid}.attn_output_norm", "nomic-bert"),
+    ("encoder.layers.{bid}.mlp.fc11", "blk.{bid}.ffn_up", "nomic-bert"),
+    ("encoder.layers.{bid}.mlp.fc12", "blk.{bid}.ffn_gate", "nomic-bert"),
+    ("encoder.layers.{bid}.mlp.fc2", "blk.{bid}.ffn_down", "nomic-bert"),
+    (
+        "encoder.layers.{bid}.norm2",
+        "blk.{bid}.layer_output_norm",
+        "nomic-bert",
+    ),
 ];
 
 /// Map an HF tensor name (with `.weight`/`.bias`) to its GGUF name, or `None` if unmapped.

@@ -4,6 +4,7 @@
 pub mod pre_hashes;
 pub mod special;
 pub mod spm;
+pub mod wordpiece;
 
 use crate::hf::{HfConfig, HfError};
 use gguf::{Array, Metadata, Value};
@@ -51,7 +52,11 @@ fn read_tokenizer_json(dir: &Path) -> Result<J, HfError> {
 /// fallback `gpt-2` (byte-level BPE) or `bert-bge` (WordPiece), with a warning — what the reference
 /// fixtures' converter does (`shared/fixtures/tiny/README.md`).
 pub fn pre_tokenizer(dir: &Path, model_type: &str, notes: &mut VocabNotes) -> String {
-    let hash = check_hash(dir);
+    pre_from_hash(check_hash(dir), model_type, notes)
+}
+
+/// `tokenizer.ggml.pre` for a check-text hash (see [`pre_tokenizer`]).
+pub fn pre_from_hash(hash: Option<String>, model_type: &str, notes: &mut VocabNotes) -> String {
     if let Some(h) = &hash {
         if let Some((_, name, _)) = pre_hashes::KNOWN_PRE_TOKENIZERS.iter().find(|(k, _, _)| k == h) {
             return name.to_string();
@@ -72,8 +77,17 @@ pub fn pre_tokenizer(dir: &Path, model_type: &str, notes: &mut VocabNotes) -> St
 
 /// sha256 of `str(tokenizer.encode(CHECK_TEXT))` (Python list formatting).
 pub fn check_hash(dir: &Path) -> Option<String> {
-    use sha2::{Digest, Sha256};
     let tok = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).ok()?;
+    hash_ids(&tok)
+}
+
+/// The check-text hash of a tokenizer. transformers' `encode` turns off the truncation and padding
+/// that a tokenizer.json may carry (e.g. sentence-transformers' 128-token limit), so they are off here.
+pub fn hash_ids(tok: &tokenizers::Tokenizer) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let mut tok = tok.clone();
+    tok.with_truncation(None).ok()?;
+    tok.with_padding(None);
     let enc = tok.encode(pre_hashes::CHECK_TEXT, true).ok()?;
     let ids: Vec<String> = enc.get_ids().iter().map(|i| i.to_string()).collect();
     let text = format!("[{}]", ids.join(", "));

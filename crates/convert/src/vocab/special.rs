@@ -131,7 +131,7 @@ impl SpecialVocab {
         if let Some(t) = &tokenizer {
             let mut special_bos =
                 str_field(&tc, "bos_token").or_else(|| tc.as_ref()?.get("bos_token").and_then(special_id_of));
-            let special_cls = str_field(&tc, "cls_token");
+            let mut special_cls = str_field(&tc, "cls_token");
             let mut special_eos =
                 str_field(&tc, "eos_token").or_else(|| tc.as_ref()?.get("eos_token").and_then(special_id_of));
             let special_sep = str_field(&tc, "sep_token");
@@ -185,17 +185,24 @@ impl SpecialVocab {
                         Some("TemplateProcessing") => {
                             let single = p.get("single").and_then(J::as_array).cloned().unwrap_or_default();
                             let tok = |e: &J| e.pointer("/SpecialToken/id").and_then(J::as_str).map(String::from);
+                            let (mut special_first, mut special_last) = (None, None);
                             if single.len() > 1 {
-                                if let Some(first) = tok(&single[0]) {
+                                special_first = tok(&single[0]);
+                                if let Some(first) = special_first.clone() {
                                     match tc.as_mut() {
                                         None => special_bos = Some(first.clone()),
                                         Some(c) => {
                                             if Some(&first) != special_bos.as_ref()
                                                 && Some(&first) != special_cls.as_ref()
-                                                && special_bos.is_none()
                                             {
-                                                c.insert("bos_token".into(), J::String(first.clone()));
-                                                special_bos = Some(first.clone());
+                                                if special_bos.is_none() {
+                                                    c.insert("bos_token".into(), J::String(first.clone()));
+                                                    special_bos = Some(first.clone());
+                                                }
+                                                if special_cls.is_none() {
+                                                    c.insert("cls_token".into(), J::String(first.clone()));
+                                                    special_cls = Some(first.clone());
+                                                }
                                             }
                                         }
                                     }
@@ -203,7 +210,8 @@ impl SpecialVocab {
                                         Some(&first) == special_bos.as_ref() || Some(&first) == special_cls.as_ref();
                                     self.add_special_token.insert("bos".into(), is);
                                 }
-                                if let Some(last) = tok(&single[single.len() - 1]) {
+                                special_last = tok(&single[single.len() - 1]);
+                                if let Some(last) = special_last.clone() {
                                     match tc.as_mut() {
                                         None => special_eos = Some(last.clone()),
                                         Some(c) => {
@@ -230,26 +238,36 @@ impl SpecialVocab {
                                         .insert("eos".into(), Some(&last) == special_eos.as_ref());
                                 }
                             }
-                            // The pair template only decides add_sep; see vocab.py for the full rules.
+                            // vocab.py: the pair template without the single template's leading/trailing
+                            // specials must be `A <sep> [<sep>] B`; that decides add_sep.
                             let pair = p.get("pair").and_then(J::as_array).cloned().unwrap_or_default();
-                            if pair.len() > 2 {
-                                let inner: Vec<&J> = pair
-                                    .iter()
-                                    .filter(|e| e.get("Sequence").is_some() || tok(e).is_some())
-                                    .collect();
-                                let seqs: Vec<usize> = inner
-                                    .iter()
-                                    .enumerate()
-                                    .filter(|(_, e)| e.get("Sequence").is_some())
-                                    .map(|(i, _)| i)
-                                    .collect();
-                                if seqs.len() == 2 && seqs[1] > seqs[0] + 1 {
-                                    let mid = &inner[seqs[0] + 1..seqs[1]];
-                                    let add_sep = mid
-                                        .iter()
-                                        .filter_map(|e| tok(e))
-                                        .any(|s| Some(&s) == special_sep.as_ref() || Some(&s) == special_eos.as_ref());
+                            if !pair.is_empty() {
+                                let start = usize::from(special_first.is_some() && tok(&pair[0]) == special_first);
+                                let stop = pair.len()
+                                    - usize::from(special_last.is_some() && tok(&pair[pair.len() - 1]) == special_last);
+                                let inner = if start < stop { &pair[start..stop] } else { &[][..] };
+                                let seq = |e: &J| e.pointer("/Sequence/id").and_then(J::as_str).map(String::from);
+                                let is_sep =
+                                    |s: &String| Some(s) == special_sep.as_ref() || Some(s) == special_eos.as_ref();
+                                if inner.len() > 2
+                                    && seq(&inner[0]).as_deref() == Some("A")
+                                    && seq(&inner[inner.len() - 1]).as_deref() == Some("B")
+                                {
+                                    let mid = &inner[1..inner.len() - 1];
+                                    let mut add_sep =
+                                        tok(&mid[0]).is_some_and(|s| is_sep(&s)) && special_last.is_none();
+                                    if mid.len() == 2 && tok(&mid[1]).is_some_and(|s| is_sep(&s)) {
+                                        add_sep = true;
+                                    }
                                     self.add_special_token.insert("sep".into(), add_sep);
+                                    if add_sep && special_sep.is_none() {
+                                        if let Some(c) = tc.as_mut() {
+                                            c.insert(
+                                                "sep_token".into(),
+                                                special_eos.clone().map(J::String).unwrap_or(J::Null),
+                                            );
+                                        }
+                                    }
                                 }
                             }
                         }
