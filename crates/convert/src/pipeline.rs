@@ -42,8 +42,8 @@ impl ConvertError {
 pub struct ConvertSummary {
     pub architecture: String,
     pub hf_architecture: String,
-    /// (name, type, ne)
-    pub tensors: Vec<(String, GgmlType, Vec<u64>)>,
+    /// Every tensor as written, in file order.
+    pub tensors: Vec<TensorStat>,
     pub notes: Vec<String>,
 }
 
@@ -109,6 +109,23 @@ fn outtype_tensor_type(ctx: &Ctx, family: &dyn arch::Family, t: &OutTensor, ty: 
     ty
 }
 
+/// Cross-check tensor shapes against the hyper-parameters before anything is written.
+fn validate(ctx: &Ctx, m: &Metadata, tensors: &[OutTensor]) -> Result<(), HfError> {
+    let arch = m.architecture().unwrap_or_default();
+    if let (Some(n_embd), Some(t)) = (
+        m.get_u64(&format!("{arch}.embedding_length")),
+        tensors.iter().find(|t| t.name == "token_embd.weight"),
+    ) {
+        if t.shape.len() != 2 || t.shape[1] as u64 != n_embd {
+            return Err(ctx.invalid(format!(
+                "tensor `{}` has shape {:?}, but config.json says hidden_size {n_embd} (expected [vocab, {n_embd}])",
+                t.source, t.shape
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn metadata(
     ctx: &mut Ctx,
     family: &dyn arch::Family,
@@ -138,6 +155,7 @@ fn metadata(
         Value::U32(requant::QUANTIZATION_VERSION),
     );
     family.set_vocab(ctx, &mut m)?;
+    validate(ctx, &m, tensors)?;
     Ok(m)
 }
 
@@ -177,11 +195,17 @@ pub fn convert(dir: &Path, out: &Path, target: Target, opts: &QuantizeOptions) -
     convert_with(dir, out, target, opts, &ConvertOptions::default())
 }
 
+/// Called before each tensor is written: (index, count, name).
+pub type Progress = Box<dyn Fn(usize, usize, &str) + Send + Sync>;
+
 /// Options of `hf2q convert` beyond the file type.
-#[derive(Debug, Clone, Default)]
+#[derive(Default)]
 pub struct ConvertOptions {
     /// Drop multi-token-prediction layers (`--no-mtp`).
     pub no_mtp: bool,
+    /// Measure each tensor's quantization error (for `--report`).
+    pub measure_error: bool,
+    pub progress: Option<Progress>,
 }
 
 pub fn convert_with(
@@ -219,8 +243,17 @@ pub fn convert_with(
                 shape: t.ne(),
             })
             .collect();
-        write(&ctx, out, &m, &tensors, &specs, |_| None)?;
-        return Ok(summary(&ctx, summary_arch, &specs));
+        let items: Vec<Item> = tensors
+            .iter()
+            .zip(specs)
+            .map(|(t, spec)| Item {
+                t,
+                spec,
+                intermediate: None,
+            })
+            .collect();
+        let stats = write_tensors(&ctx, out, &m, &items, opts, copts)?;
+        return Ok(summary(&ctx, summary_arch, stats));
     }
     // Planned bf16 conversion, then llama-quantize.
     let Target::Ftype(ftype) = target else {
@@ -265,25 +298,27 @@ pub fn convert_with(
     let names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
     let order = plan::processing_order(&names);
     let m = requant::output_metadata_with(&bf16_meta, ftype, opts);
-    let ordered: Vec<&OutTensor> = order.iter().map(|&i| &tensors[i]).collect();
-    let specs: Vec<TensorSpec> = order
+    let items: Vec<Item> = order
         .iter()
-        .map(|&i| TensorSpec {
-            name: tensors[i].name.clone(),
-            ty: entries[i].target,
-            shape: requant::ggml_dims(&tensors[i].ne()),
+        .map(|&i| Item {
+            t: &tensors[i],
+            spec: TensorSpec {
+                name: tensors[i].name.clone(),
+                ty: entries[i].target,
+                shape: requant::ggml_dims(&tensors[i].ne()),
+            },
+            intermediate: Some(bf16_types[i]),
         })
         .collect();
-    let intermediate: Vec<GgmlType> = order.iter().map(|&i| bf16_types[i]).collect();
-    write_ordered(&ctx, out, &m, &ordered, &specs, &intermediate, opts)?;
-    Ok(summary(&ctx, summary_arch, &specs))
+    let stats = write_tensors(&ctx, out, &m, &items, opts, copts)?;
+    Ok(summary(&ctx, summary_arch, stats))
 }
 
-fn summary(ctx: &Ctx, architecture: String, specs: &[TensorSpec]) -> ConvertSummary {
+fn summary(ctx: &Ctx, architecture: String, tensors: Vec<TensorStat>) -> ConvertSummary {
     ConvertSummary {
         architecture,
         hf_architecture: ctx.hf_arch.clone(),
-        tensors: specs.iter().map(|s| (s.name.clone(), s.ty, s.shape.clone())).collect(),
+        tensors,
         notes: ctx.notes.clone(),
     }
 }
@@ -328,64 +363,100 @@ fn check_len(ctx: &Ctx, t: &OutTensor, data: &[f32]) -> Result<(), HfError> {
     Ok(())
 }
 
-fn write(
-    ctx: &Ctx,
-    out: &Path,
-    m: &Metadata,
-    tensors: &[OutTensor],
-    specs: &[TensorSpec],
-    imatrix: impl Fn(&str) -> Option<Vec<f32>>,
-) -> Result<(), ConvertError> {
-    let mut w = GgufWriter::create(out, m, specs)?;
-    for (t, s) in tensors.iter().zip(specs) {
-        if let Some((raw_ty, make_raw)) = &t.raw {
-            if *raw_ty == s.ty {
-                w.write_tensor(&make_raw(&ctx.hf)?)?;
-                continue;
-            }
-        }
-        let data = (t.make)(&ctx.hf)?;
-        check_len(ctx, t, &data)?;
-        let bytes = encode(&t.name, &data, &s.shape, s.ty, imatrix(&t.name).as_deref())?;
-        w.write_tensor(&bytes)?;
-    }
-    w.finish()?;
-    Ok(())
+/// One tensor as written, for the report.
+#[derive(Debug, Clone)]
+pub struct TensorStat {
+    pub name: String,
+    pub ty: GgmlType,
+    pub ne: Vec<u64>,
+    pub bytes: u64,
+    /// Root-mean-square error of the stored values against the f32 values they came from
+    /// (only computed when [`ConvertOptions::measure_error`] is set).
+    pub rmse: Option<f64>,
 }
 
-fn write_ordered(
+struct Item<'a> {
+    t: &'a OutTensor,
+    spec: TensorSpec,
+    /// The type of the planned bf16 conversion this tensor is requantized from (llama-quantize path).
+    intermediate: Option<GgmlType>,
+}
+
+fn rmse(a: &[f32], b: &[f32]) -> f64 {
+    let sum: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum();
+    (sum / a.len().max(1) as f64).sqrt()
+}
+
+fn write_tensors(
     ctx: &Ctx,
     out: &Path,
     m: &Metadata,
-    tensors: &[&OutTensor],
-    specs: &[TensorSpec],
-    intermediate: &[GgmlType],
+    items: &[Item],
     opts: &QuantizeOptions,
-) -> Result<(), ConvertError> {
-    let mut w = GgufWriter::create(out, m, specs)?;
-    for ((t, s), &mid) in tensors.iter().zip(specs).zip(intermediate) {
+    copts: &ConvertOptions,
+) -> Result<Vec<TensorStat>, ConvertError> {
+    let specs: Vec<TensorSpec> = items.iter().map(|i| i.spec.clone()).collect();
+    let mut w = GgufWriter::create(out, m, &specs)?;
+    let mut stats = Vec::with_capacity(items.len());
+    for (n, item) in items.iter().enumerate() {
+        let (t, s) = (item.t, &item.spec);
+        if let Some(p) = &copts.progress {
+            p(n, items.len(), &t.name);
+        }
         if let Some((raw_ty, make_raw)) = &t.raw {
             if *raw_ty == s.ty {
-                w.write_tensor(&make_raw(&ctx.hf)?)?;
+                let bytes = make_raw(&ctx.hf)?;
+                w.write_tensor(&bytes)?;
+                stats.push(TensorStat {
+                    name: t.name.clone(),
+                    ty: s.ty,
+                    ne: s.shape.clone(),
+                    bytes: bytes.len() as u64,
+                    rmse: None,
+                });
                 continue;
             }
         }
         let mut data = (t.make)(&ctx.hf)?;
         check_len(ctx, t, &data)?;
-        if mid == GgmlType::BF16 {
-            // The values llama-quantize would read back from the bf16 conversion.
-            for v in data.iter_mut() {
-                *v = quant::fp::bf16_to_f32(quant::fp::f32_to_bf16(*v));
+        let source = copts.measure_error.then(|| data.clone());
+        let mut im = None;
+        if let Some(mid) = item.intermediate {
+            if mid == GgmlType::BF16 {
+                // The values llama-quantize would read back from the bf16 conversion.
+                for v in data.iter_mut() {
+                    *v = quant::fp::bf16_to_f32(quant::fp::f32_to_bf16(*v));
+                }
+            } else if let Some((raw_ty, make_raw)) = &t.raw {
+                // Requantized from the stored type, as llama-quantize --allow-requantize does.
+                data = quant::dequantize(*raw_ty, &make_raw(&ctx.hf)?, data.len())
+                    .map_err(|e| QuantizeError::Invalid(format!("tensor `{}`: {e}", t.name)))?;
             }
-        } else if let Some((raw_ty, make_raw)) = &t.raw {
-            // Requantized from the stored type, as llama-quantize --allow-requantize does.
-            data = quant::dequantize(*raw_ty, &make_raw(&ctx.hf)?, data.len())
-                .map_err(|e| QuantizeError::Invalid(format!("tensor `{}`: {e}", t.name)))?;
+            if s.ty != mid {
+                im = opts.imatrix.as_ref().and_then(|m| m.get(&t.name)).map(|v| v.as_slice());
+            }
         }
-        let im = opts.imatrix.as_ref().and_then(|m| m.get(&t.name)).map(|v| v.as_slice());
-        let bytes = encode(&t.name, &data, &s.shape, s.ty, if s.ty == mid { None } else { im })?;
+        let bytes = encode(&t.name, &data, &s.shape, s.ty, im)?;
+        let err = match &source {
+            Some(src) => Some(rmse(
+                src,
+                &quant::dequantize(s.ty, &bytes, src.len()).map_err(|e| QuantizeError::Invalid(e.to_string()))?,
+            )),
+            None => None,
+        };
         w.write_tensor(&bytes)?;
+        stats.push(TensorStat {
+            name: t.name.clone(),
+            ty: s.ty,
+            ne: s.shape.clone(),
+            bytes: bytes.len() as u64,
+            rmse: err,
+        });
     }
     w.finish()?;
-    Ok(())
+    Ok(stats)
 }

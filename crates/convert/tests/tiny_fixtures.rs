@@ -206,6 +206,7 @@ fn variants(tiny: &Path, model: &str) -> Vec<(String, J)> {
 fn convert_options(model: &str) -> convert::pipeline::ConvertOptions {
     convert::pipeline::ConvertOptions {
         no_mtp: matches!(model, "qwen3_5_moe" | "qwen3_5_text" | "qwen3_5_moe_text"),
+        ..Default::default()
     }
 }
 
@@ -378,7 +379,10 @@ fn qwen3_5_without_mtp_needs_no_mtp() {
     if dir.is_dir() {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out.gguf");
-        let copts = convert::pipeline::ConvertOptions { no_mtp: true };
+        let copts = convert::pipeline::ConvertOptions {
+            no_mtp: true,
+            ..Default::default()
+        };
         let s = convert::pipeline::convert_with(
             &dir,
             &out,
@@ -387,7 +391,7 @@ fn qwen3_5_without_mtp_needs_no_mtp() {
             &copts,
         )
         .unwrap();
-        assert!(s.tensors.iter().all(|(n, _, _)| !n.starts_with("blk.2.")));
+        assert!(s.tensors.iter().all(|t| !t.name.starts_with("blk.2.")));
         assert_eq!(s.tensors.len(), 27);
         assert!(s.notes.iter().any(|n| n.contains("--no-mtp")), "{:?}", s.notes);
         assert!(s.notes.iter().any(|n| n.contains("vision")), "{:?}", s.notes);
