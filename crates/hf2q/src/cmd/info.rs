@@ -281,11 +281,16 @@ impl Summary {
 
 fn hf_dir(args: &InfoArgs) -> CliResult {
     let s = convert::hf::inspect(&args.path)?;
-    let convertible = "no: this version of hf2q cannot convert models yet";
+    let family = s.architecture.as_deref().and_then(convert::arch::family_for);
+    let convertible = match (&s.architecture, family) {
+        (Some(_), Some(_)) => "yes".to_string(),
+        (Some(a), None) => format!("no: hf2q has no converter for `{a}`"),
+        (None, _) => "no: config.json names no architecture".to_string(),
+    };
     if args.json {
         let mut j = serde_json::to_value(&s).expect("serialisable");
         j["format"] = J::from("huggingface");
-        j["convertible"] = J::from(false);
+        j["convertible"] = J::from(family.is_some());
         println!("{}", serde_json::to_string_pretty(&j).expect("serialisable"));
         return Ok(());
     }
@@ -324,6 +329,6 @@ fn hf_dir(args: &InfoArgs) -> CliResult {
             s.tokenizer_files.join(", ")
         },
     );
-    row("convertible", convertible.into());
+    row("convertible", convertible);
     Ok(())
 }
