@@ -145,9 +145,11 @@ fn info_on_hf_directory() {
     assert!(out.contains("architecture    BertModel"), "{out}");
     assert!(out.contains("22.71 M"), "{out}");
     assert!(out.contains("tokenizer.json"), "{out}");
+    assert!(out.contains("convertible     yes"), "{out}");
     let j: J = serde_json::from_str(&ok(&["info", "--json", minilm_dir().to_str().unwrap()])).unwrap();
     assert_eq!(j["n_tensors"], 104);
     assert_eq!(j["shards"][0]["file"], "model.safetensors");
+    assert_eq!(j["convertible"], true);
 }
 
 /// Every key except `changed` has the same type and value, and every tensor the same bytes.
