@@ -31,7 +31,13 @@ pub(crate) struct Iq2Data {
     pub map: Vec<i32>,
     /// For each off-grid point: a count followed by that many grid indices.
     neighbours: Vec<u16>,
+    /// Parallel to `neighbours`: each neighbour's packed 2-bit coordinates (its `kgrid` entry; 0 at
+    /// the count slots), then `PACKED_PAD` zeros so that 8-wide loads never run past the end.
+    neighbours_packed: Vec<u16>,
 }
+
+/// Zeros after the last list of `neighbours_packed`.
+const PACKED_PAD: usize = 8;
 
 impl Iq2Data {
     /// Grid index of the packed point `u`, or `None` when it is off the grid.
@@ -49,6 +55,17 @@ impl Iq2Data {
         let start = (-(m + 1)) as usize;
         let n = self.neighbours[start] as usize;
         &self.neighbours[start + 1..start + 1 + n]
+    }
+
+    /// The packed 2-bit coordinates of the neighbours of `u` (same order as [`Self::neighbours`]),
+    /// followed by at least 7 more readable entries (from the next lists or padding) for 8-wide loads.
+    #[inline]
+    pub fn neighbours_packed(&self, u: u16) -> &[u16] {
+        let m = self.map[u as usize];
+        debug_assert!(m < 0);
+        let start = (-(m + 1)) as usize;
+        let n = self.neighbours[start] as usize;
+        &self.neighbours_packed[start + 1..start + 1 + n + PACKED_PAD - 1]
     }
 }
 
@@ -132,14 +149,24 @@ fn build(which: Iq2Grid) -> Iq2Data {
         })
         .collect();
 
-    let mut neighbours = Vec::with_capacity(lists.iter().map(Vec::len).sum());
+    let total: usize = lists.iter().map(Vec::len).sum();
+    let mut neighbours = Vec::with_capacity(total);
+    let mut neighbours_packed = Vec::with_capacity(total + PACKED_PAD);
     for (i, list) in lists.iter().enumerate() {
         if map[i] < 0 {
             map[i] = -(neighbours.len() as i32 + 1);
             neighbours.extend_from_slice(list);
+            neighbours_packed.push(0);
+            neighbours_packed.extend(list[1..].iter().map(|&j| kgrid[j as usize]));
         }
     }
-    Iq2Data { grid, map, neighbours }
+    neighbours_packed.resize(neighbours_packed.len() + PACKED_PAD, 0);
+    Iq2Data {
+        grid,
+        map,
+        neighbours,
+        neighbours_packed,
+    }
 }
 
 /// `iq2_find_best_neighbour`: among the neighbours of an off-grid point, the grid point closest
@@ -186,7 +213,15 @@ mod tests {
             for u in 0..KMAP_SIZE as u16 {
                 match d.index_of(u) {
                     Some(g) => assert_eq!(unpack(u as usize), d.grid[g]),
-                    None => assert!(!d.neighbours(u).is_empty()),
+                    None => {
+                        let n = d.neighbours(u);
+                        assert!(!n.is_empty());
+                        let packed = d.neighbours_packed(u);
+                        assert_eq!(packed.len(), n.len() + 7);
+                        for (&j, &p) in n.iter().zip(packed) {
+                            assert_eq!(unpack(p as usize), d.grid[j as usize]);
+                        }
+                    }
                 }
             }
         }

@@ -138,10 +138,89 @@ fn dequantize_row_iq1_m_scalar(src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// Shifted values of IQ1_S with a positive / negative delta (`x_p`, `x_m`).
+const X_P_S: [f32; 3] = [-1.0 + IQ1S_DELTA, IQ1S_DELTA, 1.0 + IQ1S_DELTA];
+const X_M_S: [f32; 3] = [-1.0 - IQ1S_DELTA, -IQ1S_DELTA, 1.0 - IQ1S_DELTA];
+/// Shifted values of IQ1_M with a positive / negative delta (`x_p`, `x_m`).
+const X_P_M: [f32; 3] = [-1.0 + IQ1M_DELTA, IQ1M_DELTA, 1.0 + IQ1M_DELTA];
+const X_M_M: [f32; 3] = [-1.0 - IQ1M_DELTA, -IQ1M_DELTA, 1.0 - IQ1M_DELTA];
+
+/// Prefix sums of one IQ1_M sub-block over its sorted values, kept per half (`px`, `pw` in ggml).
+type HalfSums = [[f32; IQ1M_BLOCK_SIZE + 1]; 2];
+
+/// The hot loops of IQ1_S / IQ1_M quantization, as scalar reference code ([`Scalar`]) or AVX2
+/// code ([`x86::Avx2`]) that computes the very same floats and picks the very same results.
+trait Kernels {
+    /// [`sorted_positions`]: the block's positions in ascending order of value, ties in position
+    /// order.
+    fn sort<const N: usize>(xb: &[f32]) -> [usize; N];
+
+    /// IQ1_S split search: the best `(i1, i2, shift, scale)` over all split points of the sorted
+    /// block, or `None` when no split has a positive `sumq2`.
+    ///
+    /// # Safety
+    /// The CPU supports the implementation's target features.
+    unsafe fn search_s(
+        sumx: &[f32; IQ1S_BLOCK_SIZE + 1],
+        sumw: &[f32; IQ1S_BLOCK_SIZE + 1],
+        max: f32,
+    ) -> Option<(usize, usize, i8, f32)>;
+
+    /// IQ1_M split search: the best `(i1, i2, k, scale)` (`k`: sign combination of the halves).
+    ///
+    /// # Safety
+    /// The CPU supports the implementation's target features.
+    unsafe fn search_m(px: &HalfSums, pw: &HalfSums, max: f32) -> Option<(usize, usize, usize, f32)>;
+
+    /// `iq1_find_best_neighbour2`.
+    ///
+    /// # Safety
+    /// The CPU supports the implementation's target features.
+    unsafe fn best_neighbour(
+        data: &Iq2Data,
+        u: u16,
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        xg: &[f32; 3],
+        l: &mut [i8],
+    ) -> usize;
+}
+
+/// The scalar reference kernels (the code as ggml writes it).
+struct Scalar;
+
+impl Kernels for Scalar {
+    fn sort<const N: usize>(xb: &[f32]) -> [usize; N] {
+        sorted_positions(xb)
+    }
+    unsafe fn search_s(
+        sumx: &[f32; IQ1S_BLOCK_SIZE + 1],
+        sumw: &[f32; IQ1S_BLOCK_SIZE + 1],
+        max: f32,
+    ) -> Option<(usize, usize, i8, f32)> {
+        search_s_scalar(sumx, sumw, max)
+    }
+    unsafe fn search_m(px: &HalfSums, pw: &HalfSums, max: f32) -> Option<(usize, usize, usize, f32)> {
+        search_m_scalar(px, pw, max)
+    }
+    unsafe fn best_neighbour(
+        data: &Iq2Data,
+        u: u16,
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        xg: &[f32; 3],
+        l: &mut [i8],
+    ) -> usize {
+        iq1_find_best_neighbour2_scalar(data, u, xval, weight, scale, xg, l)
+    }
+}
+
 /// `iq1_find_best_neighbour2`: among the neighbours of an off-grid point, the grid point whose
 /// shifted values `xg[level]` at `scale` are closest (weighted) to `xval`; writes its levels into
 /// `l` and returns its index.
-fn iq1_find_best_neighbour2(
+fn iq1_find_best_neighbour2_scalar(
     data: &Iq2Data,
     u: u16,
     xval: &[f32],
@@ -171,6 +250,11 @@ fn iq1_find_best_neighbour2(
             grid_index = Some(j as usize);
         }
     }
+    finish_neighbour(data, grid_index, l)
+}
+
+/// The end of `iq1_find_best_neighbour2`: the chosen point's levels into `l`, and its index.
+fn finish_neighbour(data: &Iq2Data, grid_index: Option<usize>, l: &mut [i8]) -> usize {
     // ggml then scans the whole grid, but indexes `xval` with the grid index there (reading out of
     // bounds); that scan can only matter when every distance is NaN or infinite, where ggml aborts.
     let grid_index = grid_index.expect("iq1_find_best_neighbour2: did not find grid point (ggml aborts here)");
@@ -178,6 +262,122 @@ fn iq1_find_best_neighbour2(
         *li = (g - 1) / 2;
     }
     grid_index
+}
+
+/// One IQ1_S split candidate `(i1, i2)` with shifted values `xx` (ggml's loop body): updates the
+/// running best when its score beats `best_score`.
+#[inline(always)]
+fn consider_s(
+    (sumqx, sumq2): (f32, f32),
+    cand: (usize, usize, i8),
+    best_score: &mut f32,
+    scale: &mut f32,
+    best: &mut Option<(usize, usize, i8)>,
+) {
+    if sumq2 > 0.0 && sumqx * sumqx > *best_score * sumq2 {
+        *scale = sumqx / sumq2;
+        *best_score = *scale * sumqx;
+        *best = Some(cand);
+    }
+}
+
+/// The scalar reference IQ1_S split search (see [`Kernels::search_s`]).
+fn search_s_scalar(
+    sumx: &[f32; IQ1S_BLOCK_SIZE + 1],
+    sumw: &[f32; IQ1S_BLOCK_SIZE + 1],
+    max: f32,
+) -> Option<(usize, usize, i8, f32)> {
+    const BS: usize = IQ1S_BLOCK_SIZE;
+    let mut best_score = -f32::MAX;
+    let mut scale = max;
+    let mut best = None;
+    for i1 in 0..=BS {
+        for i2 in i1..=BS {
+            for (xx, shift) in [(&X_P_S, 1i8), (&X_M_S, -1)] {
+                let sumqx =
+                    (sumx[i1] - sumx[0]) * xx[0] + (sumx[i2] - sumx[i1]) * xx[1] + (sumx[BS] - sumx[i2]) * xx[2];
+                let sumq2 = (sumw[i1] - sumw[0]) * xx[0] * xx[0]
+                    + (sumw[i2] - sumw[i1]) * xx[1] * xx[1]
+                    + (sumw[BS] - sumw[i2]) * xx[2] * xx[2];
+                consider_s((sumqx, sumq2), (i1, i2, shift), &mut best_score, &mut scale, &mut best);
+            }
+        }
+    }
+    best.map(|(i1, i2, shift)| (i1, i2, shift, scale))
+}
+
+/// The constants of the IQ1_M split search: `p2`, `m2`, `cp1`, `cp2`, `cm1`, `cm2`.
+fn iq1m_consts() -> [f32; 6] {
+    let (x_p, x_m) = (X_P_M, X_M_M);
+    [
+        x_p[2],
+        x_m[2],
+        x_p[0] * x_p[0] - x_p[1] * x_p[1],
+        x_p[1] * x_p[1] - x_p[2] * x_p[2],
+        x_m[0] * x_m[0] - x_m[1] * x_m[1],
+        x_m[1] * x_m[1] - x_m[2] * x_m[2],
+    ]
+}
+
+/// The scalar reference IQ1_M split search (see [`Kernels::search_m`]).
+fn search_m_scalar(px: &HalfSums, pw: &HalfSums, max: f32) -> Option<(usize, usize, usize, f32)> {
+    const BS: usize = IQ1M_BLOCK_SIZE;
+    let txs = [px[0][BS], px[1][BS]];
+    let tws = [pw[0][BS], pw[1][BS]];
+    let [p2, m2, cp1, cp2, cm1, cm2] = iq1m_consts();
+    let mut best_score = -f32::MAX;
+    let mut scale = max;
+    let mut best = None;
+    for i1 in 0..=BS {
+        for i2 in i1..=BS {
+            let (mut qx_p, mut qx_m, mut q2_p, mut q2_m) = ([0f32; 2], [0f32; 2], [0f32; 2], [0f32; 2]);
+            for h in 0..2 {
+                let sx = px[h][i1] + px[h][i2];
+                qx_p[h] = txs[h] * p2 - sx;
+                qx_m[h] = txs[h] * m2 - sx;
+                q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw[h][i2] * cp2;
+                q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw[h][i2] * cm2;
+            }
+            let sumqx = [
+                qx_p[0] + qx_p[1],
+                qx_p[0] + qx_m[1],
+                qx_m[0] + qx_p[1],
+                qx_m[0] + qx_m[1],
+            ];
+            let sumq2 = [
+                q2_p[0] + q2_p[1],
+                q2_p[0] + q2_m[1],
+                q2_m[0] + q2_p[1],
+                q2_m[0] + q2_m[1],
+            ];
+            for k in 0..4 {
+                consider_m(
+                    (sumqx[k], sumq2[k]),
+                    (i1, i2, k),
+                    &mut best_score,
+                    &mut scale,
+                    &mut best,
+                );
+            }
+        }
+    }
+    best.map(|(i1, i2, k)| (i1, i2, k, scale))
+}
+
+/// One IQ1_M split candidate (ggml's loop body over `k`).
+#[inline(always)]
+fn consider_m(
+    (sumqx, sumq2): (f32, f32),
+    cand: (usize, usize, usize),
+    best_score: &mut f32,
+    scale: &mut f32,
+    best: &mut Option<(usize, usize, usize)>,
+) {
+    if sumq2 > 0.0 && sumqx * sumqx > *best_score * sumq2 {
+        *scale = sumqx / sumq2;
+        *best_score = *scale * sumqx;
+        *best = Some(cand);
+    }
 }
 
 /// Pack 8 levels, 2 bits each (`u |= L << 2*j` in a `uint16_t`).
@@ -196,6 +396,28 @@ fn sorted_positions<const N: usize>(xb: &[f32]) -> [usize; N] {
     idx
 }
 
+/// [`sorted_positions`] through integer keys: without NaNs, `partial_cmp` is a total preorder (with
+/// -0 equal to +0), so the stable order is the unique order of (value, position), which an unstable
+/// sort of distinct keys `(order-preserving bits of the value, position)` finds. With a NaN the
+/// stable sort's outcome depends on its algorithm: that block takes [`sorted_positions`] itself.
+fn sorted_positions_keyed<const N: usize>(xb: &[f32]) -> [usize; N] {
+    assert!(xb.len() == N && N <= u32::MAX as usize);
+    if xb.iter().any(|v| v.is_nan()) {
+        return sorted_positions(xb);
+    }
+    let mut keys: [u64; N] = std::array::from_fn(|j| {
+        let bits = if xb[j] == 0.0 { 0 } else { xb[j].to_bits() };
+        let key = if bits & 0x8000_0000 != 0 {
+            !bits
+        } else {
+            bits | 0x8000_0000
+        };
+        ((key as u64) << 32) | j as u64
+    });
+    keys.sort_unstable();
+    keys.map(|k| (k & 0xffff_ffff) as usize)
+}
+
 /// Levels 0/1/2 from the split points of the sorted order.
 fn split_levels(idx: &[usize], besti1: usize, besti2: usize, l: &mut [i8]) {
     for (j, &i) in idx.iter().enumerate() {
@@ -211,11 +433,30 @@ fn split_levels(idx: &[usize], besti1: usize, besti2: usize, l: &mut [i8]) {
 
 /// `quantize_iq1_s` / `quantize_row_iq1_s_impl` (requires an importance matrix).
 fn quantize_iq1_s(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available.
+        return unsafe { x86::quantize_iq1_s_avx2(src, dst, imatrix) };
+    }
+    quantize_iq1_s_scalar(src, dst, imatrix)
+}
+
+/// The scalar reference for [`quantize_iq1_s`].
+fn quantize_iq1_s_scalar(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+    // SAFETY: the scalar kernels need no CPU features.
+    unsafe { quantize_iq1_s_with::<Scalar>(src, dst, imatrix) }
+}
+
+/// [`quantize_iq1_s`] with kernels `K`.
+///
+/// # Safety
+/// The CPU supports `K`'s target features.
+#[inline(always)]
+unsafe fn quantize_iq1_s_with<K: Kernels>(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
     const BS: usize = IQ1S_BLOCK_SIZE;
     let quant_weights = imatrix.expect("IQ1_S: missing quantization weights");
     let data = iq2_data(Iq2Grid::Iq1);
-    let x_p = [-1.0 + IQ1S_DELTA, IQ1S_DELTA, 1.0 + IQ1S_DELTA];
-    let x_m = [-1.0 - IQ1S_DELTA, -IQ1S_DELTA, 1.0 - IQ1S_DELTA];
+    let (x_p, x_m) = (X_P_S, X_M_S);
     let blocks: &mut [BlockIq1S] = bytemuck::cast_slice_mut(dst);
     for (ibl, (y, xbl)) in blocks.iter_mut().zip(src.chunks_exact(QK_K)).enumerate() {
         *y = bytemuck::Zeroable::zeroed();
@@ -241,36 +482,14 @@ fn quantize_iq1_s(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
                 continue;
             }
             // Exhaustive search over the two split points of the sorted values (see ggml).
-            let idx = sorted_positions::<BS>(xb);
+            let idx = K::sort::<BS>(xb);
             let mut sumx = [0f32; BS + 1];
             let mut sumw = [0f32; BS + 1];
             for (j, &i) in idx.iter().enumerate() {
                 sumx[j + 1] = sumx[j] + weight[i] * xb[i];
                 sumw[j + 1] = sumw[j] + weight[i];
             }
-            let mut best_score = -f32::MAX;
-            let mut scale = max;
-            let mut best: Option<(usize, usize)> = None;
-            let mut best_shift = 0i8;
-            for i1 in 0..=BS {
-                for i2 in i1..=BS {
-                    for (xx, shift) in [(&x_p, 1i8), (&x_m, -1)] {
-                        let sumqx = (sumx[i1] - sumx[0]) * xx[0]
-                            + (sumx[i2] - sumx[i1]) * xx[1]
-                            + (sumx[BS] - sumx[i2]) * xx[2];
-                        let sumq2 = (sumw[i1] - sumw[0]) * xx[0] * xx[0]
-                            + (sumw[i2] - sumw[i1]) * xx[1] * xx[1]
-                            + (sumw[BS] - sumw[i2]) * xx[2] * xx[2];
-                        if sumq2 > 0.0 && sumqx * sumqx > best_score * sumq2 {
-                            scale = sumqx / sumq2;
-                            best_score = scale * sumqx;
-                            best = Some((i1, i2));
-                            best_shift = shift;
-                        }
-                    }
-                }
-            }
-            let Some((besti1, besti2)) = best else {
+            let Some((besti1, besti2, mut best_shift, mut scale)) = K::search_s(&sumx, &sumw, max) else {
                 scales[ib] = 0.0;
                 shifts[ib] = 1;
                 continue;
@@ -294,7 +513,7 @@ fn quantize_iq1_s(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
                     Some(g) => g,
                     None => {
                         all_on_grid = false;
-                        iq1_find_best_neighbour2(data, u, &xb[r.clone()], &weight[r.clone()], scale, xx, &mut l[r])
+                        K::best_neighbour(data, u, &xb[r.clone()], &weight[r.clone()], scale, xx, &mut l[r])
                     }
                 };
             }
@@ -364,10 +583,29 @@ fn iq1m_xx<'a>(shift: usize, k: usize, x_p: &'a [f32; 3], x_m: &'a [f32; 3]) -> 
 
 /// `quantize_iq1_m` / `quantize_row_iq1_m_impl`; without an importance matrix the weights are `x^2`.
 fn quantize_iq1_m(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is available.
+        return unsafe { x86::quantize_iq1_m_avx2(src, dst, imatrix) };
+    }
+    quantize_iq1_m_scalar(src, dst, imatrix)
+}
+
+/// The scalar reference for [`quantize_iq1_m`].
+fn quantize_iq1_m_scalar(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+    // SAFETY: the scalar kernels need no CPU features.
+    unsafe { quantize_iq1_m_with::<Scalar>(src, dst, imatrix) }
+}
+
+/// [`quantize_iq1_m`] with kernels `K`.
+///
+/// # Safety
+/// The CPU supports `K`'s target features.
+#[inline(always)]
+unsafe fn quantize_iq1_m_with<K: Kernels>(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
     const BS: usize = IQ1M_BLOCK_SIZE;
     let data = iq2_data(Iq2Grid::Iq1);
-    let x_p = [-1.0 + IQ1M_DELTA, IQ1M_DELTA, 1.0 + IQ1M_DELTA];
-    let x_m = [-1.0 - IQ1M_DELTA, -IQ1M_DELTA, 1.0 - IQ1M_DELTA];
+    let (x_p, x_m) = (X_P_M, X_M_M);
     const MASKS: [u8; 4] = [0x00, 0x80, 0x08, 0x88];
     let blocks: &mut [BlockIq1M] = bytemuck::cast_slice_mut(dst);
     for (ibl, (y, xbl)) in blocks.iter_mut().zip(src.chunks_exact(QK_K)).enumerate() {
@@ -393,9 +631,9 @@ fn quantize_iq1_m(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
             }
             // Exhaustive search over the two split points of the sorted values, with prefix sums
             // kept per half since each half of 8 may use its own delta sign (see ggml).
-            let idx = sorted_positions::<BS>(xb);
-            let mut px = [[0f32; BS + 1]; 2];
-            let mut pw = [[0f32; BS + 1]; 2];
+            let idx = K::sort::<BS>(xb);
+            let mut px: HalfSums = [[0f32; BS + 1]; 2];
+            let mut pw: HalfSums = [[0f32; BS + 1]; 2];
             for (j, &i) in idx.iter().enumerate() {
                 let h = if i < BS / 2 { 0 } else { 1 };
                 px[h][j + 1] = px[h][j] + weight[i] * xb[i];
@@ -403,48 +641,7 @@ fn quantize_iq1_m(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
                 pw[h][j + 1] = pw[h][j] + weight[i];
                 pw[1 - h][j + 1] = pw[1 - h][j];
             }
-            let txs = [px[0][BS], px[1][BS]];
-            let tws = [pw[0][BS], pw[1][BS]];
-            let (p2, m2) = (x_p[2], x_m[2]);
-            let cp1 = x_p[0] * x_p[0] - x_p[1] * x_p[1];
-            let cp2 = x_p[1] * x_p[1] - x_p[2] * x_p[2];
-            let cm1 = x_m[0] * x_m[0] - x_m[1] * x_m[1];
-            let cm2 = x_m[1] * x_m[1] - x_m[2] * x_m[2];
-            let mut best_score = -f32::MAX;
-            let mut scale = max;
-            let mut best: Option<(usize, usize, usize)> = None;
-            for i1 in 0..=BS {
-                for i2 in i1..=BS {
-                    let (mut qx_p, mut qx_m, mut q2_p, mut q2_m) = ([0f32; 2], [0f32; 2], [0f32; 2], [0f32; 2]);
-                    for h in 0..2 {
-                        let sx = px[h][i1] + px[h][i2];
-                        qx_p[h] = txs[h] * p2 - sx;
-                        qx_m[h] = txs[h] * m2 - sx;
-                        q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw[h][i2] * cp2;
-                        q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw[h][i2] * cm2;
-                    }
-                    let sumqx = [
-                        qx_p[0] + qx_p[1],
-                        qx_p[0] + qx_m[1],
-                        qx_m[0] + qx_p[1],
-                        qx_m[0] + qx_m[1],
-                    ];
-                    let sumq2 = [
-                        q2_p[0] + q2_p[1],
-                        q2_p[0] + q2_m[1],
-                        q2_m[0] + q2_p[1],
-                        q2_m[0] + q2_m[1],
-                    ];
-                    for k in 0..4 {
-                        if sumq2[k] > 0.0 && sumqx[k] * sumqx[k] > best_score * sumq2[k] {
-                            scale = sumqx[k] / sumq2[k];
-                            best_score = scale * sumqx[k];
-                            best = Some((i1, i2, k));
-                        }
-                    }
-                }
-            }
-            let Some((besti1, besti2, mut best_k)) = best else {
+            let Some((besti1, besti2, mut best_k, mut scale)) = K::search_m(&px, &pw, max) else {
                 scales[ib] = 0.0;
                 shifts[ib] = 0;
                 continue;
@@ -468,7 +665,7 @@ fn quantize_iq1_m(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
                     Some(g) => g,
                     None => {
                         all_on_grid = false;
-                        iq1_find_best_neighbour2(data, u, &xb[r.clone()], &weight[r.clone()], scale, xx, &mut l[r])
+                        K::best_neighbour(data, u, &xb[r.clone()], &weight[r.clone()], scale, xx, &mut l[r])
                     }
                 };
             }
@@ -537,9 +734,307 @@ fn quantize_iq1_m(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! AVX2 dequantization (same operations as the scalar code, 8 values at a time).
+    //! AVX2 quantization kernels and dequantization (same operations as the scalar code, 8 values at
+    //! a time).
     use super::super::simd::x86::shifted_group;
     use super::*;
+    use std::arch::x86_64::*;
+
+    /// The AVX2 kernels: several candidates per instruction, one per lane, each computed with the
+    /// scalar code's operations in its order; the sequential choice of the best is replayed in
+    /// scalar code for every group of candidates where any lane could change it.
+    pub(super) struct Avx2;
+
+    impl Kernels for Avx2 {
+        #[inline(always)]
+        fn sort<const N: usize>(xb: &[f32]) -> [usize; N] {
+            sorted_positions_keyed(xb)
+        }
+        #[inline(always)]
+        unsafe fn search_s(
+            sumx: &[f32; IQ1S_BLOCK_SIZE + 1],
+            sumw: &[f32; IQ1S_BLOCK_SIZE + 1],
+            max: f32,
+        ) -> Option<(usize, usize, i8, f32)> {
+            search_s_avx2(sumx, sumw, max)
+        }
+        #[inline(always)]
+        unsafe fn search_m(px: &HalfSums, pw: &HalfSums, max: f32) -> Option<(usize, usize, usize, f32)> {
+            search_m_avx2(px, pw, max)
+        }
+        #[inline(always)]
+        unsafe fn best_neighbour(
+            data: &Iq2Data,
+            u: u16,
+            xval: &[f32],
+            weight: &[f32],
+            scale: f32,
+            xg: &[f32; 3],
+            l: &mut [i8],
+        ) -> usize {
+            best_neighbour_avx2(data, u, xval, weight, scale, xg, l)
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_iq1_s_avx2(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+        quantize_iq1_s_with::<Avx2>(src, dst, imatrix)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_iq1_m_avx2(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+        quantize_iq1_m_with::<Avx2>(src, dst, imatrix)
+    }
+
+    /// Lanes `0..n` set (n clamped to 8).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn first_lanes(n: usize) -> __m256 {
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n.min(8) as i32), lane))
+    }
+
+    /// Lanes where `sumq2 > 0 && sumqx * sumqx > best_score * sumq2` (ordered compares, as C's `>`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn beats(sumqx: __m256, sumq2: __m256, best_score: __m256) -> __m256 {
+        let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(sumq2, _mm256_setzero_ps());
+        let better = _mm256_cmp_ps::<_CMP_GT_OQ>(_mm256_mul_ps(sumqx, sumqx), _mm256_mul_ps(best_score, sumq2));
+        _mm256_and_ps(pos, better)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store(v: __m256) -> [f32; 8] {
+        let mut a = [0f32; 8];
+        _mm256_storeu_ps(a.as_mut_ptr(), v);
+        a
+    }
+
+    /// [`search_s_scalar`] with 8 consecutive `i2` per step. A step whose lanes all fail the test
+    /// against the best score at its start changes nothing (the scalar loop would test each lane
+    /// against that same score); otherwise its lanes are replayed in order by the scalar code.
+    #[target_feature(enable = "avx2")]
+    unsafe fn search_s_avx2(
+        sumx: &[f32; IQ1S_BLOCK_SIZE + 1],
+        sumw: &[f32; IQ1S_BLOCK_SIZE + 1],
+        max: f32,
+    ) -> Option<(usize, usize, i8, f32)> {
+        const BS: usize = IQ1S_BLOCK_SIZE;
+        let (xp, xm) = (X_P_S, X_M_S);
+        let mut sx = [0f32; BS + 1 + 7];
+        // NaN padding makes `sumq2` NaN in lanes past the block, so that they never pass.
+        let mut sw = [f32::NAN; BS + 1 + 7];
+        sx[..BS + 1].copy_from_slice(sumx);
+        sw[..BS + 1].copy_from_slice(sumw);
+        let (tx, tw) = (_mm256_set1_ps(sumx[BS]), _mm256_set1_ps(sumw[BS]));
+        let (xp1, xp2, xm1, xm2) = (
+            _mm256_set1_ps(xp[1]),
+            _mm256_set1_ps(xp[2]),
+            _mm256_set1_ps(xm[1]),
+            _mm256_set1_ps(xm[2]),
+        );
+        let mut best_score = -f32::MAX;
+        let mut scale = max;
+        let mut best = None;
+        for i1 in 0..=BS {
+            let (a, aw) = (sumx[i1] - sumx[0], sumw[i1] - sumw[0]);
+            let (ap, am) = (_mm256_set1_ps(a * xp[0]), _mm256_set1_ps(a * xm[0]));
+            let (awp, awm) = (_mm256_set1_ps(aw * xp[0] * xp[0]), _mm256_set1_ps(aw * xm[0] * xm[0]));
+            let (s1, w1) = (_mm256_set1_ps(sumx[i1]), _mm256_set1_ps(sumw[i1]));
+            for i2 in (i1..=BS).step_by(8) {
+                let vx = _mm256_loadu_ps(sx.as_ptr().add(i2));
+                let vw = _mm256_loadu_ps(sw.as_ptr().add(i2));
+                let (b, c) = (_mm256_sub_ps(vx, s1), _mm256_sub_ps(tx, vx));
+                let (bw, cw) = (_mm256_sub_ps(vw, w1), _mm256_sub_ps(tw, vw));
+                let qx_p = _mm256_add_ps(_mm256_add_ps(ap, _mm256_mul_ps(b, xp1)), _mm256_mul_ps(c, xp2));
+                let qx_m = _mm256_add_ps(_mm256_add_ps(am, _mm256_mul_ps(b, xm1)), _mm256_mul_ps(c, xm2));
+                let q2_p = _mm256_add_ps(
+                    _mm256_add_ps(awp, _mm256_mul_ps(_mm256_mul_ps(bw, xp1), xp1)),
+                    _mm256_mul_ps(_mm256_mul_ps(cw, xp2), xp2),
+                );
+                let q2_m = _mm256_add_ps(
+                    _mm256_add_ps(awm, _mm256_mul_ps(_mm256_mul_ps(bw, xm1), xm1)),
+                    _mm256_mul_ps(_mm256_mul_ps(cw, xm2), xm2),
+                );
+                let passing = |best_score: f32| {
+                    let bs = _mm256_set1_ps(best_score);
+                    _mm256_movemask_ps(_mm256_or_ps(beats(qx_p, q2_p, bs), beats(qx_m, q2_m, bs))) as u32
+                };
+                let mut mask = passing(best_score);
+                if mask == 0 {
+                    continue;
+                }
+                let (sqx_p, sq2_p, sqx_m, sq2_m) = (store(qx_p), store(q2_p), store(qx_m), store(q2_m));
+                while mask != 0 {
+                    // Lanes before `t` fail against the current best: the scalar loop skips them.
+                    let t = mask.trailing_zeros() as usize;
+                    consider_s(
+                        (sqx_p[t], sq2_p[t]),
+                        (i1, i2 + t, 1),
+                        &mut best_score,
+                        &mut scale,
+                        &mut best,
+                    );
+                    consider_s(
+                        (sqx_m[t], sq2_m[t]),
+                        (i1, i2 + t, -1),
+                        &mut best_score,
+                        &mut scale,
+                        &mut best,
+                    );
+                    mask = passing(best_score) & (!1u32 << t);
+                }
+            }
+        }
+        best.map(|(i1, i2, shift)| (i1, i2, shift, scale))
+    }
+
+    /// [`search_m_scalar`] with 8 consecutive `i2` per step (replayed as in [`search_s_avx2`]).
+    #[target_feature(enable = "avx2")]
+    unsafe fn search_m_avx2(px: &HalfSums, pw: &HalfSums, max: f32) -> Option<(usize, usize, usize, f32)> {
+        const BS: usize = IQ1M_BLOCK_SIZE;
+        let txs = [px[0][BS], px[1][BS]];
+        let tws = [pw[0][BS], pw[1][BS]];
+        let [p2, m2, cp1, cp2, cm1, cm2] = iq1m_consts();
+        // Per half: px[i2], pw[i2] * cp2, pw[i2] * cm2 (each product as the scalar code forms it);
+        // the padding makes `sumq2` NaN in lanes past the block, so that they never pass.
+        let mut pxp = [[0f32; BS + 1 + 7]; 2];
+        let mut wcp = [[f32::NAN; BS + 1 + 7]; 2];
+        let mut wcm = [[f32::NAN; BS + 1 + 7]; 2];
+        for h in 0..2 {
+            pxp[h][..BS + 1].copy_from_slice(&px[h]);
+            for i2 in 0..=BS {
+                wcp[h][i2] = pw[h][i2] * cp2;
+                wcm[h][i2] = pw[h][i2] * cm2;
+            }
+        }
+        let txp = [_mm256_set1_ps(txs[0] * p2), _mm256_set1_ps(txs[1] * p2)];
+        let txm = [_mm256_set1_ps(txs[0] * m2), _mm256_set1_ps(txs[1] * m2)];
+        let mut best_score = -f32::MAX;
+        let mut scale = max;
+        let mut best = None;
+        for i1 in 0..=BS {
+            let mut a = [_mm256_setzero_ps(); 2];
+            let mut rp = [_mm256_setzero_ps(); 2];
+            let mut rm = [_mm256_setzero_ps(); 2];
+            for h in 0..2 {
+                a[h] = _mm256_set1_ps(px[h][i1]);
+                rp[h] = _mm256_set1_ps(tws[h] * p2 * p2 + pw[h][i1] * cp1);
+                rm[h] = _mm256_set1_ps(tws[h] * m2 * m2 + pw[h][i1] * cm1);
+            }
+            let mut i2 = i1;
+            while i2 <= BS {
+                let mut qx_p = [_mm256_setzero_ps(); 2];
+                let mut qx_m = [_mm256_setzero_ps(); 2];
+                let mut q2_p = [_mm256_setzero_ps(); 2];
+                let mut q2_m = [_mm256_setzero_ps(); 2];
+                for h in 0..2 {
+                    let sx = _mm256_add_ps(a[h], _mm256_loadu_ps(pxp[h].as_ptr().add(i2)));
+                    qx_p[h] = _mm256_sub_ps(txp[h], sx);
+                    qx_m[h] = _mm256_sub_ps(txm[h], sx);
+                    q2_p[h] = _mm256_add_ps(rp[h], _mm256_loadu_ps(wcp[h].as_ptr().add(i2)));
+                    q2_m[h] = _mm256_add_ps(rm[h], _mm256_loadu_ps(wcm[h].as_ptr().add(i2)));
+                }
+                let sumqx = [
+                    _mm256_add_ps(qx_p[0], qx_p[1]),
+                    _mm256_add_ps(qx_p[0], qx_m[1]),
+                    _mm256_add_ps(qx_m[0], qx_p[1]),
+                    _mm256_add_ps(qx_m[0], qx_m[1]),
+                ];
+                let sumq2 = [
+                    _mm256_add_ps(q2_p[0], q2_p[1]),
+                    _mm256_add_ps(q2_p[0], q2_m[1]),
+                    _mm256_add_ps(q2_m[0], q2_p[1]),
+                    _mm256_add_ps(q2_m[0], q2_m[1]),
+                ];
+                let passing = |best_score: f32| {
+                    let bs = _mm256_set1_ps(best_score);
+                    let any = _mm256_or_ps(
+                        _mm256_or_ps(beats(sumqx[0], sumq2[0], bs), beats(sumqx[1], sumq2[1], bs)),
+                        _mm256_or_ps(beats(sumqx[2], sumq2[2], bs), beats(sumqx[3], sumq2[3], bs)),
+                    );
+                    _mm256_movemask_ps(any) as u32
+                };
+                let i2_base = i2;
+                i2 += 8;
+                let mut mask = passing(best_score);
+                if mask == 0 {
+                    continue;
+                }
+                let i2 = i2_base;
+                let qx = sumqx.map(|v| store(v));
+                let q2 = sumq2.map(|v| store(v));
+                while mask != 0 {
+                    // Lanes before `t` fail against the current best: the scalar loop skips them.
+                    let t = mask.trailing_zeros() as usize;
+                    for k in 0..4 {
+                        consider_m(
+                            (qx[k][t], q2[k][t]),
+                            (i1, i2 + t, k),
+                            &mut best_score,
+                            &mut scale,
+                            &mut best,
+                        );
+                    }
+                    mask = passing(best_score) & (!1u32 << t);
+                }
+            }
+        }
+        best.map(|(i1, i2, k)| (i1, i2, k, scale))
+    }
+
+    /// [`iq1_find_best_neighbour2_scalar`] with 8 neighbours per step. Each distance term
+    /// `w * diff * diff` depends only on the coordinate and its level, so the 3 possible terms of
+    /// each coordinate are computed once (exactly as the scalar code does) and looked up per lane;
+    /// each lane then sums its 8 terms in coordinate order, from 0.
+    #[target_feature(enable = "avx2")]
+    unsafe fn best_neighbour_avx2(
+        data: &Iq2Data,
+        u: u16,
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        xg: &[f32; 3],
+        l: &mut [i8],
+    ) -> usize {
+        let neighbours = data.neighbours(u);
+        assert!(!neighbours.is_empty(), "iq1_find_best_neighbour2: no neighbours");
+        let packed = data.neighbours_packed(u);
+        assert!(packed.len() >= neighbours.len() + 7 && xval.len() >= 8 && weight.len() >= 8);
+        let sq = _mm256_mul_ps(
+            _mm256_set1_ps(scale),
+            _mm256_setr_ps(xg[0], xg[1], xg[2], 0.0, 0.0, 0.0, 0.0, 0.0),
+        );
+        let terms: [__m256; 8] = std::array::from_fn(|i| {
+            let diff = _mm256_sub_ps(sq, _mm256_set1_ps(xval[i]));
+            _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(weight[i]), diff), diff)
+        });
+        let three = _mm256_set1_epi32(3);
+        let mut best_score = f32::MAX;
+        let mut grid_index = None;
+        for start in (0..neighbours.len()).step_by(8) {
+            let mut lv = _mm256_cvtepu16_epi32(_mm_loadu_si128(packed.as_ptr().add(start) as *const __m128i));
+            let mut d2 = _mm256_setzero_ps();
+            for t in &terms {
+                d2 = _mm256_add_ps(d2, _mm256_permutevar8x32_ps(*t, _mm256_and_si256(lv, three)));
+                lv = _mm256_srli_epi32::<2>(lv);
+            }
+            // Nothing changes unless some lane is below the best so far.
+            let below = _mm256_cmp_ps::<_CMP_LT_OQ>(d2, _mm256_set1_ps(best_score));
+            if _mm256_movemask_ps(_mm256_and_ps(below, first_lanes(neighbours.len() - start))) == 0 {
+                continue;
+            }
+            let d2 = store(d2);
+            for (t, &j) in neighbours[start..].iter().take(8).enumerate() {
+                if d2[t] < best_score {
+                    best_score = d2[t];
+                    grid_index = Some(j as usize);
+                }
+            }
+        }
+        finish_neighbour(data, grid_index, l)
+    }
 
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn dequantize_row_iq1_s_avx2(src: &[u8], dst: &mut [f32]) {
@@ -622,6 +1117,134 @@ mod tests {
     }
 
     use super::*;
+
+    /// A seeded row of one of many shapes: gaussians at scales from 1e-30 to 1e20, uniform,
+    /// outliers, zero blocks, all zeros, constants, one-hot, heavy ties (with -0 and +0), subnormals,
+    /// values around the zero-block threshold, one-signed rows.
+    #[cfg(target_arch = "x86_64")]
+    fn mixed_row(rng: &mut crate::iq_grid::simd::test_util::Rng, kind: usize, n: usize) -> Vec<f32> {
+        let unit =
+            |rng: &mut crate::iq_grid::simd::test_util::Rng| ((rng.next() >> 40) as f32 + 0.5) / (1u64 << 24) as f32;
+        let gauss = |rng: &mut crate::iq_grid::simd::test_util::Rng| {
+            let (u, v) = (unit(rng), unit(rng));
+            (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
+        };
+        let scales = [1e-30f32, 1e-8, 1e-3, 0.02, 1.0, 37.0, 1e4, 1e20];
+        let scale = scales[(rng.next() % scales.len() as u64) as usize];
+        let hot = (rng.next() % n as u64) as usize;
+        let c = gauss(rng) * scale;
+        (0..n)
+            .map(|i| match kind % 12 {
+                0 => gauss(rng) * scale,
+                1 => (unit(rng) * 2.0 - 1.0) * scale,
+                2 => {
+                    let g = gauss(rng) * scale;
+                    if unit(rng) < 0.02 {
+                        g * 30.0
+                    } else {
+                        g
+                    }
+                }
+                3 => {
+                    if (i / 16) % 3 == 0 {
+                        0.0
+                    } else {
+                        gauss(rng) * scale
+                    }
+                }
+                4 => 0.0,
+                5 => c,
+                6 => {
+                    if i == hot {
+                        c
+                    } else {
+                        0.0
+                    }
+                }
+                7 => match rng.next() % 7 {
+                    0 => -0.0,
+                    1 => 0.0,
+                    k => (k as f32 - 3.5) * scale,
+                },
+                8 => f32::from_bits(rng.next() as u32 & 0x807f_ffff), // subnormals and zeros
+                9 => gauss(rng) * [1e-12, 1e-7, 2e-7][i / 32 % 3],
+                10 => (gauss(rng) * scale).abs() * if (i / 64) % 2 == 0 { 1.0 } else { -1.0 },
+                _ => ((rng.next() % 3) as f32 - 1.0 + 0.125 * (rng.next() % 2) as f32) * scale,
+            })
+            .collect()
+    }
+
+    /// Importance matrices: uniform, with zeros, and of a wide dynamic range.
+    #[cfg(target_arch = "x86_64")]
+    fn mixed_imatrix(rng: &mut crate::iq_grid::simd::test_util::Rng, kind: usize, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let u = ((rng.next() >> 40) as f32 + 0.5) / (1u64 << 24) as f32;
+                match kind % 3 {
+                    0 => 0.1 + 2.0 * u,
+                    1 => {
+                        if rng.next().is_multiple_of(10) {
+                            0.0
+                        } else {
+                            u
+                        }
+                    }
+                    _ => (u * 40.0 - 20.0).exp(),
+                }
+            })
+            .collect()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_quantize_matches_scalar() {
+        use crate::iq_grid::simd::test_util::Rng;
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mut rng = Rng(0x1a1_5eed);
+        let n = 2 * QK_K;
+        for row in 0..3000 {
+            let x = mixed_row(&mut rng, row, n);
+            let w = mixed_imatrix(&mut rng, row / 12, n);
+            let (mut a, mut b) = (vec![0u8; n / QK_K * 50], vec![1u8; n / QK_K * 50]);
+            quantize_iq1_s_scalar(&x, &mut a, Some(&w));
+            unsafe { x86::quantize_iq1_s_avx2(&x, &mut b, Some(&w)) };
+            assert_eq!(a, b, "IQ1_S row {row}");
+            for im in [None, Some(&w[..])] {
+                let (mut a, mut b) = (vec![0u8; n / QK_K * 56], vec![1u8; n / QK_K * 56]);
+                quantize_iq1_m_scalar(&x, &mut a, im);
+                unsafe { x86::quantize_iq1_m_avx2(&x, &mut b, im) };
+                assert_eq!(a, b, "IQ1_M row {row} imatrix {}", im.is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn keyed_sort_matches_stable_sort() {
+        use crate::iq_grid::simd::test_util::Rng;
+        let mut rng = Rng(7);
+        let pool = [
+            0.0f32,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            f32::MIN_POSITIVE,
+            -1e-40,
+            f32::MAX,
+            -f32::MAX,
+            3.0,
+        ];
+        for _ in 0..20000 {
+            let x: [f32; 32] = std::array::from_fn(|_| pool[(rng.next() % pool.len() as u64) as usize]);
+            assert_eq!(sorted_positions_keyed::<32>(&x), sorted_positions::<32>(&x));
+            assert_eq!(sorted_positions_keyed::<16>(&x[..16]), sorted_positions::<16>(&x[..16]));
+        }
+        let mut x = [1.0f32; 16];
+        x[3] = f32::NAN;
+        assert_eq!(sorted_positions_keyed::<16>(&x), sorted_positions::<16>(&x));
+    }
 
     #[test]
     fn grid_matches_init_table() {
