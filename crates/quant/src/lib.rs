@@ -107,6 +107,18 @@ pub fn quantize_into(
     n_per_row: usize,
     imatrix: Option<&[f32]>,
 ) -> Result<(), QuantError> {
+    quantize_into_with(ty, src, dst, n_per_row, imatrix, true)
+}
+
+/// [`quantize_into`], optionally on the calling thread only (`parallel = false`).
+pub fn quantize_into_with(
+    ty: GgmlType,
+    src: &[f32],
+    dst: &mut [u8],
+    n_per_row: usize,
+    imatrix: Option<&[f32]>,
+    parallel: bool,
+) -> Result<(), QuantError> {
     let c = codec(ty).ok_or(QuantError::Unsupported(ty))?;
     let q = c.quantize.ok_or(QuantError::NotQuantizable(ty))?;
     if c.requires_imatrix && imatrix.is_none() {
@@ -138,7 +150,7 @@ pub fn quantize_into(
         }
     }
     // Small jobs (or a one-thread pool) run inline: handing them to the pool costs more than the work.
-    if rayon::current_num_threads() == 1 || src.len() < PARALLEL_MIN_VALUES {
+    if !parallel || rayon::current_num_threads() == 1 || src.len() < PARALLEL_MIN_VALUES {
         for (d, s) in dst.chunks_mut(rb).zip(src.chunks(n_per_row)) {
             q(s, d, imatrix);
         }
