@@ -1,9 +1,11 @@
 //! HuggingFace model directories → GGUF: reading checkpoints ([`hf`]), the architecture table
 //! ([`arch`]), tokenizer metadata ([`vocab`]), llama-quantize's per-tensor plan ([`plan`]), the
-//! conversion pipeline ([`pipeline`]) and GGUF → GGUF requantization ([`requant`]).
+//! conversion pipeline ([`pipeline`]), GGUF → GGUF requantization ([`requant`]) and downloads from the
+//! HuggingFace Hub ([`hub`]).
 
 pub mod arch;
 pub mod hf;
+pub mod hub;
 pub mod imatrix;
 pub mod meta;
 pub mod pipeline;

@@ -82,3 +82,220 @@ mod tests {
         assert_eq!(size_label(0, 1_000_000, 500_000, 4), "4x1.5M");
     }
 }
+
+/// The naming metadata gguf-py derives from a model id or directory name (`metadata.py`:
+/// `Metadata.get_model_id_components`, `id_to_title`, and the `_name_or_path` / directory-name
+/// fallbacks of `apply_metadata_heuristic`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Naming {
+    pub name: Option<String>,
+    pub organization: Option<String>,
+    pub basename: Option<String>,
+    pub finetune: Option<String>,
+    pub version: Option<String>,
+    pub size_label: Option<String>,
+}
+
+fn fullmatch(re: &str, s: &str) -> bool {
+    regex::Regex::new(&format!("(?i)^(?:{re})$"))
+        .expect("valid pattern")
+        .is_match(s)
+}
+
+/// metadata.py: Metadata.id_to_title
+pub fn id_to_title(s: &str) -> String {
+    s.trim()
+        .replace('-', " ")
+        .split_whitespace()
+        .map(|w| {
+            let lower = w.chars().all(|c| !c.is_uppercase()) && w.chars().any(|c| c.is_lowercase());
+            if lower
+                && !regex::Regex::new(r"^(v\d+(?:\.\d+)*|\d.*)$")
+                    .expect("valid")
+                    .is_match(w)
+            {
+                python_title(w)
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// metadata.py: Metadata.get_model_id_components → (full name, org, basename, finetune, version, size label)
+#[allow(clippy::type_complexity)]
+pub fn model_id_components(
+    model_id: &str,
+    total_params: i64,
+) -> (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+) {
+    if model_id.contains(' ') {
+        return (Some(model_id.to_string()), None, None, None, None, None);
+    }
+    let (mut org, full) = match model_id.split_once('/') {
+        Some((o, f)) => (Some(o.to_string()), f.to_string()),
+        None => (None, model_id.to_string()),
+    };
+    if org.as_deref().is_some_and(|o| o.starts_with('.')) {
+        org = None;
+    }
+    let mut parts: Vec<String> = full.split('-').filter(|p| !p.is_empty()).map(String::from).collect();
+    let mut types: Vec<Vec<&str>> = vec![Vec::new(); parts.len()];
+    for i in 0..parts.len() {
+        let part = parts[i].clone();
+        if fullmatch(r"(v|iter)?\d+([.]\d+)*", &part) {
+            types[i].push("version");
+        } else if fullmatch(r"i?q\d(_\w)*|b?fp?(16|32)", &part) {
+            types[i].push("type");
+            parts[i] = part.to_uppercase();
+        } else if i > 0
+            && fullmatch(
+                r"(([A]|\d+[x])?\d+([._]\d+)?[KMBT][\d]?|small|mini|medium|large|x?xl)",
+                &part,
+            )
+        {
+            let mut p: Vec<char> = part.replace('_', ".").chars().collect();
+            // bloom-7b1 notation
+            if p.last().is_some_and(|c| c.is_ascii_digit()) && p.len() >= 2 {
+                let n = p.len();
+                let (a, b) = (p[n - 2], p[n - 1]);
+                p.truncate(n - 2);
+                p.extend(['.', b, a]);
+            }
+            let n = p.len();
+            if n > 1 && p[n - 2].is_ascii_digit() && "kmbt".contains(p[n - 1]) {
+                p[n - 1] = p[n - 1].to_ascii_uppercase();
+            }
+            let mut s: String = p.iter().collect();
+            if total_params != 0 {
+                let last = s.chars().last().unwrap_or(' ');
+                if let (Ok(v), Some(exp)) = (s[..s.len() - last.len_utf8()].parse::<f64>(), " KMBT".find(last)) {
+                    let label = v * 1000f64.powi(exp as i32);
+                    let tp = total_params as f64;
+                    let far = (total_params < 0 && label < (total_params.abs() / 8) as f64)
+                        || (total_params > 0 && (label - tp).abs() > (7 * total_params / 8) as f64);
+                    if far {
+                        types[i].push("finetune");
+                        let l = s.pop().expect("non-empty");
+                        s.push(l.to_ascii_lowercase());
+                    }
+                }
+            }
+            if types[i].is_empty() {
+                types[i].push("size_label");
+            }
+            parts[i] = s;
+        } else if i > 0 && fullmatch(r"chat|instruct|vision|lora", &part) {
+            if total_params < 0 && part.eq_ignore_ascii_case("lora") {
+                types[i].push("type");
+            } else {
+                types[i].push("finetune");
+            }
+        }
+    }
+    let has_numeric_size = parts
+        .iter()
+        .zip(&types)
+        .any(|(p, t)| t.contains(&"size_label") && p.chars().any(|c| c.is_ascii_digit()));
+    if has_numeric_size {
+        for (p, t) in parts.iter().zip(types.iter_mut()) {
+            if t.contains(&"size_label") && p.chars().all(|c| c.is_alphabetic()) {
+                t.retain(|x| *x != "size_label");
+            }
+        }
+    }
+    let mut at_start = true;
+    for (p, t) in parts.iter().zip(types.iter_mut()) {
+        if at_start && ((t.is_empty() && p.chars().next().is_some_and(|c| c.is_alphabetic())) || t.contains(&"version"))
+        {
+            t.push("basename");
+        } else {
+            at_start = false;
+            if t.is_empty() {
+                t.push("finetune");
+            }
+        }
+    }
+    for t in types.iter_mut().rev() {
+        if t.contains(&"basename") && t.len() > 1 {
+            t.retain(|x| *x != "basename");
+        } else {
+            break;
+        }
+    }
+    let join = |want: &str, exclude: Option<&str>| {
+        let mut seen = Vec::new();
+        for (p, t) in parts.iter().zip(&types) {
+            if t.contains(&want)
+                && exclude.is_none_or(|e| !t.contains(&e))
+                && (want != "size_label" || !seen.contains(p))
+            {
+                seen.push(p.clone());
+            }
+        }
+        (!seen.is_empty()).then(|| seen.join("-"))
+    };
+    let mut basename = join("basename", None);
+    let size_label = join("size_label", None);
+    let finetune = join("finetune", None);
+    let version = join("version", Some("basename"));
+    if size_label.is_none() && finetune.is_none() && version.is_none() {
+        basename = None;
+    }
+    (Some(full), org, basename, finetune, version, size_label)
+}
+
+/// Naming from `_name_or_path` (when it is a model id, not a path) and then the directory name.
+pub fn naming(dir_name: &str, name_or_path: Option<&str>, total_params: i64) -> Naming {
+    let mut n = Naming::default();
+    let mut apply = |id: &str| {
+        let (full, org, basename, finetune, version, size_label) = model_id_components(id, total_params);
+        if n.name.is_none() {
+            n.name = full.as_deref().map(id_to_title);
+        }
+        if n.organization.is_none() {
+            n.organization = org.as_deref().map(id_to_title);
+        }
+        n.basename = n.basename.take().or(basename);
+        n.finetune = n.finetune.take().or(finetune);
+        n.version = n.version.take().or(version);
+        n.size_label = n.size_label.take().or(size_label);
+    };
+    if let Some(p) = name_or_path.filter(|p| p.matches('/').count() <= 1) {
+        apply(p);
+    }
+    apply(dir_name);
+    n
+}
+
+#[cfg(test)]
+mod naming_tests {
+    use super::*;
+
+    #[test]
+    fn directory_names() {
+        let n = naming("qwen3-0.6b-random", None, 596_049_920);
+        assert_eq!(n.name.as_deref(), Some("Qwen3 0.6b Random"));
+        assert_eq!(n.basename.as_deref(), Some("qwen3"));
+        assert_eq!(n.finetune.as_deref(), Some("random"));
+        assert_eq!(n.size_label.as_deref(), Some("0.6B"));
+        let n = naming("qwen3_moe", None, 1_214_336);
+        assert_eq!(
+            (n.name.as_deref(), n.basename, n.size_label),
+            (Some("Qwen3_Moe"), None, None)
+        );
+        let n = naming("SmolLM2-135M-Instruct", None, 134_515_008);
+        assert_eq!(n.name.as_deref(), Some("SmolLM2 135M Instruct"));
+        assert_eq!(
+            (n.basename.as_deref(), n.finetune.as_deref(), n.size_label.as_deref()),
+            (Some("SmolLM2"), Some("Instruct"), Some("135M"))
+        );
+    }
+}

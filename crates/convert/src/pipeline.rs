@@ -137,17 +137,32 @@ fn metadata(
     m.insert(gguf::keys::ARCHITECTURE, Value::String(arch_name.into()));
     family.init_metadata(ctx, &mut m);
     m.insert("general.type", Value::String("model".into()));
-    m.insert(
-        gguf::keys::NAME,
-        Value::String(meta::python_title(&arch::dir_name(&ctx.dir))),
-    );
     let (total, shared, expert, n_expert) =
         meta::parameter_counts(tensors.iter().map(|t| (t.name.as_str(), t.shape.as_slice())));
-    if total > 0 {
-        m.insert(
-            "general.size_label",
-            Value::String(meta::size_label(total, shared, expert, n_expert)),
-        );
+    let name_or_path = ctx
+        .cfg
+        .raw
+        .get("_name_or_path")
+        .and_then(|v| v.as_str())
+        .map(String::from);
+    let naming = meta::naming(&arch::dir_name(&ctx.dir), name_or_path.as_deref(), total as i64);
+    let size_label = naming
+        .size_label
+        .clone()
+        .or_else(|| (total > 0).then(|| meta::size_label(total, shared, expert, n_expert)));
+    // Metadata.set_gguf_meta_model order
+    let general = [
+        ("general.name", naming.name.clone()),
+        ("general.version", naming.version.clone()),
+        ("general.organization", naming.organization.clone()),
+        ("general.finetune", naming.finetune.clone()),
+        ("general.basename", naming.basename.clone()),
+        ("general.size_label", size_label),
+    ];
+    for (k, v) in general {
+        if let Some(v) = v {
+            m.insert(k, Value::String(v));
+        }
     }
     family.set_parameters(ctx, &mut m, file_type)?;
     m.insert(
