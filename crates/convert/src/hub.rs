@@ -546,7 +546,15 @@ impl Client {
                 Ok(r) => r,
                 Err(ureq::Error::Status(_, r)) => r,
                 Err(ureq::Error::Transport(t)) => {
-                    return Err(HubError::network(format!("GET {}: {t}", redact(&current))));
+                    let mut detail = t.message().map(|m| format!(": {m}")).unwrap_or_default();
+                    if let Some(src) = std::error::Error::source(&t) {
+                        detail.push_str(&format!(": {src}"));
+                    }
+                    return Err(HubError::network(format!(
+                        "GET {}: {}{detail}",
+                        redact(&current),
+                        t.kind()
+                    )));
                 }
             };
             meta.fill(&resp);

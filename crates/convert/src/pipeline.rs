@@ -397,6 +397,76 @@ struct Item<'a> {
     intermediate: Option<GgmlType>,
 }
 
+/// Values converted per slab when a tensor is streamed from the checkpoint (64 MiB of f32).
+const SLAB_VALUES: usize = 16 << 20;
+
+/// Convert an unmodified checkpoint tensor slab by slab: bounded memory whatever its size.
+fn stream_rows(
+    ctx: &Ctx,
+    w: &mut GgufWriter,
+    item: &Item,
+    src: &str,
+    opts: &QuantizeOptions,
+    copts: &ConvertOptions,
+) -> Result<TensorStat, ConvertError> {
+    let (t, s) = (item.t, &item.spec);
+    let h = ctx
+        .hf
+        .get(src)
+        .ok_or_else(|| ctx.invalid(format!("tensor `{src}` disappeared")))?;
+    let total: usize = t.shape.iter().product();
+    if h.n_elements() != total {
+        return Err(ctx
+            .invalid(format!(
+                "tensor `{src}` has shape {:?}, expected {:?}",
+                h.shape, t.shape
+            ))
+            .into());
+    }
+    let n_per_row = t.shape.last().copied().unwrap_or(1).max(1);
+    let n_rows = total / n_per_row;
+    let slab_rows = (SLAB_VALUES / n_per_row).max(1);
+    let im = match item.intermediate {
+        Some(mid) if s.ty != mid => opts.imatrix.as_ref().and_then(|m| m.get(&t.name)).map(|v| v.as_slice()),
+        _ => None,
+    };
+    let (mut sq, mut bytes_total) = (0f64, 0u64);
+    let mut r0 = 0;
+    while r0 < n_rows {
+        let r1 = (r0 + slab_rows).min(n_rows);
+        let mut data = ctx.hf.f32_range(h, r0 * n_per_row, r1 * n_per_row)?;
+        let source = copts.measure_error.then(|| data.clone());
+        if item.intermediate == Some(GgmlType::BF16) {
+            // The values llama-quantize would read back from the bf16 conversion.
+            for v in data.iter_mut() {
+                *v = quant::fp::bf16_to_f32(quant::fp::f32_to_bf16(*v));
+            }
+        }
+        let bytes = encode(&t.name, &data, &[n_per_row as u64, (r1 - r0) as u64], s.ty, im)?;
+        if let Some(src) = &source {
+            let back = quant::dequantize(s.ty, &bytes, src.len()).map_err(|e| QuantizeError::Invalid(e.to_string()))?;
+            sq += src
+                .iter()
+                .zip(&back)
+                .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+                .sum::<f64>();
+        }
+        w.write_data(&bytes)?;
+        ctx.hf.release_elements(h, r0 * n_per_row, r1 * n_per_row);
+        bytes_total += bytes.len() as u64;
+        r0 = r1;
+    }
+    ctx.hf.release(h);
+    let rmse = copts.measure_error.then(|| (sq / total.max(1) as f64).sqrt());
+    Ok(TensorStat {
+        name: t.name.clone(),
+        ty: s.ty,
+        ne: s.shape.clone(),
+        bytes: bytes_total,
+        rmse,
+    })
+}
+
 fn rmse(a: &[f32], b: &[f32]) -> f64 {
     let sum: f64 = a
         .iter()
@@ -436,7 +506,15 @@ fn write_tensors(
                 continue;
             }
         }
+        if let (Some(src), None, true) = (&t.rows_from, &t.raw, t.shape.len() <= 2) {
+            let stat = stream_rows(ctx, &mut w, item, src, opts, copts)?;
+            stats.push(stat);
+            continue;
+        }
         let mut data = (t.make)(&ctx.hf)?;
+        if let Some(h) = ctx.hf.get(&t.source) {
+            ctx.hf.release(h);
+        }
         check_len(ctx, t, &data)?;
         let source = copts.measure_error.then(|| data.clone());
         let mut im = None;

@@ -97,6 +97,7 @@ pub fn mxfp4_experts(ctx: &Ctx, name: String, bid: usize, proj: &str, n_expert: 
     let raw_for_values = make_raw.clone();
     let dir = ctx.dir.clone();
     Ok(OutTensor {
+        rows_from: None,
         name,
         shape: vec![n_expert, rows, cols],
         source,
@@ -136,6 +137,7 @@ pub fn tid2eid(ctx: &Ctx, name: String, t: &HfTensor) -> Result<OutTensor, HfErr
     };
     let (src_a, src_b) = (t.name.clone(), t.name.clone());
     Ok(OutTensor {
+        rows_from: None,
         name,
         shape: t.shape.clone(),
         source: t.name.clone(),
@@ -220,6 +222,7 @@ pub fn fp8_dequantized(ctx: &Ctx, name: String, w: &HfTensor, scale_name: &str) 
     let tname = name.clone();
     let dir = ctx.dir.clone();
     Ok(OutTensor {
+        rows_from: None,
         name,
         shape: w.shape.clone(),
         source: w.name.clone(),

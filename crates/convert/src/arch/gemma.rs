@@ -47,6 +47,7 @@ fn transformed(name: String, t: &HfTensor, max_rows: Option<usize>, shift: f32) 
     let n: usize = shape.iter().product();
     let src = t.name.clone();
     OutTensor {
+        rows_from: None,
         name,
         shape,
         source: t.name.clone(),
@@ -273,6 +274,7 @@ fn gemma4_rope_freqs(ctx: &Ctx) -> Result<OutTensor, HfError> {
         .chain(std::iter::repeat_n(1e30f32, n_unrot))
         .collect();
     Ok(OutTensor {
+        rows_from: None,
         name: "rope_freqs.weight".into(),
         shape: vec![values.len()],
         source: "(generated)".into(),

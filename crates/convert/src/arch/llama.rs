@@ -49,6 +49,7 @@ pub fn permuted(ctx: &Ctx, name: String, t: &HfTensor, n_head: usize) -> Result<
     let src = t.name.clone();
     let shape = t.shape.clone();
     Ok(OutTensor {
+        rows_from: None,
         name,
         shape: t.shape.clone(),
         source: t.name.clone(),
@@ -102,6 +103,7 @@ pub fn llama3_rope_freqs(ctx: &Ctx) -> Option<OutTensor> {
         .collect();
     let shape = vec![factors.len()];
     Some(OutTensor {
+        rows_from: None,
         name: "rope_freqs.weight".into(),
         shape,
         source: "(generated)".into(),

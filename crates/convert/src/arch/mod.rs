@@ -58,6 +58,9 @@ pub struct OutTensor {
     /// (`raw_dtype` in the Python converter); `make` must still give its f32 values (used when
     /// llama-quantize would requantize it).
     pub raw: Option<(gguf::GgmlType, MakeRaw)>,
+    /// Set when the tensor is an unmodified checkpoint tensor: its rows can then be streamed in
+    /// slabs straight from the mapped file instead of materialising the whole tensor.
+    pub rows_from: Option<String>,
 }
 
 impl OutTensor {
@@ -73,6 +76,7 @@ impl OutTensor {
                 hf.f32(t)
             }),
             raw: None,
+            rows_from: Some(t.name.clone()),
         }
     }
 

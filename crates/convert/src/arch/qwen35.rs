@@ -212,6 +212,7 @@ fn transformed(name: String, t: &HfTensor, shape: Vec<usize>, ops: Vec<Op>, d: L
     let src = t.name.clone();
     let sh = shape.clone();
     OutTensor {
+        rows_from: None,
         name,
         shape,
         source: t.name.clone(),
@@ -338,6 +339,7 @@ fn stacked(ctx: &Ctx, name: String, parts: Vec<HfTensor>) -> Result<OutTensor, H
     shape.extend(&shape0);
     let srcs: Vec<String> = parts.iter().map(|p| p.name.clone()).collect();
     Ok(OutTensor {
+        rows_from: None,
         name,
         shape,
         source: parts[0].name.clone(),
@@ -358,6 +360,7 @@ fn gate_up_half(name: String, t: &HfTensor, second: bool) -> OutTensor {
     let n_ff = rows2 / 2;
     let src = t.name.clone();
     OutTensor {
+        rows_from: None,
         name,
         shape: vec![e, n_ff, cols],
         source: t.name.clone(),

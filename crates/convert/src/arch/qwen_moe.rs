@@ -49,6 +49,7 @@ fn stacked(ctx: &Ctx, name: String, source: String, srcs: &[&HfTensor]) -> Resul
     let mut shape = vec![srcs.len()];
     shape.extend_from_slice(&first.shape);
     Ok(OutTensor {
+        rows_from: None,
         name,
         shape,
         source,
@@ -71,6 +72,7 @@ fn gate_up_half(name: String, t: &HfTensor, second: bool) -> OutTensor {
     let half = rows / 2;
     let src = t.name.clone();
     OutTensor {
+        rows_from: None,
         name,
         shape: vec![n_expert, half, cols],
         source: t.name.clone(),

@@ -100,7 +100,19 @@ impl HfTensors {
 
     /// A floating-point tensor widened to f32 (exact for F32/F16/BF16, as `torch.to(float32)`).
     pub fn f32(&self, t: &HfTensor) -> Result<Vec<f32>, HfError> {
-        let b = self.bytes(t);
+        self.f32_range(t, 0, t.n_elements())
+    }
+
+    /// Elements `[start, end)` of a tensor (row-major) widened to f32.
+    pub fn f32_range(&self, t: &HfTensor, start: usize, end: usize) -> Result<Vec<f32>, HfError> {
+        let width = match t.dtype {
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F16 | Dtype::BF16 => 2,
+            Dtype::I64 => 8,
+            _ => 1,
+        };
+        let all = self.bytes(t);
+        let b = &all[(start * width).min(all.len())..(end * width).min(all.len())];
         let v: Vec<f32> = match t.dtype {
             Dtype::F32 => b
                 .chunks_exact(4)
@@ -132,12 +144,36 @@ impl HfTensors {
                 ))
             }
         };
-        if v.len() != t.n_elements() {
+        if v.len() != end - start {
             return Err(invalid(
                 self.shard_path(t),
                 format!("tensor `{}`: data size does not match shape {:?}", t.name, t.shape),
             ));
         }
         Ok(v)
+    }
+
+    /// Tell the kernel the tensor's pages are no longer needed, so they leave this process's
+    /// resident set (they stay in the page cache; a later read maps them again).
+    pub fn release(&self, t: &HfTensor) {
+        self.release_bytes(t, t.start, t.end);
+    }
+
+    /// [`Self::release`] for elements `[start, end)` of a tensor.
+    pub fn release_elements(&self, t: &HfTensor, start: usize, end: usize) {
+        let width = (t.end - t.start) / t.n_elements().max(1);
+        self.release_bytes(t, t.start + start * width, (t.start + end * width).min(t.end));
+    }
+
+    fn release_bytes(&self, t: &HfTensor, start: usize, end: usize) {
+        let map = &self.shards[t.shard].1;
+        let page = 4096;
+        let start = start.div_ceil(page) * page;
+        let end = end / page * page;
+        if end > start {
+            // SAFETY: read-only file mapping; DONTNEED only drops this process's mapping of the
+            // pages, which are read again from the file if touched later.
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
     }
 }
