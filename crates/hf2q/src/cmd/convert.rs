@@ -1,5 +1,7 @@
 //! `hf2q convert DIR --quant TYPE -o OUT.gguf`: HuggingFace directory → GGUF, tensor for tensor what
 //! llama.cpp's `convert_hf_to_gguf.py` (+ `llama-quantize` for quantized types) writes.
+//! `hf2q convert --repo ORG/NAME [--revision REV]` first downloads the repository's files into the
+//! cache (`convert::hub`), then converts that snapshot folder the same way.
 
 use super::quantize::plan_options;
 use crate::error::{CliError, CliResult};
@@ -9,8 +11,15 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct ConvertArgs {
-    /// HuggingFace model directory (config.json, *.safetensors, tokenizer files).
-    pub dir: PathBuf,
+    /// HuggingFace model directory (config.json, *.safetensors, tokenizer files); or --repo.
+    pub dir: Option<PathBuf>,
+    /// Download ORG/NAME from the HuggingFace Hub ($HF_ENDPOINT, $HF_TOKEN) into the cache
+    /// ($HF2Q_CACHE/hub, default ~/.cache/hf2q/hub), resumably and verified, then convert it.
+    #[arg(long, value_name = "ORG/NAME")]
+    pub repo: Option<String>,
+    /// Branch, tag or commit of --repo (default main).
+    #[arg(long, value_name = "REV")]
+    pub revision: Option<String>,
     /// Output file type: bf16 (default), f16, f32, q8_0, or any llama-quantize type (Q4_K_M, IQ4_XS, …).
     #[arg(long, short = 'q', default_value = "bf16")]
     pub quant: String,
@@ -34,11 +43,25 @@ pub fn run(args: ConvertArgs) -> CliResult {
             args.quant
         ))
     })?;
-    if !args.dir.is_dir() {
-        return Err(CliError::input(format!(
-            "{}: not a directory (expected a HuggingFace model directory)",
-            args.dir.display()
-        )));
+    match (&args.dir, &args.repo) {
+        (Some(_), Some(_)) => {
+            return Err(CliError::input(
+                "give either a model directory DIR or --repo ORG/NAME, not both",
+            ))
+        }
+        (None, None) => return Err(CliError::input("missing the model: DIR or --repo ORG/NAME")),
+        _ => {}
+    }
+    if let Some(dir) = &args.dir {
+        if args.revision.is_some() {
+            return Err(CliError::input("--revision applies to --repo only"));
+        }
+        if !dir.is_dir() {
+            return Err(CliError::input(format!(
+                "{}: not a directory (expected a HuggingFace model directory)",
+                dir.display()
+            )));
+        }
     }
     let output = args
         .output
@@ -48,6 +71,17 @@ pub fn run(args: ConvertArgs) -> CliResult {
         plan: plan_options(&args.plan)?,
         imatrix: super::quantize::load_imatrix(&args.plan)?,
         ..Default::default()
+    };
+    // Everything is checked: now download, if asked to.
+    let (dir, source) = match (&args.dir, &args.repo) {
+        (Some(dir), _) => (dir.clone(), None),
+        (None, Some(repo)) => {
+            let revision = args.revision.as_deref().unwrap_or("main");
+            let snap = download(repo, revision)?;
+            let source = serde_json::json!({"repo": repo, "revision": revision, "commit": snap.commit});
+            (snap.dir, Some(source))
+        }
+        (None, None) => unreachable!("checked above"),
     };
     let t0 = std::time::Instant::now();
     let bar = progress_bar();
@@ -63,7 +97,7 @@ pub fn run(args: ConvertArgs) -> CliResult {
         measure_error: args.report.is_some(),
         progress,
     };
-    let summary = convert::pipeline::convert_with(&args.dir, &output, target, &opts, &copts).map_err(|e| {
+    let summary = convert::pipeline::convert_with(&dir, &output, target, &opts, &copts).map_err(|e| {
         if e.is_invalid_input() {
             CliError::input(e.to_string())
         } else {
@@ -78,7 +112,7 @@ pub fn run(args: ConvertArgs) -> CliResult {
         tracing::warn!("{n}");
     }
     if let Some(path) = &args.report {
-        write_report(path, &args, target, &output, &summary, convert_s)?;
+        write_report(path, &dir, source, target, &output, &summary, convert_s)?;
     }
     eprintln!(
         "hf2q convert: {} ({}) → {} [{}], {} tensors in {:.2}s",
@@ -90,6 +124,62 @@ pub fn run(args: ConvertArgs) -> CliResult {
         t0.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Download `repo` at `revision` into the cache (or find it there), with a byte progress bar on a
+/// terminal; returns the snapshot.
+fn download(repo: &str, revision: &str) -> CliResult<convert::hub::Snapshot> {
+    use convert::hub::Event;
+    use std::io::IsTerminal;
+    let opts = convert::hub::HubOptions::from_env(super::doctor::cache_dir().join("hub"));
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {bytes}/{total_bytes} {bytes_per_sec}, ETA {eta} {wide_msg}",
+            )
+            .expect("valid template"),
+        );
+        b
+    });
+    let mut progress = |e: Event| {
+        let Some(b) = &bar else { return };
+        match e {
+            Event::Start { file, offset, size } => {
+                b.reset();
+                b.set_length(size.unwrap_or(0));
+                b.set_position(offset);
+                b.set_message(file.to_string());
+            }
+            Event::Bytes { done, .. } => b.set_position(done),
+            Event::Done { .. } => {}
+        }
+    };
+    let t0 = std::time::Instant::now();
+    let result = convert::hub::download(repo, revision, &opts, &mut progress);
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let snap = result.map_err(|e| {
+        if e.is_invalid_input() {
+            CliError::input(e.to_string())
+        } else {
+            CliError::runtime(e.to_string())
+        }
+    })?;
+    if snap.downloaded.is_empty() {
+        tracing::info!("{repo}@{revision}: all files cached in {}", snap.dir.display());
+    } else {
+        eprintln!(
+            "hf2q convert: downloaded {} file(s), {} of {repo}@{} in {:.1}s into {}",
+            snap.downloaded.len(),
+            super::human_bytes(snap.bytes_downloaded),
+            &snap.commit[..snap.commit.len().min(12)],
+            t0.elapsed().as_secs_f64(),
+            snap.dir.display()
+        );
+    }
+    Ok(snap)
 }
 
 /// A progress bar on stderr when it is a terminal; nothing otherwise.
@@ -123,9 +213,11 @@ pub fn peak_rss_bytes() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_report(
     path: &std::path::Path,
-    args: &ConvertArgs,
+    dir: &std::path::Path,
+    source: Option<serde_json::Value>,
     target: Target,
     output: &std::path::Path,
     summary: &convert::pipeline::ConvertSummary,
@@ -133,8 +225,8 @@ fn write_report(
 ) -> CliResult {
     let t0 = std::time::Instant::now();
     let mut files = Vec::new();
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(&args.dir)
-        .map_err(|e| CliError::runtime(format!("{}: {e}", args.dir.display())))?
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| CliError::runtime(format!("{}: {e}", dir.display())))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file())
         .collect();
@@ -145,9 +237,13 @@ fn write_report(
         files.push(serde_json::json!({"path": p.file_name().map(|n| n.to_string_lossy().into_owned()), "bytes": bytes, "sha256": sha}));
     }
     let hash_s = t0.elapsed().as_secs_f64();
+    let mut input = serde_json::json!({"dir": dir, "files": files});
+    if let Some(source) = source {
+        input["hub"] = source;
+    }
     let report = serde_json::json!({
         "hf2q_version": env!("CARGO_PKG_VERSION"),
-        "input": {"dir": args.dir, "files": files},
+        "input": input,
         "architecture": {"huggingface": summary.hf_architecture, "gguf": summary.architecture},
         "target": target.name(),
         "output": {"path": output, "bytes": std::fs::metadata(output).map(|m| m.len()).ok()},
