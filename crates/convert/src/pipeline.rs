@@ -489,6 +489,13 @@ fn write_tensors(
     let mut stats = Vec::with_capacity(items.len());
     for (n, item) in items.iter().enumerate() {
         let (t, s) = (item.t, &item.spec);
+        // Overlap reading the next tensor from disk with converting this one.
+        if let Some(h) = items
+            .get(n + 1)
+            .and_then(|next| ctx.hf.get(next.t.rows_from.as_deref().unwrap_or(&next.t.source)))
+        {
+            ctx.hf.prefetch(h);
+        }
         if let Some(p) = &copts.progress {
             p(n, items.len(), &t.name);
         }

@@ -159,6 +159,14 @@ impl HfTensors {
         self.release_bytes(t, t.start, t.end);
     }
 
+    /// Ask the kernel to start reading a tensor's bytes now (read-ahead while other work runs).
+    pub fn prefetch(&self, t: &HfTensor) {
+        let map = &self.shards[t.shard].1;
+        let page = 4096;
+        let start = t.start / page * page;
+        let _ = map.advise_range(memmap2::Advice::WillNeed, start, t.end - start);
+    }
+
     /// [`Self::release`] for elements `[start, end)` of a tensor.
     pub fn release_elements(&self, t: &HfTensor, start: usize, end: usize) {
         let width = (t.end - t.start) / t.n_elements().max(1);
