@@ -73,7 +73,4 @@ print()
 print("/// IQ3_S points as 3-bit levels (`kgrid_512`).")
 print("#[rustfmt::skip]")
 emit("KGRID_512", "u16", k512, 16, lambda v: f"{v:4d}")
-print()
-print("/// Seven sign bits plus an eighth that makes the number of set bits even.")
-print("#[rustfmt::skip]")
-emit("KSIGNS_IQ2XS", "u8", signs, 16, lambda v: f"{v:3d}")
+# The sign table (ksigns_iq2xs) is shared with the IQ2 types: it lives in grids2.rs.

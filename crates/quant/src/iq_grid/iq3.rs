@@ -3,7 +3,8 @@
 //! 4-bit scale per sub-block and an f16 super-block scale (`quantize_iq3_xxs`, `quantize_iq3_s`,
 //! `dequantize_row_iq3_xxs`, `dequantize_row_iq3_s` in ggml-quants.c).
 
-use super::grids3::{IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use super::grids2::KSIGNS_IQ2XS;
+use super::grids3::{IQ3S_GRID, IQ3XXS_GRID};
 use super::init3::{iq3_find_best_neighbour, iq3_tables, Iq3Tables, MapEntry};
 use crate::fp::{get_f16, nearest_int, put_f16, F16Bytes};
 use crate::{Codec, GgmlType};
