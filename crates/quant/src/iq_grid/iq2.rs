@@ -636,12 +636,12 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_dequantize_matches_scalar() {
-        use crate::iq_grid::simd::test_util::{bits, Rng};
+        use crate::iq_grid::simd::test_util::{assert_dequant_agrees, DequantPair, Rng};
         if !std::arch::is_x86_feature_detected!("avx2") {
             return;
         }
         let mut rng = Rng(0x5eed);
-        type Pair = (crate::DequantizeRow, crate::DequantizeRow);
+        type Pair = DequantPair;
         let cases: [(&str, usize, &[usize], Pair); 3] = [
             (
                 "IQ2_XXS",
@@ -668,13 +668,7 @@ mod tests {
                 }),
             ),
         ];
-        for (name, bytes, d_at, (scalar, fast)) in cases {
-            let src = rng.blocks(4096, bytes, d_at);
-            let (mut a, mut b) = (vec![0f32; 4096 * QK_K], vec![1f32; 4096 * QK_K]);
-            scalar(&src, &mut a);
-            fast(&src, &mut b);
-            assert!(bits(&a) == bits(&b), "{name}");
-        }
+        assert_dequant_agrees(&mut rng, &cases);
     }
 
     use super::*;

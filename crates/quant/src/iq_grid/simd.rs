@@ -42,6 +42,21 @@ pub(super) mod x86 {
 #[cfg(test)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) mod test_util {
+    /// A scalar dequantizer and its fast counterpart.
+    pub(crate) type DequantPair = (crate::DequantizeRow, crate::DequantizeRow);
+
+    /// For each (type name, block bytes, f16 scale offsets, pair): both dequantizers give the same
+    /// float bits on 4096 random valid blocks of 256 values.
+    pub(crate) fn assert_dequant_agrees(rng: &mut Rng, cases: &[(&str, usize, &[usize], DequantPair)]) {
+        for &(name, bytes, d_at, (scalar, fast)) in cases {
+            let src = rng.blocks(4096, bytes, d_at);
+            let (mut a, mut b) = (vec![0f32; 4096 * 256], vec![1f32; 4096 * 256]);
+            scalar(&src, &mut a);
+            fast(&src, &mut b);
+            assert!(bits(&a) == bits(&b), "{name}");
+        }
+    }
+
     /// xorshift64*.
     pub(crate) struct Rng(pub u64);
     impl Rng {
