@@ -397,83 +397,96 @@ struct Item<'a> {
     intermediate: Option<GgmlType>,
 }
 
-/// Values converted per slab when a tensor is streamed from the checkpoint (64 MiB of f32).
-const SLAB_VALUES: usize = 16 << 20;
+/// Values converted per slab when a tensor is streamed from the checkpoint (16 MiB of f32; the
+/// reader thread keeps at most three slabs in flight).
+const SLAB_VALUES: usize = 4 << 20;
 
-/// Convert an unmodified checkpoint tensor slab by slab: bounded memory whatever its size.
-fn stream_rows(
-    ctx: &Ctx,
-    w: &mut GgufWriter,
-    item: &Item,
-    src: &str,
-    opts: &QuantizeOptions,
-    copts: &ConvertOptions,
-) -> Result<TensorStat, ConvertError> {
-    let (t, s) = (item.t, &item.spec);
-    let h = ctx
-        .hf
-        .get(src)
-        .ok_or_else(|| ctx.invalid(format!("tensor `{src}` disappeared")))?;
-    let total: usize = t.shape.iter().product();
-    if h.n_elements() != total {
-        return Err(ctx
-            .invalid(format!(
-                "tensor `{src}` has shape {:?}, expected {:?}",
-                h.shape, t.shape
-            ))
-            .into());
-    }
-    let n_per_row = t.shape.last().copied().unwrap_or(1).max(1);
-    let n_rows = total / n_per_row;
-    let slab_rows = (SLAB_VALUES / n_per_row).max(1);
-    let im = match item.intermediate {
-        Some(mid) if s.ty != mid => opts.imatrix.as_ref().and_then(|m| m.get(&t.name)).map(|v| v.as_slice()),
-        _ => None,
-    };
-    let (mut sq, mut bytes_total) = (0f64, 0u64);
-    let mut r0 = 0;
-    while r0 < n_rows {
-        let r1 = (r0 + slab_rows).min(n_rows);
-        let mut data = ctx.hf.f32_range(h, r0 * n_per_row, r1 * n_per_row)?;
-        let source = copts.measure_error.then(|| data.clone());
-        if item.intermediate == Some(GgmlType::BF16) {
-            // The values llama-quantize would read back from the bf16 conversion.
-            for v in data.iter_mut() {
-                *v = quant::fp::bf16_to_f32(quant::fp::f32_to_bf16(*v));
-            }
-        }
-        let bytes = encode(&t.name, &data, &[n_per_row as u64, (r1 - r0) as u64], s.ty, im)?;
-        if let Some(src) = &source {
-            let back = quant::dequantize(s.ty, &bytes, src.len()).map_err(|e| QuantizeError::Invalid(e.to_string()))?;
-            sq += src
-                .iter()
-                .zip(&back)
-                .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
-                .sum::<f64>();
-        }
-        w.write_data(&bytes)?;
-        ctx.hf.release_elements(h, r0 * n_per_row, r1 * n_per_row);
-        bytes_total += bytes.len() as u64;
-        r0 = r1;
-    }
-    ctx.hf.release(h);
-    let rmse = copts.measure_error.then(|| (sq / total.max(1) as f64).sqrt());
-    Ok(TensorStat {
-        name: t.name.clone(),
-        ty: s.ty,
-        ne: s.shape.clone(),
-        bytes: bytes_total,
-        rmse,
-    })
+/// Data read for one tensor (or one slab of a streamed tensor), ahead of its conversion.
+enum Loaded {
+    /// Bytes written as they are (a tensor kept in its fixed type).
+    Raw(Vec<u8>),
+    /// The whole tensor's f32 values, plus its stored bytes when it is requantized from a fixed type.
+    Whole(Vec<f32>, Option<Vec<u8>>),
+    /// Rows `[r0, r1)` of an unmodified checkpoint tensor.
+    Slab { r0: usize, r1: usize, data: Vec<f32> },
 }
 
-fn rmse(a: &[f32], b: &[f32]) -> f64 {
-    let sum: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
-        .sum();
-    (sum / a.len().max(1) as f64).sqrt()
+fn streamable(item: &Item) -> bool {
+    item.t.rows_from.is_some() && item.t.raw.is_none() && item.t.shape.len() <= 2
+}
+
+fn row_split(t: &OutTensor) -> (usize, usize, usize) {
+    let total: usize = t.shape.iter().product();
+    let n_per_row = t.shape.last().copied().unwrap_or(1).max(1);
+    (total / n_per_row, n_per_row, (SLAB_VALUES / n_per_row).max(1))
+}
+
+/// Read every item's data in order (run on its own thread, one step ahead of the conversion).
+fn produce(ctx: &Ctx, items: &[Item], tx: std::sync::mpsc::SyncSender<Result<Loaded, ConvertError>>) {
+    let load =
+        |item: &Item, tx: &std::sync::mpsc::SyncSender<Result<Loaded, ConvertError>>| -> Result<bool, ConvertError> {
+            let (t, s) = (item.t, &item.spec);
+            if let Some((raw_ty, make_raw)) = &t.raw {
+                if *raw_ty == s.ty {
+                    return Ok(tx.send(Ok(Loaded::Raw(make_raw(&ctx.hf)?))).is_ok());
+                }
+            }
+            if streamable(item) {
+                let src = t.rows_from.as_deref().expect("streamable");
+                let h = ctx
+                    .hf
+                    .get(src)
+                    .ok_or_else(|| ctx.invalid(format!("tensor `{src}` disappeared")))?;
+                if h.n_elements() != t.shape.iter().product::<usize>() {
+                    return Err(ctx
+                        .invalid(format!(
+                            "tensor `{src}` has shape {:?}, expected {:?}",
+                            h.shape, t.shape
+                        ))
+                        .into());
+                }
+                let (n_rows, n_per_row, slab_rows) = row_split(t);
+                let mut r0 = 0;
+                loop {
+                    let r1 = (r0 + slab_rows).min(n_rows);
+                    let data = ctx.hf.f32_range(h, r0 * n_per_row, r1 * n_per_row)?;
+                    ctx.hf.release_elements(h, r0 * n_per_row, r1 * n_per_row);
+                    if tx.send(Ok(Loaded::Slab { r0, r1, data })).is_err() {
+                        return Ok(false);
+                    }
+                    r0 = r1;
+                    if r0 >= n_rows {
+                        return Ok(true);
+                    }
+                }
+            }
+            let data = (t.make)(&ctx.hf)?;
+            let raw = match (&t.raw, item.intermediate) {
+                (Some((_, make_raw)), Some(mid)) if mid != GgmlType::BF16 => Some(make_raw(&ctx.hf)?),
+                _ => None,
+            };
+            if let Some(h) = ctx.hf.get(&t.source) {
+                ctx.hf.release(h);
+            }
+            Ok(tx.send(Ok(Loaded::Whole(data, raw))).is_ok())
+        };
+    for item in items {
+        match load(item, &tx) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        }
+    }
+}
+
+fn round_bf16(data: &mut [f32]) {
+    // The values llama-quantize would read back from the bf16 conversion.
+    for v in data.iter_mut() {
+        *v = quant::fp::bf16_to_f32(quant::fp::f32_to_bf16(*v));
+    }
 }
 
 fn write_tensors(
@@ -487,76 +500,96 @@ fn write_tensors(
     let specs: Vec<TensorSpec> = items.iter().map(|i| i.spec.clone()).collect();
     let mut w = GgufWriter::create(out, m, &specs)?;
     let mut stats = Vec::with_capacity(items.len());
-    for (n, item) in items.iter().enumerate() {
-        let (t, s) = (item.t, &item.spec);
-        // Overlap reading the next tensor from disk with converting this one.
-        if let Some(h) = items
-            .get(n + 1)
-            .and_then(|next| ctx.hf.get(next.t.rows_from.as_deref().unwrap_or(&next.t.source)))
-        {
-            ctx.hf.prefetch(h);
-        }
-        if let Some(p) = &copts.progress {
-            p(n, items.len(), &t.name);
-        }
-        if let Some((raw_ty, make_raw)) = &t.raw {
-            if *raw_ty == s.ty {
-                let bytes = make_raw(&ctx.hf)?;
-                w.write_tensor(&bytes)?;
-                stats.push(TensorStat {
-                    name: t.name.clone(),
-                    ty: s.ty,
-                    ne: s.shape.clone(),
-                    bytes: bytes.len() as u64,
-                    rmse: None,
-                });
-                continue;
-            }
-        }
-        if let (Some(src), None, true) = (&t.rows_from, &t.raw, t.shape.len() <= 2) {
-            let stat = stream_rows(ctx, &mut w, item, src, opts, copts)?;
-            stats.push(stat);
-            continue;
-        }
-        let mut data = (t.make)(&ctx.hf)?;
-        if let Some(h) = ctx.hf.get(&t.source) {
-            ctx.hf.release(h);
-        }
-        check_len(ctx, t, &data)?;
-        let source = copts.measure_error.then(|| data.clone());
-        let mut im = None;
-        if let Some(mid) = item.intermediate {
-            if mid == GgmlType::BF16 {
-                // The values llama-quantize would read back from the bf16 conversion.
-                for v in data.iter_mut() {
-                    *v = quant::fp::bf16_to_f32(quant::fp::f32_to_bf16(*v));
-                }
-            } else if let Some((raw_ty, make_raw)) = &t.raw {
-                // Requantized from the stored type, as llama-quantize --allow-requantize does.
-                data = quant::dequantize(*raw_ty, &make_raw(&ctx.hf)?, data.len())
-                    .map_err(|e| QuantizeError::Invalid(format!("tensor `{}`: {e}", t.name)))?;
-            }
-            if s.ty != mid {
-                im = opts.imatrix.as_ref().and_then(|m| m.get(&t.name)).map(|v| v.as_slice());
-            }
-        }
-        let bytes = encode(&t.name, &data, &s.shape, s.ty, im)?;
-        let err = match &source {
-            Some(src) => Some(rmse(
-                src,
-                &quant::dequantize(s.ty, &bytes, src.len()).map_err(|e| QuantizeError::Invalid(e.to_string()))?,
-            )),
-            None => None,
+    let (tx, rx) = std::sync::mpsc::sync_channel(2);
+    std::thread::scope(|scope| -> Result<(), ConvertError> {
+        scope.spawn(|| produce(ctx, items, tx));
+        let next = || {
+            rx.recv()
+                .map_err(|_| ctx.invalid("reading the input stopped unexpectedly"))?
         };
-        w.write_tensor(&bytes)?;
-        stats.push(TensorStat {
-            name: t.name.clone(),
-            ty: s.ty,
-            ne: s.shape.clone(),
-            bytes: bytes.len() as u64,
-            rmse: err,
-        });
-    }
+        for (n, item) in items.iter().enumerate() {
+            let (t, s) = (item.t, &item.spec);
+            if let Some(p) = &copts.progress {
+                p(n, items.len(), &t.name);
+            }
+            let im = match item.intermediate {
+                Some(mid) if s.ty != mid => opts.imatrix.as_ref().and_then(|m| m.get(&t.name)).map(|v| v.as_slice()),
+                _ => None,
+            };
+            let (mut sq, mut count, mut total_bytes, mut measured) = (0f64, 0usize, 0u64, false);
+            let mut convert = |data: &[f32], source: Option<&[f32]>, ne: &[u64]| -> Result<Vec<u8>, ConvertError> {
+                let bytes = encode(&t.name, data, ne, s.ty, im)?;
+                if let Some(src) = source {
+                    let back = quant::dequantize(s.ty, &bytes, src.len())
+                        .map_err(|e| QuantizeError::Invalid(e.to_string()))?;
+                    sq += src
+                        .iter()
+                        .zip(&back)
+                        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+                        .sum::<f64>();
+                    count += src.len();
+                    measured = true;
+                }
+                Ok(bytes)
+            };
+            match next()? {
+                Loaded::Raw(bytes) => {
+                    w.write_tensor(&bytes)?;
+                    total_bytes = bytes.len() as u64;
+                }
+                Loaded::Whole(mut data, raw) => {
+                    check_len(ctx, t, &data)?;
+                    let source = copts.measure_error.then(|| data.clone());
+                    if item.intermediate == Some(GgmlType::BF16) {
+                        round_bf16(&mut data);
+                    } else if let (Some((raw_ty, _)), Some(bytes)) = (&t.raw, raw) {
+                        // Requantized from the stored type, as llama-quantize --allow-requantize does.
+                        data = quant::dequantize(*raw_ty, &bytes, data.len())
+                            .map_err(|e| QuantizeError::Invalid(format!("tensor `{}`: {e}", t.name)))?;
+                    }
+                    let bytes = convert(&data, source.as_deref(), &s.shape)?;
+                    w.write_tensor(&bytes)?;
+                    total_bytes = bytes.len() as u64;
+                }
+                Loaded::Slab {
+                    mut r0,
+                    mut r1,
+                    mut data,
+                } => {
+                    let (n_rows, n_per_row, _) = row_split(t);
+                    loop {
+                        let source = copts.measure_error.then(|| data.clone());
+                        if item.intermediate == Some(GgmlType::BF16) {
+                            round_bf16(&mut data);
+                        }
+                        let bytes = convert(&data, source.as_deref(), &[n_per_row as u64, (r1 - r0) as u64])?;
+                        w.write_data(&bytes)?;
+                        total_bytes += bytes.len() as u64;
+                        if r1 >= n_rows {
+                            break;
+                        }
+                        match next()? {
+                            Loaded::Slab { r0: a, r1: b, data: d } => (r0, r1, data) = (a, b, d),
+                            _ => {
+                                return Err(ctx
+                                    .invalid(format!("tensor `{}`: slab stream out of order", t.name))
+                                    .into())
+                            }
+                        }
+                    }
+                }
+            }
+            let rmse = measured.then(|| (sq / count.max(1) as f64).sqrt());
+            stats.push(TensorStat {
+                name: t.name.clone(),
+                ty: s.ty,
+                ne: s.shape.clone(),
+                bytes: total_bytes,
+                rmse,
+            });
+        }
+        Ok(())
+    })?;
     w.finish()?;
     Ok(stats)
 }
