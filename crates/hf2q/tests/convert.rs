@@ -191,3 +191,89 @@ fn bad_input_exits_3_and_writes_nothing() {
         .collect();
     assert!(stray.is_empty(), "{stray:?}");
 }
+
+/// The real all-MiniLM-L6-v2 converted to F16 matches what llama.cpp's converter wrote for it
+/// (`data/minilm_f16_llama_cpp.json`): every tensor's bytes, and every metadata key except the
+/// model-card ones (license, tags, languages, datasets from README.md, not ported yet).
+/// Regression: the pre-tokenizer hash is listed twice in llama.cpp's table; the last entry
+/// (`jina-v2-en`) wins, as in the Python `if` chain.
+#[test]
+fn real_minilm_matches_llama_cpp_conversion() {
+    use gguf::{GgufFile, Value};
+    use sha2::{Digest, Sha256};
+    let models = std::env::var_os("HF2Q_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/hf2q/models"));
+    let dir = models.join("all-MiniLM-L6-v2");
+    assert!(dir.is_dir(), "{} missing: run scripts/fetch-models", dir.display());
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("minilm.f16.gguf");
+    let o = hf2q(&[
+        "convert",
+        dir.to_str().unwrap(),
+        "--quant",
+        "f16",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let expected: serde_json::Value = serde_json::from_str(include_str!("data/minilm_f16_llama_cpp.json")).unwrap();
+    let f = GgufFile::open(&out).unwrap();
+    let et = expected["tensors"].as_array().unwrap();
+    assert_eq!(et.len(), f.tensors().len());
+    for (t, e) in f.tensors().iter().zip(et) {
+        assert_eq!(e[0], t.name.as_str());
+        assert!(e[1].as_str().unwrap().eq_ignore_ascii_case(t.ty.name()), "{}", t.name);
+        assert_eq!(e[2], serde_json::json!(t.shape), "{}", t.name);
+        assert_eq!(
+            e[3].as_str().unwrap(),
+            format!("{:x}", Sha256::digest(f.tensor_data(t))),
+            "{} bytes",
+            t.name
+        );
+    }
+    let json_of = |v: &Value| -> serde_json::Value {
+        match v {
+            Value::Array(a) => serde_json::Value::Array((0..a.len()).map(|i| scalar(&a.get(i).unwrap())).collect()),
+            v => scalar(v),
+        }
+    };
+    for (k, e) in expected["metadata_except_model_card"].as_object().unwrap() {
+        let v = f.metadata().get(k).unwrap_or_else(|| panic!("missing key {k}"));
+        let got = json_of(v);
+        match e.get("length") {
+            Some(len) => {
+                let a = got.as_array().unwrap();
+                assert_eq!(len.as_u64(), Some(a.len() as u64), "{k} length");
+                assert_eq!(
+                    &serde_json::Value::Array(a[..64].to_vec()),
+                    &e["first64"],
+                    "{k} first 64"
+                );
+            }
+            None => assert!(same(e, &got), "{k}: llama.cpp {e}, hf2q {got}"),
+        }
+    }
+    assert_eq!(f.metadata().get_str("tokenizer.ggml.pre"), Some("jina-v2-en"));
+}
+
+fn scalar(v: &gguf::Value) -> serde_json::Value {
+    use gguf::Value;
+    match v {
+        Value::F32(x) => serde_json::json!(f64::from(*x)),
+        Value::F64(x) => serde_json::json!(x),
+        Value::String(s) => serde_json::json!(s),
+        Value::Bool(b) => serde_json::json!(b),
+        v => serde_json::json!(v.as_i128().unwrap() as i64),
+    }
+}
+
+/// JSON equality with f32 values compared after rounding to f32.
+fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    match (a, b) {
+        (serde_json::Value::Number(x), serde_json::Value::Number(y)) => {
+            x.as_f64().map(|v| v as f32) == y.as_f64().map(|v| v as f32)
+        }
+        _ => a == b,
+    }
+}

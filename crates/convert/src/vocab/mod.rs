@@ -58,7 +58,9 @@ pub fn pre_tokenizer(dir: &Path, model_type: &str, notes: &mut VocabNotes) -> St
 /// `tokenizer.ggml.pre` for a check-text hash (see [`pre_tokenizer`]).
 pub fn pre_from_hash(hash: Option<String>, model_type: &str, notes: &mut VocabNotes) -> String {
     if let Some(h) = &hash {
-        if let Some((_, name, _)) = pre_hashes::KNOWN_PRE_TOKENIZERS.iter().find(|(k, _, _)| k == h) {
+        // The Python is a chain of `if chkhsh == …: res = …` (not elif): a hash listed twice
+        // (e.g. bge-small and jina-v2-en share one) takes the last entry.
+        if let Some((_, name, _)) = pre_hashes::KNOWN_PRE_TOKENIZERS.iter().rev().find(|(k, _, _)| k == h) {
             return name.to_string();
         }
     }
