@@ -299,3 +299,183 @@ mod naming_tests {
         );
     }
 }
+
+/// A value of the model card's YAML front matter, as far as the converter uses it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CardValue {
+    Str(String),
+    List(Vec<String>),
+}
+
+fn unquote(s: &str) -> String {
+    let s = s.trim();
+    let s = s
+        .strip_prefix('"')
+        .and_then(|x| x.strip_suffix('"'))
+        .or_else(|| s.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')))
+        .unwrap_or(s);
+    s.to_string()
+}
+
+/// The YAML front matter of `README.md` (metadata.py: `load_model_card`), for the flat keys model
+/// cards use: `key: value`, `key: [a, b]` and block lists (`key:` then `- item` lines). Nested
+/// mappings are skipped.
+pub fn load_model_card(dir: &std::path::Path) -> Vec<(String, CardValue)> {
+    let Ok(text) = std::fs::read_to_string(dir.join("README.md")) else {
+        return Vec::new();
+    };
+    let mut lines = text.lines();
+    if lines.next() != Some("---") {
+        return Vec::new();
+    }
+    let body: Vec<String> = lines
+        .take_while(|l| *l != "---")
+        .map(|l| l.replace('\t', "  "))
+        .collect();
+    let mut out: Vec<(String, CardValue)> = Vec::new();
+    let mut i = 0;
+    while i < body.len() {
+        let line = &body[i];
+        i += 1;
+        if line.trim().is_empty()
+            || line.trim_start().starts_with('#')
+            || line.starts_with(' ')
+            || line.starts_with('-')
+        {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let (key, value) = (key.trim().to_string(), value.trim());
+        if value.is_empty() {
+            let mut items = Vec::new();
+            while i < body.len() {
+                let l = body[i].trim_start();
+                if let Some(item) = l.strip_prefix("- ") {
+                    items.push(unquote(item));
+                    i += 1;
+                } else if l.is_empty() {
+                    i += 1;
+                } else {
+                    break;
+                }
+            }
+            // Indented mappings (not lists) are not used by the converter's card fields here.
+            while i < body.len() && body[i].starts_with(' ') {
+                i += 1;
+            }
+            if !items.is_empty() {
+                out.push((key, CardValue::List(items)));
+            }
+        } else if let Some(inner) = value.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+            out.push((
+                key,
+                CardValue::List(inner.split(',').map(unquote).filter(|s| !s.is_empty()).collect()),
+            ));
+        } else {
+            out.push((key, CardValue::Str(unquote(value))));
+        }
+    }
+    out
+}
+
+/// The `general.*` keys gguf-py's `Metadata.set_gguf_meta_model` writes after the size label:
+/// license, base models, datasets, tags, languages (from the model card).
+pub fn card_metadata(card: &[(String, CardValue)], total_params: i64) -> Vec<(String, gguf::Value)> {
+    use gguf::{Array, Value};
+    let get = |k: &str| card.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+    let list = |v: Option<&CardValue>| -> Vec<String> {
+        match v {
+            Some(CardValue::Str(s)) => vec![s.clone()],
+            Some(CardValue::List(l)) => l.clone(),
+            None => Vec::new(),
+        }
+    };
+    let mut out = Vec::new();
+    match get("license") {
+        Some(CardValue::Str(s)) => out.push(("general.license".to_string(), Value::String(s.clone()))),
+        Some(CardValue::List(l)) => out.push(("general.license".to_string(), Value::String(l.join(",")))),
+        None => {}
+    }
+    for (k, field) in [
+        ("license_name", "general.license.name"),
+        ("license_link", "general.license.link"),
+    ] {
+        if let Some(CardValue::Str(s)) = get(k) {
+            out.push((field.to_string(), Value::String(s.clone())));
+        }
+    }
+    // Base models and datasets: "org/name" ids become name, organization and a Hub URL.
+    let entries = |ids: Vec<String>| -> Vec<Vec<(&'static str, String)>> {
+        ids.into_iter()
+            .map(|id| {
+                let mut e = Vec::new();
+                if id.starts_with("http://") || id.starts_with("https://") || id.starts_with("ssh://") {
+                    e.push(("repo_url", id));
+                    return e;
+                }
+                let (full, org, _, _, version, _) = model_id_components(&id, total_params);
+                if let Some(f) = &full {
+                    e.push(("name", id_to_title(f)));
+                }
+                if let Some(o) = &org {
+                    e.push(("organization", id_to_title(o)));
+                }
+                if let Some(v) = version {
+                    e.push(("version", v));
+                }
+                if let (Some(o), Some(f)) = (org, full) {
+                    // (sic: the converter writes the model URL form for datasets too)
+                    e.push(("repo_url", format!("https://huggingface.co/{o}/{f}")));
+                }
+                e
+            })
+            .collect()
+    };
+    let order = [
+        "name",
+        "author",
+        "version",
+        "organization",
+        "description",
+        "url",
+        "doi",
+        "uuid",
+        "repo_url",
+    ];
+    for (kind, keys) in [
+        ("base_model", ["base_model", "base_models", "base_model_sources"]),
+        ("dataset", ["datasets", "dataset", "dataset_sources"]),
+    ] {
+        let Some(v) = keys.iter().find_map(|k| get(k)) else {
+            continue;
+        };
+        let es = entries(list(Some(v)));
+        out.push((format!("general.{kind}.count"), Value::U32(es.len() as u32)));
+        for (i, e) in es.iter().enumerate() {
+            for field in order {
+                if let Some((_, val)) = e.iter().find(|(f, _)| *f == field) {
+                    out.push((format!("general.{kind}.{i}.{field}"), Value::String(val.clone())));
+                }
+            }
+        }
+    }
+    let mut tags = list(get("tags"));
+    tags.extend(list(get("pipeline_tag")));
+    if get("tags").is_some() || get("pipeline_tag").is_some() {
+        out.push((
+            "general.tags".to_string(),
+            Value::Array(Array::String(tags.iter().collect())),
+        ));
+    }
+    let mut langs = list(get("languages"));
+    langs.extend(list(get("language")));
+    if get("languages").is_some() || get("language").is_some() {
+        out.push((
+            "general.languages".to_string(),
+            Value::Array(Array::String(langs.iter().collect())),
+        ));
+    }
+    out
+}

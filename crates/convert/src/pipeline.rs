@@ -145,7 +145,12 @@ fn metadata(
         .get("_name_or_path")
         .and_then(|v| v.as_str())
         .map(String::from);
-    let naming = meta::naming(&arch::dir_name(&ctx.dir), name_or_path.as_deref(), total as i64);
+    let card = meta::load_model_card(&ctx.dir);
+    let mut naming = meta::naming(&arch::dir_name(&ctx.dir), name_or_path.as_deref(), total as i64);
+    // The model card's own name fields come first (metadata.py: apply_metadata_heuristic).
+    if let Some((_, meta::CardValue::Str(n))) = card.iter().find(|(k, _)| k == "name" || k == "model_name") {
+        naming.name = Some(n.clone());
+    }
     let size_label = naming
         .size_label
         .clone()
@@ -163,6 +168,9 @@ fn metadata(
         if let Some(v) = v {
             m.insert(k, Value::String(v));
         }
+    }
+    for (k, v) in meta::card_metadata(&card, total as i64) {
+        m.insert(k, v);
     }
     family.set_parameters(ctx, &mut m, file_type)?;
     m.insert(

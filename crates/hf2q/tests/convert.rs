@@ -192,9 +192,9 @@ fn bad_input_exits_3_and_writes_nothing() {
     assert!(stray.is_empty(), "{stray:?}");
 }
 
-/// The real all-MiniLM-L6-v2 converted to F16 matches what llama.cpp's converter wrote for it
-/// (`data/minilm_f16_llama_cpp.json`): every tensor's bytes, and every metadata key except the
-/// model-card ones (license, tags, languages, datasets from README.md, not ported yet).
+/// The real all-MiniLM-L6-v2 converted to F16 is byte-identical to what llama.cpp's converter wrote
+/// for it (`data/minilm_f16_llama_cpp.json`: the file's SHA-256, plus per-tensor and per-key
+/// expectations that say where a difference is), model-card metadata from README.md included.
 /// Regression: the pre-tokenizer hash is listed twice in llama.cpp's table; the last entry
 /// (`jina-v2-en`) wins, as in the Python `if` chain.
 #[test]
@@ -255,6 +255,13 @@ fn real_minilm_matches_llama_cpp_conversion() {
         }
     }
     assert_eq!(f.metadata().get_str("tokenizer.ggml.pre"), Some("jina-v2-en"));
+    assert_eq!(f.metadata().get_str("general.license"), Some("apache-2.0"));
+    let file = std::fs::read(&out).unwrap();
+    assert_eq!(
+        format!("{:x}", Sha256::digest(&file)),
+        expected["file_sha256"].as_str().unwrap(),
+        "whole file"
+    );
 }
 
 fn scalar(v: &gguf::Value) -> serde_json::Value {
