@@ -415,8 +415,14 @@ enum Loaded {
     Raw(Vec<u8>),
     /// The whole tensor's f32 values, plus its stored bytes when it is requantized from a fixed type.
     Whole(Vec<f32>, Option<Vec<u8>>),
-    /// Rows `[r0, r1)` of an unmodified checkpoint tensor.
-    Slab { r0: usize, r1: usize, data: Vec<f32> },
+    /// Rows `[r0, r1)` of an unmodified checkpoint tensor; `bf16_exact` when the checkpoint stores
+    /// it in BF16 (its values then survive the bf16 conversion unchanged).
+    Slab {
+        r0: usize,
+        r1: usize,
+        data: Vec<f32>,
+        bf16_exact: bool,
+    },
 }
 
 fn streamable(item: &Item) -> bool {
@@ -459,7 +465,16 @@ fn produce(ctx: &Ctx, items: &[Item], tx: std::sync::mpsc::SyncSender<Result<Loa
                     let r1 = (r0 + slab_rows).min(n_rows);
                     let data = ctx.hf.f32_range(h, r0 * n_per_row, r1 * n_per_row)?;
                     ctx.hf.release_elements(h, r0 * n_per_row, r1 * n_per_row);
-                    if tx.send(Ok(Loaded::Slab { r0, r1, data })).is_err() {
+                    let bf16_exact = h.dtype == safetensors::Dtype::BF16;
+                    if tx
+                        .send(Ok(Loaded::Slab {
+                            r0,
+                            r1,
+                            data,
+                            bf16_exact,
+                        }))
+                        .is_err()
+                    {
                         return Ok(false);
                     }
                     r0 = r1;
@@ -563,11 +578,12 @@ fn write_tensors(
                     mut r0,
                     mut r1,
                     mut data,
+                    bf16_exact,
                 } => {
                     let (n_rows, n_per_row, _) = row_split(t);
                     loop {
                         let source = copts.measure_error.then(|| data.clone());
-                        if item.intermediate == Some(GgmlType::BF16) {
+                        if item.intermediate == Some(GgmlType::BF16) && !bf16_exact {
                             round_bf16(&mut data);
                         }
                         let bytes = convert(&data, source.as_deref(), &[n_per_row as u64, (r1 - r0) as u64])?;
@@ -577,7 +593,9 @@ fn write_tensors(
                             break;
                         }
                         match next()? {
-                            Loaded::Slab { r0: a, r1: b, data: d } => (r0, r1, data) = (a, b, d),
+                            Loaded::Slab {
+                                r0: a, r1: b, data: d, ..
+                            } => (r0, r1, data) = (a, b, d),
                             _ => {
                                 return Err(ctx
                                     .invalid(format!("tensor `{}`: slab stream out of order", t.name))
