@@ -66,3 +66,13 @@ impl From<convert::hf::HfError> for CliError {
 }
 
 pub type CliResult<T = ()> = Result<T, CliError>;
+
+impl From<engine::EngineError> for CliError {
+    fn from(e: engine::EngineError) -> Self {
+        if e.is_input() {
+            CliError::input(e.to_string())
+        } else {
+            CliError::runtime(e.to_string())
+        }
+    }
+}

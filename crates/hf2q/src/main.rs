@@ -48,6 +48,12 @@ enum Command {
     Quantize(cmd::quantize::QuantizeArgs),
     /// Report CPU features, memory, NVIDIA GPUs, cache directory and free disk.
     Doctor(cmd::doctor::DoctorArgs),
+    /// Generate text from a GGUF model (streaming to stdout).
+    Generate(cmd::generate::GenerateArgs),
+    /// Measure prompt-processing and generation speed (llama-bench style).
+    Bench(cmd::bench::BenchArgs),
+    /// Perplexity of a text file (llama-perplexity style).
+    Perplexity(cmd::perplexity::PerplexityArgs),
     /// Print a shell completion script.
     Completions {
         /// Shell to generate completions for.
@@ -83,6 +89,9 @@ fn run(cli: Cli) -> CliResult {
         Command::Convert(args) => cmd::convert::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Generate(args) => cmd::generate::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+        Command::Perplexity(args) => cmd::perplexity::run(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "hf2q", &mut std::io::stdout());
             Ok(())

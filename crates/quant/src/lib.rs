@@ -13,6 +13,7 @@
 
 pub mod fp;
 
+pub mod dot;
 pub mod float;
 pub mod fp4;
 pub mod iq4;

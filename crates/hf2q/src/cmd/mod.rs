@@ -1,8 +1,12 @@
+pub mod bench;
 pub mod convert;
 pub mod doctor;
+pub mod generate;
 pub mod info;
 pub mod patch;
+pub mod perplexity;
 pub mod quantize;
+pub mod runtime;
 
 /// Human-readable byte count (binary units, as llama.cpp prints sizes).
 pub fn human_bytes(n: u64) -> String {

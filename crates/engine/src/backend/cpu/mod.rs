@@ -1,0 +1,413 @@
+//! The CPU backend: weights stay in the memory-mapped GGUF, activations are f32 matrices, the KV
+//! cache is f16 (or Q8_0). Matrix products convert activations to the weight type's dot type and
+//! run the `quant::dot` kernels over row tiles on a persistent rayon pool (one per backend).
+
+mod attn;
+mod rope;
+
+use super::{AttnArgs, Backend, KvType, Rope, WeightSource};
+use crate::{EngineError, Result};
+use gguf::GgmlType;
+use quant::dot::{self, Kernel, KernelPath, MAX_COLS};
+use rayon::prelude::*;
+use std::sync::{Arc, Mutex};
+
+pub struct Cpu {
+    pool: rayon::ThreadPool,
+    threads: usize,
+    path: KernelPath,
+    /// Activation scratch of matmul (converted rows), reused across calls.
+    scratch: Mutex<Vec<u8>>,
+}
+
+impl Cpu {
+    /// A backend with `threads` workers (0 = one per core).
+    pub fn new(threads: usize) -> Result<Cpu> {
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("hf2q-cpu-{i}"))
+            .build()
+            .map_err(|e| EngineError::Backend(format!("cannot start {threads} CPU threads: {e}")))?;
+        Ok(Cpu {
+            pool,
+            threads,
+            path: KernelPath::detect(),
+            scratch: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    pub fn kernel_path(&self) -> KernelPath {
+        self.path
+    }
+}
+
+pub struct CpuWeight {
+    _owner: Arc<gguf::GgufModel>,
+    ptr: *const u8,
+    len: usize,
+    ty: GgmlType,
+    shape: Vec<u64>,
+    kernel: Option<Kernel>,
+    /// 1-D tensors (norms, biases, rope factors) decoded to f32 once.
+    f32s: Option<Vec<f32>>,
+}
+
+// SAFETY: `ptr` points into the read-only memory map kept alive by `_owner`; nothing writes it.
+unsafe impl Send for CpuWeight {}
+unsafe impl Sync for CpuWeight {}
+
+impl CpuWeight {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: see the Send/Sync note; `len` was taken from the slice this came from.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    fn row_len(&self) -> usize {
+        self.shape[0] as usize
+    }
+    fn n_rows(&self) -> usize {
+        self.shape.iter().skip(1).product::<u64>() as usize
+    }
+    fn row_bytes(&self) -> usize {
+        self.ty.row_bytes(self.shape[0]).unwrap_or(0) as usize
+    }
+    fn vector(&self) -> &[f32] {
+        self.f32s.as_deref().expect("1-D weight decoded at load")
+    }
+}
+
+pub struct CpuBuf {
+    data: Vec<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+impl CpuBuf {
+    fn set_shape(&mut self, rows: usize, cols: usize) {
+        assert!(
+            rows * cols <= self.data.len(),
+            "buffer of {} values cannot hold {rows}x{cols}",
+            self.data.len()
+        );
+        self.rows = rows;
+        self.cols = cols;
+    }
+    fn view(&self) -> &[f32] {
+        &self.data[..self.rows * self.cols]
+    }
+    fn view_mut(&mut self) -> &mut [f32] {
+        &mut self.data[..self.rows * self.cols]
+    }
+    pub fn row(&self, r: usize) -> &[f32] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+pub struct CpuKv {
+    ty: KvType,
+    n_ctx: usize,
+    kv_dim: usize,
+    row_bytes: usize,
+    k: Vec<Vec<u8>>,
+    v: Vec<Vec<u8>>,
+}
+
+/// A raw pointer for disjoint parallel writes.
+#[derive(Clone, Copy)]
+struct SyncPtr(*mut f32);
+unsafe impl Send for SyncPtr {}
+unsafe impl Sync for SyncPtr {}
+
+impl Backend for Cpu {
+    type Weight = CpuWeight;
+    type Buf = CpuBuf;
+    type Kv = CpuKv;
+
+    fn name(&self) -> String {
+        format!("cpu ({}, {} threads)", self.path.name(), self.threads)
+    }
+
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
+    fn load_weight(&self, src: WeightSource<'_>) -> Result<CpuWeight> {
+        let bad = |why: String| EngineError::Model(format!("tensor {}: {why}", src.name));
+        let expect = src
+            .ty
+            .row_bytes(src.shape.first().copied().unwrap_or(1))
+            .and_then(|r| src.shape.iter().skip(1).try_fold(r, |a, &d| a.checked_mul(d)));
+        if expect != Some(src.data.len() as u64) {
+            return Err(bad(format!(
+                "{} bytes of data for shape {:?} of {}",
+                src.data.len(),
+                src.shape,
+                src.ty.name()
+            )));
+        }
+        let one_d = src.shape.iter().skip(1).all(|&d| d == 1);
+        let f32s = if one_d {
+            let codec = quant::codec(src.ty).ok_or_else(|| bad(format!("cannot decode type {}", src.ty.name())))?;
+            let mut v = vec![0f32; src.shape[0] as usize];
+            (codec.dequantize)(src.data, &mut v);
+            Some(v)
+        } else {
+            None
+        };
+        let kernel = dot::kernel(src.ty, self.path);
+        Ok(CpuWeight {
+            ptr: src.data.as_ptr(),
+            len: src.data.len(),
+            _owner: src.owner,
+            ty: src.ty,
+            shape: src.shape.to_vec(),
+            kernel,
+            f32s,
+        })
+    }
+
+    fn weight_type(&self, w: &CpuWeight) -> GgmlType {
+        w.ty
+    }
+
+    fn weight_shape<'a>(&self, w: &'a CpuWeight) -> &'a [u64] {
+        &w.shape
+    }
+
+    fn alloc(&self, rows: usize, cols: usize) -> CpuBuf {
+        CpuBuf {
+            data: vec![0.0; rows * cols],
+            rows,
+            cols,
+        }
+    }
+
+    fn shape(&self, b: &CpuBuf) -> (usize, usize) {
+        (b.rows, b.cols)
+    }
+
+    fn alloc_kv(&self, n_layer: usize, n_ctx: usize, kv_dim: usize, ty: KvType) -> Result<CpuKv> {
+        let row_bytes = match ty {
+            KvType::F16 => 2 * kv_dim,
+            KvType::Q8_0 => {
+                if kv_dim % 32 != 0 {
+                    return Err(EngineError::Config(format!(
+                        "a Q8_0 KV cache needs rows of 32k values, not {kv_dim}"
+                    )));
+                }
+                kv_dim / 32 * 34
+            }
+        };
+        let bytes = n_ctx
+            .checked_mul(row_bytes)
+            .ok_or_else(|| EngineError::Config(format!("KV cache of {n_ctx} positions overflows")))?;
+        let layer = || vec![0u8; bytes];
+        Ok(CpuKv {
+            ty,
+            n_ctx,
+            kv_dim,
+            row_bytes,
+            k: (0..n_layer).map(|_| layer()).collect(),
+            v: (0..n_layer).map(|_| layer()).collect(),
+        })
+    }
+
+    fn kv_capacity(&self, kv: &CpuKv) -> usize {
+        kv.n_ctx
+    }
+
+    fn get_rows(&self, table: &CpuWeight, ids: &[u32], out: &mut CpuBuf) -> Result<()> {
+        let (n, rows) = (table.row_len(), table.n_rows());
+        let codec = quant::codec(table.ty)
+            .ok_or_else(|| EngineError::Model(format!("cannot decode embedding type {}", table.ty.name())))?;
+        out.set_shape(ids.len(), n);
+        let rb = table.row_bytes();
+        for (i, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            if id >= rows {
+                return Err(EngineError::Input(format!(
+                    "token id {id} is outside the vocabulary of {rows} tokens"
+                )));
+            }
+            (codec.dequantize)(
+                &table.bytes()[id * rb..(id + 1) * rb],
+                &mut out.data[i * n..(i + 1) * n],
+            );
+        }
+        Ok(())
+    }
+
+    fn select_rows(&self, x: &CpuBuf, rows: &[usize], out: &mut CpuBuf) {
+        out.set_shape(rows.len(), x.cols);
+        for (i, &r) in rows.iter().enumerate() {
+            out.data[i * x.cols..(i + 1) * x.cols].copy_from_slice(x.row(r));
+        }
+    }
+
+    // ggml-cpu/ops.cpp ggml_compute_forward_rms_norm_f32: sum of squares in double, scale in f32
+    fn rms_norm(&self, x: &CpuBuf, w: &CpuWeight, eps: f32, out: &mut CpuBuf) {
+        let n = x.cols;
+        out.set_shape(x.rows, n);
+        let wv = w.vector();
+        let body = |(xr, yr): (&[f32], &mut [f32])| {
+            let sum: f64 = xr.iter().map(|&v| (v * v) as f64).sum();
+            let mean = (sum / n as f64) as f32;
+            let scale = 1.0 / (mean + eps).sqrt();
+            for ((y, &v), &g) in yr.iter_mut().zip(xr).zip(wv) {
+                *y = (v * scale) * g;
+            }
+        };
+        if x.rows > 1 {
+            x.view()
+                .par_chunks(n)
+                .zip(out.view_mut().par_chunks_mut(n))
+                .for_each(body);
+        } else {
+            x.view().chunks(n).zip(out.view_mut().chunks_mut(n)).for_each(body);
+        }
+    }
+
+    fn head_rms_norm(&self, x: &mut CpuBuf, w: &CpuWeight, head_dim: usize, eps: f32) {
+        let wv = w.vector();
+        for h in x.view_mut().chunks_mut(head_dim) {
+            let sum: f64 = h.iter().map(|&v| (v * v) as f64).sum();
+            let scale = 1.0 / ((sum / head_dim as f64) as f32 + eps).sqrt();
+            for (v, &g) in h.iter_mut().zip(wv) {
+                *v = (*v * scale) * g;
+            }
+        }
+    }
+
+    fn matmul(&self, w: &CpuWeight, x: &CpuBuf, out: &mut CpuBuf) {
+        let (t, n) = (x.rows, x.cols);
+        let m = w.n_rows();
+        assert_eq!(
+            n,
+            w.row_len(),
+            "matmul: activations of {n} columns by weight rows of {}",
+            w.row_len()
+        );
+        let k = w.kernel.expect("weight type checked at model load");
+        out.set_shape(t, m);
+        let abytes = dot::act_row_bytes(k.act, n);
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        scratch.resize(t * abytes, 0);
+        if t > 1 {
+            scratch
+                .par_chunks_mut(abytes)
+                .zip(x.view().par_chunks(n))
+                .for_each(|(d, s)| dot::quantize_act(k.act, s, d));
+        } else {
+            dot::quantize_act(k.act, x.view(), &mut scratch[..abytes]);
+        }
+        let acts: &[u8] = &scratch;
+        let wb = w.bytes();
+        let rb = w.row_bytes();
+        let outp = SyncPtr(out.data.as_mut_ptr());
+        // Row tiles: small enough to keep a tile of weight rows in L1/L2 while all token groups
+        // stream past it, many enough that every thread gets several.
+        let tile = if t == 1 {
+            m.div_ceil(self.threads * 8).clamp(8, 256)
+        } else {
+            16
+        };
+        let n_tiles = m.div_ceil(tile);
+        (0..n_tiles).into_par_iter().for_each(|ti| {
+            let outp = outp;
+            let r0 = ti * tile;
+            let r1 = (r0 + tile).min(m);
+            let mut res = [0f32; MAX_COLS];
+            let mut cols: [&[u8]; MAX_COLS] = [&[]; MAX_COLS];
+            for t0 in (0..t).step_by(MAX_COLS) {
+                let c = (t - t0).min(MAX_COLS);
+                for (j, col) in cols.iter_mut().enumerate().take(c) {
+                    *col = &acts[(t0 + j) * abytes..(t0 + j + 1) * abytes];
+                }
+                for r in r0..r1 {
+                    (k.dot)(w.ty, n, &wb[r * rb..(r + 1) * rb], &cols[..c], &mut res[..c]);
+                    for (j, &v) in res[..c].iter().enumerate() {
+                        // SAFETY: (t0 + j, r) is written by this tile only; within bounds t×m.
+                        unsafe { *outp.0.add((t0 + j) * m + r) = v };
+                    }
+                }
+            }
+        });
+    }
+
+    fn add_bias(&self, x: &mut CpuBuf, b: &CpuWeight) {
+        let bv = b.vector();
+        let n = x.cols;
+        for r in x.view_mut().chunks_mut(n) {
+            for (v, &c) in r.iter_mut().zip(bv) {
+                *v += c;
+            }
+        }
+    }
+
+    fn rope(&self, x: &mut CpuBuf, head_dim: usize, positions: &[usize], rope: &Rope) {
+        let cols = x.cols;
+        assert_eq!(positions.len(), x.rows);
+        let body = |(i, row): (usize, &mut [f32])| {
+            let cache = rope::cache(rope, positions[i] as f32);
+            for h in row.chunks_mut(head_dim) {
+                rope::rotate(h, &cache, rope);
+            }
+        };
+        if x.rows > 1 {
+            x.view_mut().par_chunks_mut(cols).enumerate().for_each(body);
+        } else {
+            x.view_mut().chunks_mut(cols).enumerate().for_each(body);
+        }
+    }
+
+    fn store_kv(&self, kv: &mut CpuKv, layer: usize, pos0: usize, k: &CpuBuf, v: &CpuBuf, row0: usize, rows: usize) {
+        assert!(
+            pos0 + rows <= kv.n_ctx,
+            "KV cache of {} positions cannot hold {}",
+            kv.n_ctx,
+            pos0 + rows
+        );
+        let rb = kv.row_bytes;
+        let act = match kv.ty {
+            KvType::F16 => GgmlType::F16,
+            KvType::Q8_0 => GgmlType::Q8_0,
+        };
+        for (src, dst) in [(k, &mut kv.k[layer]), (v, &mut kv.v[layer])] {
+            assert_eq!(src.cols, kv.kv_dim);
+            for i in 0..rows {
+                let p = pos0 + i;
+                dot::quantize_act(act, src.row(row0 + i), &mut dst[p * rb..(p + 1) * rb]);
+            }
+        }
+    }
+
+    fn attention(&self, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
+        attn::attention(self, q, kv, a, out)
+    }
+
+    fn swiglu(&self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) {
+        out.set_shape(gate.rows, gate.cols);
+        for ((o, &g), &u) in out.view_mut().iter_mut().zip(gate.view()).zip(up.view()) {
+            *o = g / (1.0 + (-g).exp()) * u;
+        }
+    }
+
+    fn add(&self, x: &mut CpuBuf, y: &CpuBuf) {
+        assert_eq!((x.rows, x.cols), (y.rows, y.cols));
+        for (a, &b) in x.view_mut().iter_mut().zip(y.view()) {
+            *a += b;
+        }
+    }
+
+    fn read(&self, x: &CpuBuf) -> Vec<f32> {
+        x.view().to_vec()
+    }
+}

@@ -1,0 +1,131 @@
+//! The seam between model graphs and the hardware. A graph (see `crate::model`) is written once
+//! against [`Backend`]: it never names a quant type or a device. Weights, activations and KV caches
+//! are backend-owned values (`Weight`, `Buf`, `Kv`); a whole forward step runs on them without
+//! host round trips, and only [`Backend::read`] copies results (logits, embeddings) to the host.
+
+pub mod cpu;
+
+use gguf::GgmlType;
+
+/// Where a weight tensor's bytes come from (a GGUF tensor, usually memory-mapped).
+pub struct WeightSource<'a> {
+    pub name: &'a str,
+    pub ty: GgmlType,
+    /// ggml order: row length first.
+    pub shape: &'a [u64],
+    pub data: &'a [u8],
+    /// Keeps `data` alive for as long as the backend references it.
+    pub owner: std::sync::Arc<gguf::GgufModel>,
+}
+
+/// Rotary position embedding parameters (ggml_rope_ext's arguments).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rope {
+    /// Rotated dimensions per head (the rest pass through).
+    pub n_dims: usize,
+    /// NeoX style rotates (i, i + n_dims/2); normal style rotates adjacent pairs.
+    pub neox: bool,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    /// YaRN extrapolation mix (0 = off).
+    pub ext_factor: f32,
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    pub n_ctx_orig: usize,
+    /// Per-pair frequency divisors (`rope_freqs.weight`, Llama-3 scaling).
+    pub freq_factors: Option<Vec<f32>>,
+}
+
+/// Element type of the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum KvType {
+    #[default]
+    F16,
+    Q8_0,
+}
+
+impl KvType {
+    pub fn parse(s: &str) -> Option<KvType> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Some(KvType::F16),
+            "q8_0" => Some(KvType::Q8_0),
+            _ => None,
+        }
+    }
+}
+
+/// Attention over one sequence's cache for a run of query rows.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnArgs {
+    pub layer: usize,
+    /// First query row of this sequence in the batch and how many rows it has.
+    pub row0: usize,
+    pub rows: usize,
+    /// Position of the first query row; rows are consecutive positions.
+    pub pos0: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    /// Sliding window: a query at position p sees keys in (p - window, p].
+    pub window: Option<usize>,
+    /// Non-causal (encoder) attention over `pos0 + rows` keys.
+    pub causal: bool,
+}
+
+/// The op set every backend provides. Buffers are row-major matrices of f32 with a logical shape
+/// (rows, cols) that ops set on their outputs; capacity is fixed at allocation.
+pub trait Backend: Send + Sync + 'static {
+    type Weight: Send + Sync;
+    type Buf: Send;
+    type Kv: Send;
+
+    fn name(&self) -> String;
+    /// Run `f` (a forward step) on this backend's workers.
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R;
+
+    fn load_weight(&self, src: WeightSource<'_>) -> crate::Result<Self::Weight>;
+    fn weight_type(&self, w: &Self::Weight) -> GgmlType;
+    /// ggml order: row length first.
+    fn weight_shape<'a>(&self, w: &'a Self::Weight) -> &'a [u64];
+
+    fn alloc(&self, rows: usize, cols: usize) -> Self::Buf;
+    fn shape(&self, b: &Self::Buf) -> (usize, usize);
+    fn alloc_kv(&self, n_layer: usize, n_ctx: usize, kv_dim: usize, ty: KvType) -> crate::Result<Self::Kv>;
+    fn kv_capacity(&self, kv: &Self::Kv) -> usize;
+
+    /// Rows of an embedding table (any weight type), one per id.
+    fn get_rows(&self, table: &Self::Weight, ids: &[u32], out: &mut Self::Buf) -> crate::Result<()>;
+    /// Copy rows `rows` of `x` into `out`.
+    fn select_rows(&self, x: &Self::Buf, rows: &[usize], out: &mut Self::Buf);
+    /// `out = x / rms(x) * w` per row (ggml_rms_norm then ggml_mul).
+    fn rms_norm(&self, x: &Self::Buf, w: &Self::Weight, eps: f32, out: &mut Self::Buf);
+    /// The same per head: each row of `x` holds heads of `head_dim` values, normalised in place.
+    fn head_rms_norm(&self, x: &mut Self::Buf, w: &Self::Weight, head_dim: usize, eps: f32);
+    /// `out = x · Wᵀ`: x is (rows, n_in), W holds n_out rows of n_in values, out is (rows, n_out).
+    fn matmul(&self, w: &Self::Weight, x: &Self::Buf, out: &mut Self::Buf);
+    /// Add a bias row to every row.
+    fn add_bias(&self, x: &mut Self::Buf, b: &Self::Weight);
+    /// Rotate every head of every row; row i is at position `positions[i]`.
+    fn rope(&self, x: &mut Self::Buf, head_dim: usize, positions: &[usize], rope: &Rope);
+    /// Write the K and V rows `row0 .. row0 + rows` at positions `pos0 ..` of `layer`.
+    fn store_kv(
+        &self,
+        kv: &mut Self::Kv,
+        layer: usize,
+        pos0: usize,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        row0: usize,
+        rows: usize,
+    );
+    /// Causal softmax attention of the query rows over the cache; writes those rows of `out`.
+    fn attention(&self, q: &Self::Buf, kv: &Self::Kv, args: &AttnArgs, out: &mut Self::Buf);
+    /// `out = silu(gate) * up`.
+    fn swiglu(&self, gate: &Self::Buf, up: &Self::Buf, out: &mut Self::Buf);
+    /// `x += y`.
+    fn add(&self, x: &mut Self::Buf, y: &Self::Buf);
+    /// Copy a buffer to the host.
+    fn read(&self, x: &Self::Buf) -> Vec<f32>;
+}

@@ -1,0 +1,322 @@
+//! Loading a chat/completion model and generating text from it: prompt prefill in batches,
+//! token-by-token decoding through the KV cache, sampling, EOS and stop strings, streaming
+//! UTF-8-safe text pieces to a callback.
+
+use crate::backend::{Backend, KvType};
+use crate::chat::ChatTemplate;
+use crate::model::llama::{Llama, Logits, Scratch, SeqStep};
+use crate::sampler::{Sampler, SamplingParams};
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::{EngineError, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A model with its tokenizer and chat template.
+pub struct LoadedModel<B: Backend> {
+    pub path: PathBuf,
+    pub model: Llama<B>,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+}
+
+impl<B: Backend> LoadedModel<B> {
+    pub fn load(backend: Arc<B>, path: &Path) -> Result<LoadedModel<B>> {
+        let gguf = crate::model::open_gguf(path)?;
+        let model = Llama::load(backend, &gguf, path)?;
+        let meta = gguf.metadata();
+        let tokenizer = Tokenizer::from_gguf(meta)
+            .map_err(|e| EngineError::Model(format!("{}: tokenizer: {e}", path.display())))?;
+        if tokenizer.n_vocab() != model.params.n_vocab {
+            return Err(EngineError::Model(format!(
+                "{}: the tokenizer has {} tokens but the model {}",
+                path.display(),
+                tokenizer.n_vocab(),
+                model.params.n_vocab
+            )));
+        }
+        let template = ChatTemplate::from_gguf(meta, &tokenizer)
+            .map_err(|e| EngineError::Model(format!("{}: chat template: {e}", path.display())))?;
+        Ok(LoadedModel {
+            path: path.to_path_buf(),
+            model,
+            tokenizer,
+            template,
+        })
+    }
+
+    /// Tokenize a prompt given verbatim: BOS per the model's flag, special tokens recognised.
+    pub fn tokenize_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        self.tokenizer
+            .encode(text, true, true)
+            .map_err(|e| EngineError::Input(format!("tokenizing the prompt: {e}")))
+    }
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// An end-of-generation token or a stop string.
+    Stop,
+    /// The token limit.
+    Length,
+    /// The callback asked to stop (a client went away).
+    Cancelled,
+}
+
+#[derive(Clone, Debug)]
+pub struct GenerateParams {
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    /// Tokens per prefill step.
+    pub n_batch: usize,
+}
+
+impl Default for GenerateParams {
+    fn default() -> Self {
+        GenerateParams {
+            max_tokens: 256,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            ignore_eos: false,
+            n_batch: 512,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Generated {
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub finish: Finish,
+    pub prompt_tokens: usize,
+    pub prefill_time: Duration,
+    pub decode_time: Duration,
+}
+
+/// One conversation's state: its KV cache and the tokens already in it.
+pub struct Session<B: Backend> {
+    pub kv: B::Kv,
+    pub tokens: Vec<u32>,
+    scratch: Scratch<B>,
+}
+
+impl<B: Backend> Session<B> {
+    pub fn new(m: &LoadedModel<B>, n_ctx: usize, kv_type: KvType, n_batch: usize) -> Result<Session<B>> {
+        if n_ctx == 0 {
+            return Err(EngineError::Config("the context size must be at least 1".into()));
+        }
+        Ok(Session {
+            kv: m.model.new_kv(n_ctx, kv_type)?,
+            tokens: Vec::new(),
+            scratch: m.model.scratch(n_batch.max(1)),
+        })
+    }
+
+    pub fn n_ctx(&self, m: &LoadedModel<B>) -> usize {
+        m.model.backend().kv_capacity(&self.kv)
+    }
+
+    /// Feed tokens (reusing the common prefix already cached) and return the last logits.
+    pub fn feed(&mut self, m: &LoadedModel<B>, tokens: &[u32], n_batch: usize) -> Result<Vec<f32>> {
+        let n_ctx = self.n_ctx(m);
+        if tokens.len() > n_ctx {
+            return Err(EngineError::ContextFull {
+                need: tokens.len(),
+                n_ctx,
+            });
+        }
+        for &t in tokens {
+            if t as usize >= m.model.params.n_vocab {
+                return Err(EngineError::Input(format!(
+                    "token id {t} is outside the vocabulary of {} tokens",
+                    m.model.params.n_vocab
+                )));
+            }
+        }
+        // Keep the cached prefix; recompute at least the last token to get its logits.
+        let common = self
+            .tokens
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(tokens.len().saturating_sub(1));
+        self.tokens.truncate(common);
+        let mut last = Vec::new();
+        let n_batch = n_batch.max(1).min(self.scratch.rows());
+        for chunk in tokens[common..].chunks(n_batch) {
+            let pos0 = self.tokens.len();
+            let out = m.model.forward(
+                &mut self.scratch,
+                &mut [SeqStep {
+                    kv: &mut self.kv,
+                    tokens: chunk,
+                    pos0,
+                    logits: Logits::Last,
+                }],
+            )?;
+            self.tokens.extend_from_slice(chunk);
+            last = out.into_iter().next().unwrap_or_default();
+        }
+        Ok(last)
+    }
+
+    /// Forget the cached tokens (the cache is overwritten from position 0 on the next feed).
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+    }
+}
+
+/// Generate after `prompt`. `on_text` receives each piece of text as soon as it is complete
+/// UTF-8 and cannot be the start of a stop string; returning `false` cancels.
+pub fn generate<B: Backend>(
+    m: &LoadedModel<B>,
+    session: &mut Session<B>,
+    prompt: &[u32],
+    params: &GenerateParams,
+    mut on_text: impl FnMut(&str) -> bool,
+) -> Result<Generated> {
+    params.sampling.validate().map_err(EngineError::Input)?;
+    if prompt.is_empty() {
+        return Err(EngineError::Input("the prompt is empty".into()));
+    }
+    let n_ctx = session.n_ctx(m);
+    if prompt.len() >= n_ctx {
+        return Err(EngineError::ContextFull {
+            need: prompt.len() + 1,
+            n_ctx,
+        });
+    }
+    let mut sampler = Sampler::new(params.sampling.clone());
+    for &t in prompt {
+        sampler.accept(t);
+    }
+    let t0 = Instant::now();
+    let mut logits = session.feed(m, prompt, params.n_batch)?;
+    let prefill_time = t0.elapsed();
+    let t1 = Instant::now();
+    let mut out = Vec::new();
+    let mut dec = StreamDecoder::new(false);
+    let mut text = String::new();
+    let mut emitted = 0usize;
+    let mut finish = Finish::Length;
+    let max_hold = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
+    while out.len() < params.max_tokens {
+        let tok = sampler.sample(&mut logits);
+        if !params.ignore_eos && m.tokenizer.is_eog(tok) {
+            finish = Finish::Stop;
+            break;
+        }
+        out.push(tok);
+        sampler.accept(tok);
+        text.push_str(&dec.push(&m.tokenizer, tok));
+        if let Some(at) = params
+            .stop
+            .iter()
+            .filter_map(|s| text[emitted.min(text.len())..].find(s.as_str()).map(|i| i + emitted))
+            .min()
+        {
+            text.truncate(at);
+            if at > emitted && !on_text(&text[emitted..]) {
+                return Ok(done(
+                    out,
+                    text,
+                    Finish::Cancelled,
+                    prompt.len(),
+                    prefill_time,
+                    t1.elapsed(),
+                ));
+            }
+            emitted = text.len();
+            finish = Finish::Stop;
+            break;
+        }
+        // Emit everything that cannot be the beginning of a stop string.
+        let safe = safe_prefix(&text, emitted, max_hold, &params.stop);
+        if safe > emitted {
+            if !on_text(&text[emitted..safe]) {
+                return Ok(done(
+                    out,
+                    text,
+                    Finish::Cancelled,
+                    prompt.len(),
+                    prefill_time,
+                    t1.elapsed(),
+                ));
+            }
+            emitted = safe;
+        }
+        if out.len() >= params.max_tokens {
+            break;
+        }
+        if session.tokens.len() + 1 > n_ctx {
+            break;
+        }
+        let pos0 = session.tokens.len();
+        let l = m.model.forward(
+            &mut session.scratch,
+            &mut [SeqStep {
+                kv: &mut session.kv,
+                tokens: &[tok],
+                pos0,
+                logits: Logits::Last,
+            }],
+        )?;
+        session.tokens.push(tok);
+        logits = l.into_iter().next().unwrap_or_default();
+    }
+    if finish != Finish::Stop {
+        text.push_str(&dec.finish());
+    }
+    if text.len() > emitted && !on_text(&text[emitted..]) {
+        finish = Finish::Cancelled;
+    }
+    Ok(done(out, text, finish, prompt.len(), prefill_time, t1.elapsed()))
+}
+
+fn done(tokens: Vec<u32>, text: String, finish: Finish, prompt_tokens: usize, p: Duration, d: Duration) -> Generated {
+    Generated {
+        tokens,
+        text,
+        finish,
+        prompt_tokens,
+        prefill_time: p,
+        decode_time: d,
+    }
+}
+
+/// The end of the text that can be emitted: everything except a tail that is a proper prefix of
+/// some stop string (at a char boundary).
+fn safe_prefix(text: &str, emitted: usize, max_hold: usize, stops: &[String]) -> usize {
+    if stops.is_empty() {
+        return text.len();
+    }
+    let lo = text.len().saturating_sub(max_hold).max(emitted);
+    for start in lo..text.len() {
+        if !text.is_char_boundary(start) {
+            continue;
+        }
+        let tail = &text[start..];
+        if stops.iter().any(|s| s.starts_with(tail)) {
+            return start;
+        }
+    }
+    text.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_prefix;
+
+    #[test]
+    fn holds_back_a_possible_stop_string_start() {
+        let stops = vec!["</end>".to_string()];
+        assert_eq!(safe_prefix("hello </e", 0, 6, &stops), 6);
+        assert_eq!(safe_prefix("hello", 0, 6, &stops), 5);
+        assert_eq!(safe_prefix("a<", 0, 6, &stops), 1);
+        assert_eq!(safe_prefix("abc", 0, 0, &[]), 3);
+    }
+}

@@ -1,0 +1,236 @@
+//! Model graphs, one file per architecture family, and the table that maps a GGUF
+//! `general.architecture` to its graph.
+
+pub mod llama;
+
+use crate::backend::{Backend, KvType, Rope, WeightSource};
+use crate::{EngineError, Result};
+use gguf::{GgufModel, Metadata};
+use std::path::Path;
+use std::sync::Arc;
+
+/// What a graph needs from the GGUF metadata of a decoder-only model.
+#[derive(Clone, Debug)]
+pub struct DecoderParams {
+    pub arch: String,
+    pub n_vocab: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub n_ff: usize,
+    pub eps: f32,
+    pub n_ctx_train: usize,
+    pub rope: Rope,
+}
+
+/// One row of the architecture table: the GGUF arch string and how its graph wants its rope.
+pub struct Arch {
+    pub name: &'static str,
+    /// NeoX-style rotation (rotates i with i + n_rot/2) instead of adjacent pairs.
+    pub rope_neox: bool,
+}
+
+/// Architectures the engine runs (llama.cpp's `llama_model_rope_type` gives the rope style).
+pub const ARCHITECTURES: &[Arch] = &[
+    Arch {
+        name: "llama",
+        rope_neox: false,
+    },
+    Arch {
+        name: "qwen2",
+        rope_neox: true,
+    },
+    Arch {
+        name: "qwen3",
+        rope_neox: true,
+    },
+];
+
+pub fn arch(name: &str) -> Option<&'static Arch> {
+    ARCHITECTURES.iter().find(|a| a.name == name)
+}
+
+struct Keys<'a> {
+    meta: &'a Metadata,
+    arch: &'a str,
+    path: &'a Path,
+}
+
+impl Keys<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+    fn u(&self, k: &str) -> Result<usize> {
+        let key = self.key(k);
+        self.meta
+            .get_u64(&key)
+            .map(|v| v as usize)
+            .ok_or_else(|| self.missing(&key))
+    }
+    fn u_or(&self, k: &str, d: usize) -> usize {
+        self.meta.get_u64(&self.key(k)).map_or(d, |v| v as usize)
+    }
+    fn f_or(&self, k: &str, d: f32) -> f32 {
+        self.meta.get_f64(&self.key(k)).map_or(d, |v| v as f32)
+    }
+    fn missing(&self, key: &str) -> EngineError {
+        EngineError::Model(format!(
+            "{}: metadata key {key} is missing or not an integer",
+            self.path.display()
+        ))
+    }
+}
+
+impl DecoderParams {
+    pub fn from_metadata(meta: &Metadata, path: &Path) -> Result<DecoderParams> {
+        let arch_name = meta
+            .architecture()
+            .ok_or_else(|| EngineError::Model(format!("{}: general.architecture is missing", path.display())))?;
+        let a = arch(arch_name).ok_or_else(|| {
+            let known: Vec<_> = ARCHITECTURES.iter().map(|a| a.name).collect();
+            EngineError::Unsupported(format!(
+                "{}: architecture {arch_name:?} is not supported by the engine yet (supported: {})",
+                path.display(),
+                known.join(", ")
+            ))
+        })?;
+        let k = Keys {
+            meta,
+            arch: arch_name,
+            path,
+        };
+        let n_embd = k.u("embedding_length")?;
+        let n_head = k.u("attention.head_count")?;
+        let n_head_kv = k.u_or("attention.head_count_kv", n_head);
+        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(EngineError::Model(format!(
+                "{}: {n_head} attention heads cannot share {n_head_kv} KV heads",
+                path.display()
+            )));
+        }
+        let head_dim = k.u_or("attention.key_length", n_embd / n_head);
+        let n_rot = k.u_or("rope.dimension_count", head_dim);
+        if n_rot > head_dim || n_rot % 2 != 0 {
+            return Err(EngineError::Model(format!(
+                "{}: rope dimension {n_rot} does not fit heads of {head_dim}",
+                path.display()
+            )));
+        }
+        let n_vocab = meta
+            .get_array("tokenizer.ggml.tokens")
+            .map(|a| a.len())
+            .or_else(|| meta.get_u64(&k.key("vocab_size")).map(|v| v as usize))
+            .ok_or_else(|| EngineError::Model(format!("{}: no tokenizer.ggml.tokens", path.display())))?;
+        let n_ctx_train = k.u_or("context_length", 4096);
+        let scaling = meta.get_str(&k.key("rope.scaling.type")).unwrap_or("none");
+        let factor = k.f_or("rope.scaling.factor", 0.0);
+        let freq_scale = if matches!(scaling, "linear" | "yarn") && factor > 0.0 {
+            1.0 / factor
+        } else {
+            1.0
+        };
+        // llama.cpp llama-model.cpp / llama-context.cpp: YaRN gets ext_factor 1 and its own attn factor.
+        let ext_factor = if scaling == "yarn" { 1.0 } else { 0.0 };
+        let rope = Rope {
+            n_dims: n_rot,
+            neox: a.rope_neox,
+            freq_base: k.f_or("rope.freq_base", 10000.0),
+            freq_scale,
+            ext_factor,
+            attn_factor: k.f_or("rope.scaling.attn_factor", 1.0),
+            beta_fast: k.f_or("rope.scaling.yarn_beta_fast", 32.0),
+            beta_slow: k.f_or("rope.scaling.yarn_beta_slow", 1.0),
+            n_ctx_orig: k.u_or("rope.scaling.original_context_length", n_ctx_train),
+            freq_factors: None,
+        };
+        Ok(DecoderParams {
+            arch: arch_name.to_string(),
+            n_vocab,
+            n_embd,
+            n_layer: k.u("block_count")?,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_ff: k.u("feed_forward_length")?,
+            eps: k.f_or("attention.layer_norm_rms_epsilon", 1e-5),
+            n_ctx_train,
+            rope,
+        })
+    }
+}
+
+/// Loads named tensors from a GGUF into backend weights, checking shapes.
+pub(crate) struct Loader<'a, B: Backend> {
+    pub backend: &'a B,
+    pub gguf: &'a Arc<GgufModel>,
+    pub path: &'a Path,
+}
+
+impl<B: Backend> Loader<'_, B> {
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<B::Weight> {
+        self.opt(name, shape)?
+            .ok_or_else(|| EngineError::Model(format!("{}: tensor {name} is missing", self.path.display())))
+    }
+
+    pub fn opt(&self, name: &str, shape: &[usize]) -> Result<Option<B::Weight>> {
+        let Some((file, info)) = self.gguf.tensor(name) else {
+            return Ok(None);
+        };
+        let want: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        let mut have = info.shape.clone();
+        while have.len() > want.len() && have.last() == Some(&1) {
+            have.pop();
+        }
+        if have != want {
+            return Err(EngineError::Model(format!(
+                "{}: tensor {name} has shape {:?}, expected {:?}",
+                self.path.display(),
+                info.shape,
+                want
+            )));
+        }
+        if quant::dot::vec_dot_type(info.ty).is_none() && quant::codec(info.ty).is_none() {
+            return Err(EngineError::Unsupported(format!(
+                "{}: tensor {name} has type {}, which the engine cannot compute with",
+                self.path.display(),
+                info.ty.name()
+            )));
+        }
+        let w = self.backend.load_weight(WeightSource {
+            name,
+            ty: info.ty,
+            shape: &info.shape,
+            data: file.tensor_data(info),
+            owner: self.gguf.clone(),
+        })?;
+        Ok(Some(w))
+    }
+
+    /// A matrix that takes part in matmuls: its type must have a dot kernel.
+    pub fn mat(&self, name: &str, shape: &[usize]) -> Result<B::Weight> {
+        let w = self.get(name, shape)?;
+        let ty = self.backend.weight_type(&w);
+        if quant::dot::vec_dot_type(ty).is_none() {
+            return Err(EngineError::Unsupported(format!(
+                "{}: tensor {name} has type {}, which has no matrix-multiplication kernel",
+                self.path.display(),
+                ty.name()
+            )));
+        }
+        Ok(w)
+    }
+}
+
+/// Options for loading a model.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    pub kv_type: KvType,
+}
+
+/// Open a GGUF and check its architecture before loading anything.
+pub fn open_gguf(path: &Path) -> Result<Arc<GgufModel>> {
+    let g = GgufModel::open(path).map_err(|e| EngineError::Model(e.to_string()))?;
+    Ok(Arc::new(g))
+}

@@ -1,0 +1,364 @@
+//! Token sampling with llama.cpp's default chain order (`common/sampling.cpp`,
+//! `src/llama-sampler.cpp`): logit bias → repetition/presence/frequency penalties → top-k →
+//! top-p → min-p → temperature → a draw from a seeded RNG. Temperature ≤ 0 is greedy.
+
+use std::collections::{HashMap, VecDeque};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// ≤ 0: greedy (argmax).
+    pub temperature: f32,
+    /// 0: off.
+    pub top_k: usize,
+    /// 1.0: off.
+    pub top_p: f32,
+    /// 0.0: off.
+    pub min_p: f32,
+    /// 1.0: off. Divides positive and multiplies negative logits of recent tokens.
+    pub repeat_penalty: f32,
+    /// How many recent tokens the penalties look at (llama.cpp `--repeat-last-n`).
+    pub penalty_last_n: usize,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    pub logit_bias: Vec<(u32, f32)>,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    /// llama.cpp's CLI defaults.
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            penalty_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn greedy() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let bad = |what: &str, v: f32| Err(format!("{what} must be {v}"));
+        if !self.temperature.is_finite() {
+            return bad("temperature", f32::NAN).map_err(|_| "temperature must be a finite number".into());
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(format!("min_p must be in [0, 1], got {}", self.min_p));
+        }
+        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
+            return Err(format!(
+                "repeat penalty must be a positive number, got {}",
+                self.repeat_penalty
+            ));
+        }
+        if !self.presence_penalty.is_finite() || !self.frequency_penalty.is_finite() {
+            return Err("presence and frequency penalties must be finite".into());
+        }
+        Ok(())
+    }
+}
+
+/// A small deterministic RNG (SplitMix64 seeding xoshiro256**), so a seed gives the same text on
+/// every platform.
+#[derive(Clone, Debug)]
+pub struct Rng([u64; 4]);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        let mut z = seed;
+        let mut next = || {
+            z = z.wrapping_add(0x9E3779B97F4A7C15);
+            let mut x = z;
+            x = (x ^ (x >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94D049BB133111EB);
+            x ^ (x >> 31)
+        };
+        Rng([next(), next(), next(), next()])
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.0;
+        let r = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        r
+    }
+
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+pub struct Sampler {
+    pub params: SamplingParams,
+    rng: Rng,
+    recent: VecDeque<u32>,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Sampler {
+        let rng = Rng::new(params.seed);
+        Sampler {
+            params,
+            rng,
+            recent: VecDeque::new(),
+        }
+    }
+
+    /// Record a token (prompt or generated) for the penalties.
+    pub fn accept(&mut self, tok: u32) {
+        if self.params.penalty_last_n == 0 {
+            return;
+        }
+        self.recent.push_back(tok);
+        while self.recent.len() > self.params.penalty_last_n {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Apply bias and penalties to `logits` in place (what every later step sees).
+    pub fn apply_penalties(&self, logits: &mut [f32]) {
+        let p = &self.params;
+        for &(t, b) in &p.logit_bias {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l += b;
+            }
+        }
+        if p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {
+            return;
+        }
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for &t in &self.recent {
+            *counts.entry(t).or_default() += 1;
+        }
+        // llama-sampler.cpp llama_sampler_penalties_apply
+        for (&t, &c) in &counts {
+            let Some(l) = logits.get_mut(t as usize) else { continue };
+            if *l <= 0.0 {
+                *l *= p.repeat_penalty;
+            } else {
+                *l /= p.repeat_penalty;
+            }
+            *l -= c as f32 * p.frequency_penalty + if c > 0 { p.presence_penalty } else { 0.0 };
+        }
+    }
+
+    /// Choose the next token from raw logits.
+    pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
+        self.apply_penalties(logits);
+        let p = self.params.clone();
+        if p.temperature <= 0.0 {
+            return argmax(logits);
+        }
+        let mut cand: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.is_nan())
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        if cand.is_empty() {
+            return 0;
+        }
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if p.top_k > 0 && p.top_k < cand.len() {
+            cand.select_nth_unstable_by(p.top_k - 1, by_logit);
+            cand.truncate(p.top_k);
+        }
+        cand.sort_by(by_logit);
+        if p.top_p < 1.0 {
+            let probs = softmax(cand.iter().map(|c| c.1));
+            let mut cum = 0f64;
+            let mut keep = cand.len();
+            for (i, pr) in probs.iter().enumerate() {
+                cum += *pr as f64;
+                if cum >= p.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cand.truncate(keep.max(1));
+        }
+        if p.min_p > 0.0 {
+            let threshold = cand[0].1 + p.min_p.ln();
+            let keep = cand.iter().take_while(|c| c.1 >= threshold).count();
+            cand.truncate(keep.max(1));
+        }
+        let probs = softmax(cand.iter().map(|c| c.1 / p.temperature));
+        let r = self.rng.next_f64();
+        let mut cum = 0f64;
+        for (c, pr) in cand.iter().zip(&probs) {
+            cum += *pr as f64;
+            if r < cum {
+                return c.0;
+            }
+        }
+        cand.last().map_or(0, |c| c.0)
+    }
+}
+
+/// Index of the largest logit (the first of equals, as llama.cpp's greedy sampler).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn softmax(logits: impl Iterator<Item = f32> + Clone) -> Vec<f32> {
+    let max = logits.clone().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = logits.map(|l| (l - max).exp()).collect();
+    let sum: f32 = e.iter().sum();
+    e.into_iter().map(|v| v / sum).collect()
+}
+
+/// Log-softmax of a whole row, in f64 for accuracy (perplexity, logprobs).
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    let lse = max + sum.ln();
+    logits.iter().map(|&l| (l as f64 - lse) as f32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits() -> Vec<f32> {
+        vec![1.0, 3.0, 2.0, -1.0, 2.5, 0.0]
+    }
+
+    #[test]
+    fn greedy_picks_the_first_maximum() {
+        let mut s = Sampler::new(SamplingParams::greedy());
+        assert_eq!(s.sample(&mut logits()), 1);
+        assert_eq!(argmax(&[1.0, 5.0, 5.0]), 1);
+    }
+
+    #[test]
+    fn same_seed_same_tokens_different_seed_differs() {
+        let draw = |seed| {
+            let mut s = Sampler::new(SamplingParams {
+                temperature: 1.5,
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 0.0,
+                seed,
+                ..Default::default()
+            });
+            (0..64).map(|_| s.sample(&mut logits())).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(42), draw(42));
+        assert_ne!(draw(42), draw(43));
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_top_k_limits_choices() {
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 2.0,
+            top_k: 1,
+            ..Default::default()
+        });
+        for _ in 0..20 {
+            assert_eq!(s.sample(&mut logits()), 1);
+        }
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 5.0,
+            top_k: 2,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        });
+        for _ in 0..200 {
+            assert!([1, 4].contains(&s.sample(&mut logits())));
+        }
+    }
+
+    #[test]
+    fn top_p_and_min_p_cut_the_tail() {
+        // probabilities of [10, 9, 0, ...]: the first two hold ~all the mass.
+        let l = vec![10.0, 9.0, 0.0, 0.0, 0.0];
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.5,
+            min_p: 0.0,
+            ..Default::default()
+        });
+        for _ in 0..100 {
+            assert_eq!(s.sample(&mut l.clone()), 0);
+        }
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.2,
+            ..Default::default()
+        });
+        for _ in 0..300 {
+            assert!(s.sample(&mut l.clone()) < 2);
+        }
+    }
+
+    #[test]
+    fn penalties_and_bias_follow_llama_cpp() {
+        let mut s = Sampler::new(SamplingParams {
+            repeat_penalty: 2.0,
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            logit_bias: vec![(5, 10.0)],
+            ..SamplingParams::greedy()
+        });
+        s.accept(1);
+        s.accept(1);
+        s.accept(3);
+        let mut l = logits();
+        s.apply_penalties(&mut l);
+        assert_eq!(l[1], 3.0 / 2.0 - 2.0 * 0.25 - 0.5);
+        assert_eq!(l[3], -1.0 * 2.0 - 0.25 - 0.5);
+        assert_eq!(l[5], 10.0);
+        assert_eq!(l[2], 2.0);
+    }
+
+    #[test]
+    fn validation_names_the_bad_field() {
+        let e = SamplingParams {
+            top_p: 0.0,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("top_p"), "{e}");
+        let e = SamplingParams {
+            min_p: 2.0,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("min_p"), "{e}");
+    }
+}

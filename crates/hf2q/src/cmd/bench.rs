@@ -1,0 +1,186 @@
+//! `hf2q bench`: prompt-processing and generation speed in the shape of llama.cpp's `llama-bench`
+//! (`tools/llama-bench/llama-bench.cpp`): `ppN` feeds N tokens in one batch into an empty cache,
+//! `tgN` decodes N tokens one at a time from an empty cache; each test runs once to warm up, then
+//! `-r` times; the table shows mean ± sample standard deviation of tokens per second.
+
+use super::runtime::ModelArgs;
+use crate::error::{CliError, CliResult};
+use clap::Args;
+use engine::backend::Backend;
+use engine::model::llama::{Logits, SeqStep};
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt lengths to test (comma-separated; 0 skips).
+    #[arg(short = 'p', long = "n-prompt", default_value = "512", value_delimiter = ',')]
+    pub n_prompt: Vec<usize>,
+    /// Generation lengths to test (comma-separated; 0 skips).
+    #[arg(short = 'n', long = "n-gen", default_value = "128", value_delimiter = ',')]
+    pub n_gen: Vec<usize>,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub reps: usize,
+    /// Tokens per forward step while processing the prompt.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+struct Row {
+    test: String,
+    n: usize,
+    samples: Vec<f64>,
+}
+
+pub fn run(args: BenchArgs) -> CliResult {
+    if args.reps == 0 {
+        return Err(CliError::input("-r must be at least 1"));
+    }
+    let (cpu, m) = args.model.load()?;
+    let model = &m.model;
+    let p = &model.params;
+    let n_vocab = p.n_vocab as u32;
+    let max_ctx = args
+        .n_prompt
+        .iter()
+        .chain(&args.n_gen)
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let mut kv = model.new_kv(max_ctx, args.model.kv_type)?;
+    let batch = args.batch.max(1);
+    let mut scratch = model.scratch(batch);
+    // llama-bench feeds random tokens (after a BOS); a fixed LCG keeps runs comparable.
+    let mut seed = 0x2545F4914F6CDD1Du64;
+    let mut rand_tok = move || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        ((seed >> 33) % n_vocab as u64) as u32
+    };
+    let bos = m.tokenizer.bos().unwrap_or(0);
+    let mut rows = Vec::new();
+    for &n in args.n_prompt.iter().filter(|&&n| n > 0) {
+        let mut samples = Vec::new();
+        for rep in 0..=args.reps {
+            let mut toks: Vec<u32> = (0..n).map(|_| rand_tok()).collect();
+            toks[0] = bos;
+            let t = Instant::now();
+            for (i, chunk) in toks.chunks(batch).enumerate() {
+                let logits = if (i + 1) * batch >= n {
+                    Logits::Last
+                } else {
+                    Logits::None
+                };
+                model.forward(
+                    &mut scratch,
+                    &mut [SeqStep {
+                        kv: &mut kv,
+                        tokens: chunk,
+                        pos0: i * batch,
+                        logits,
+                    }],
+                )?;
+            }
+            if rep > 0 {
+                samples.push(n as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+        rows.push(Row {
+            test: format!("pp{n}"),
+            n,
+            samples,
+        });
+    }
+    for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+        let mut samples = Vec::new();
+        for rep in 0..=args.reps {
+            let t = Instant::now();
+            let mut tok = bos;
+            for pos in 0..n {
+                let l = model.forward(
+                    &mut scratch,
+                    &mut [SeqStep {
+                        kv: &mut kv,
+                        tokens: &[tok],
+                        pos0: pos,
+                        logits: Logits::Last,
+                    }],
+                )?;
+                tok = engine::sampler::argmax(&l[0]);
+            }
+            if rep > 0 {
+                samples.push(n as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+        rows.push(Row {
+            test: format!("tg{n}"),
+            n,
+            samples,
+        });
+    }
+    let file_size = std::fs::metadata(&args.model.model).map(|md| md.len()).unwrap_or(0);
+    let name = model_label(&m);
+    let backend = cpu.name();
+    if args.json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let (mean, sd) = stats(&r.samples);
+                serde_json::json!({
+                    "model_filename": args.model.model.display().to_string(),
+                    "model_type": name,
+                    "model_size": file_size,
+                    "backend": backend,
+                    "n_threads": cpu.threads(),
+                    "n_batch": batch,
+                    "type_k": format!("{:?}", args.model.kv_type).to_lowercase(),
+                    "test": r.test,
+                    "n_tokens": r.n,
+                    "avg_ts": mean,
+                    "stddev_ts": sd,
+                    "samples_ts": r.samples,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(());
+    }
+    println!("| model | size | backend | threads | test | t/s |");
+    println!("| --- | ---: | --- | ---: | ---: | ---: |");
+    for r in &rows {
+        let (mean, sd) = stats(&r.samples);
+        println!(
+            "| {name} | {} | {backend} | {} | {} | {mean:.2} ± {sd:.2} |",
+            super::human_bytes(file_size),
+            cpu.threads(),
+            r.test
+        );
+    }
+    Ok(())
+}
+
+fn model_label(m: &engine::generate::LoadedModel<engine::backend::cpu::Cpu>) -> String {
+    let ty = gguf::GgufFile::open(&m.path)
+        .ok()
+        .and_then(|f| f.metadata().get_u64("general.file_type"))
+        .and_then(|t| gguf::file_type::file_type_name(t).map(|s| s.to_string()))
+        .unwrap_or_else(|| "?".into());
+    format!("{} {}", m.model.params.arch, ty)
+}
+
+/// Mean and sample standard deviation.
+fn stats(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}

@@ -1,0 +1,517 @@
+//! AVX2 + FMA + F16C dot products (`ggml-cpu/arch/x86/quants.c`, the `__AVX2__` paths): the same
+//! integer block sums as the scalar reference, accumulated per block into eight f32 lanes with FMA
+//! and reduced at the end, as ggml does. Each kernel takes up to four activation rows and unpacks
+//! every weight block once for all of them.
+
+use super::DotFn;
+use crate::GgmlType;
+use std::arch::x86_64::*;
+
+pub fn dot_fn(w: GgmlType) -> Option<DotFn> {
+    use GgmlType as T;
+    Some(match w {
+        T::F32 => |_, n, w, a, o| unsafe { f32_dot(n, w, a, o) },
+        T::F16 => |_, n, w, a, o| unsafe { f16_dot(n, w, a, o) },
+        T::Q4_0 => |_, n, w, a, o| unsafe { legacy::<Q4_0>(n, w, a, o) },
+        T::Q4_1 => |_, n, w, a, o| unsafe { legacy::<Q4_1>(n, w, a, o) },
+        T::Q5_0 => |_, n, w, a, o| unsafe { legacy::<Q5_0>(n, w, a, o) },
+        T::Q5_1 => |_, n, w, a, o| unsafe { legacy::<Q5_1>(n, w, a, o) },
+        T::Q8_0 => |_, n, w, a, o| unsafe { legacy::<Q8_0>(n, w, a, o) },
+        T::IQ4_NL => |_, n, w, a, o| unsafe { legacy::<Iq4Nl>(n, w, a, o) },
+        T::Q4_K => |_, n, w, a, o| unsafe { q4k(n, w, a, o) },
+        T::Q5_K => |_, n, w, a, o| unsafe { q5k(n, w, a, o) },
+        T::Q6_K => |_, n, w, a, o| unsafe { q6k(n, w, a, o) },
+        _ => return None,
+    })
+}
+
+// Callers (`dot_fn` users) guarantee: `super::KernelPath::detect()` returned Avx2 (AVX2, FMA and
+// F16C present); `w` holds the row's `n / block` weight blocks and each activation row holds the
+// matching activation blocks; `acts.len() == out.len() <= 4`. The kernels check the lengths with
+// `assert!` before reading through raw pointers.
+
+#[inline(always)]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
+        std::ptr::read_unaligned(p as *const u16) as i32,
+    )))
+}
+
+// ggml-cpu/arch/x86/quants.c: hsum_float_8
+#[inline(always)]
+unsafe fn hsum_f32_8(x: __m256) -> f32 {
+    let mut res = _mm256_extractf128_ps(x, 1);
+    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+    res = _mm_add_ss(res, _mm_movehdup_ps(res));
+    _mm_cvtss_f32(res)
+}
+
+/// Signed × signed bytes, pairwise summed to eight i32 lanes, as f32.
+#[inline(always)]
+unsafe fn mul_sum_i8_pairs_float(x: __m256i, y: __m256i) -> __m256 {
+    let ax = _mm256_sign_epi8(x, x);
+    let sy = _mm256_sign_epi8(y, x);
+    let dot = _mm256_maddubs_epi16(ax, sy);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)))
+}
+
+/// Unsigned × signed bytes.
+#[inline(always)]
+unsafe fn mul_sum_us8_pairs_float(ux: __m256i, sy: __m256i) -> __m256 {
+    let dot = _mm256_maddubs_epi16(ux, sy);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)))
+}
+
+/// 16 bytes of packed nibbles → 32 bytes: low nibbles first, then high nibbles.
+#[inline(always)]
+unsafe fn bytes_from_nibbles_32(p: *const u8) -> __m256i {
+    let tmp = _mm_loadu_si128(p as *const __m128i);
+    let bytes = _mm256_insertf128_si256(_mm256_castsi128_si256(tmp), _mm_srli_epi16(tmp, 4), 1);
+    _mm256_and_si256(bytes, _mm256_set1_epi8(0xF))
+}
+
+/// 32 bits → 32 bytes, 0xFF where the bit is set.
+#[inline(always)]
+unsafe fn bytes_from_bits_32(p: *const u8) -> __m256i {
+    let x32 = std::ptr::read_unaligned(p as *const u32) as i32;
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x32), shuf);
+    let bit_mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe_u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_or_si256(bytes, bit_mask), _mm256_set1_epi64x(-1))
+}
+
+/// A 32-value weight block type multiplied with Q8_0 (or Q8_1 when `UNSIGNED`).
+trait Legacy {
+    const BYTES: usize;
+    const UNSIGNED: bool;
+    /// The 32 quants (signed, or unsigned with a min), the scale and the min.
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32);
+}
+
+struct Q4_0;
+impl Legacy for Q4_0 {
+    const BYTES: usize = 18;
+    const UNSIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        let q = _mm256_sub_epi8(bytes_from_nibbles_32(p.add(2)), _mm256_set1_epi8(8));
+        (q, f16_at(p), 0.0)
+    }
+}
+
+struct Q4_1;
+impl Legacy for Q4_1 {
+    const BYTES: usize = 20;
+    const UNSIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        (bytes_from_nibbles_32(p.add(4)), f16_at(p), f16_at(p.add(2)))
+    }
+}
+
+struct Q5_0;
+impl Legacy for Q5_0 {
+    const BYTES: usize = 22;
+    const UNSIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        let qx = bytes_from_nibbles_32(p.add(6));
+        let hi = _mm256_andnot_si256(bytes_from_bits_32(p.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+        (_mm256_or_si256(qx, hi), f16_at(p), 0.0)
+    }
+}
+
+struct Q5_1;
+impl Legacy for Q5_1 {
+    const BYTES: usize = 24;
+    const UNSIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        let qx = bytes_from_nibbles_32(p.add(8));
+        let hi = _mm256_and_si256(bytes_from_bits_32(p.add(4)), _mm256_set1_epi8(0x10));
+        (_mm256_or_si256(qx, hi), f16_at(p), f16_at(p.add(2)))
+    }
+}
+
+struct Q8_0;
+impl Legacy for Q8_0 {
+    const BYTES: usize = 34;
+    const UNSIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        (_mm256_loadu_si256(p.add(2) as *const __m256i), f16_at(p), 0.0)
+    }
+}
+
+struct Iq4Nl;
+impl Legacy for Iq4Nl {
+    const BYTES: usize = 18;
+    const UNSIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        let table = _mm_loadu_si128(super::scalar::KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        let table = _mm256_broadcastsi128_si256(table);
+        (
+            _mm256_shuffle_epi8(table, bytes_from_nibbles_32(p.add(2))),
+            f16_at(p),
+            0.0,
+        )
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn legacy<L: Legacy>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    match acts.len() {
+        1 => legacy_cols::<L, 1>(n, w, acts, out),
+        2 => legacy_cols::<L, 2>(n, w, acts, out),
+        3 => legacy_cols::<L, 3>(n, w, acts, out),
+        4 => legacy_cols::<L, 4>(n, w, acts, out),
+        _ => panic!("legacy kernel: {} activation rows (1 to 4 supported)", acts.len()),
+    }
+}
+
+// quants.c: ggml_vec_dot_q4_0_q8_0 / q4_1_q8_1 / q5_0_q8_0 / q5_1_q8_1 / q8_0_q8_0 / iq4_nl_q8_0
+#[inline(always)]
+unsafe fn legacy_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    let nb = n / 32;
+    let abytes = if L::UNSIGNED { 36 } else { 34 };
+    let aoff = if L::UNSIGNED { 4 } else { 2 };
+    assert!(w.len() >= nb * L::BYTES && out.len() >= C);
+    let mut ap = [std::ptr::null::<u8>(); C];
+    for c in 0..C {
+        assert!(acts[c].len() >= nb * abytes);
+        ap[c] = acts[c].as_ptr();
+    }
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut summs = [0f32; C];
+    let wp = w.as_ptr();
+    for b in 0..nb {
+        let (qx, dx, mx) = L::load(wp.add(b * L::BYTES));
+        for c in 0..C {
+            let y = ap[c].add(b * abytes);
+            let qy = _mm256_loadu_si256(y.add(aoff) as *const __m256i);
+            let p = if L::UNSIGNED {
+                mul_sum_us8_pairs_float(qx, qy)
+            } else {
+                mul_sum_i8_pairs_float(qx, qy)
+            };
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16_at(y)), p, acc[c]);
+            if L::UNSIGNED {
+                summs[c] += mx * f16_at(y.add(2));
+            }
+        }
+    }
+    for c in 0..C {
+        out[c] = hsum_f32_8(acc[c]) + summs[c];
+    }
+}
+
+/// Q8_K block layout: d (f32) at 0, 256 quants at 4, 16 i16 sums at 260.
+const Q8K: usize = 292;
+
+/// Sum over the eight sub-blocks of `mins[k] * (bsums[2k] + bsums[2k+1])`.
+#[inline(always)]
+unsafe fn mins_dot(mins: &[u8; 8], y: *const u8) -> i32 {
+    let mut s = 0i32;
+    for (k, &m) in mins.iter().enumerate() {
+        let b0 = std::ptr::read_unaligned(y.add(260 + 4 * k) as *const i16) as i32;
+        let b1 = std::ptr::read_unaligned(y.add(262 + 4 * k) as *const i16) as i32;
+        s += m as i32 * (b0 + b1);
+    }
+    s
+}
+
+#[inline(always)]
+fn scales_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let s: &[u8; 12] = s.try_into().unwrap();
+    let mut sc = [0u8; 8];
+    let mut m = [0u8; 8];
+    for j in 0..8 {
+        (sc[j], m[j]) = crate::k_quants::helpers::get_scale_min_k4(j, s);
+    }
+    (sc, m)
+}
+
+macro_rules! dispatch_cols {
+    ($f:ident, $n:expr, $w:expr, $acts:expr, $out:expr) => {
+        match $acts.len() {
+            1 => $f::<1>($n, $w, $acts, $out),
+            2 => $f::<2>($n, $w, $acts, $out),
+            3 => $f::<3>($n, $w, $acts, $out),
+            4 => $f::<4>($n, $w, $acts, $out),
+            k => panic!("k-quant kernel: {k} activation rows (1 to 4 supported)"),
+        }
+    };
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    dispatch_cols!(q4k_cols, n, w, acts, out)
+}
+
+/// Q4_K: d, dmin (f16), 12 bytes of scales/mins, 128 bytes of nibbles.
+// quants.c: ggml_vec_dot_q4_K_q8_K
+#[inline(always)]
+unsafe fn q4k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    let nb = n / 256;
+    assert!(w.len() >= nb * 144 && out.len() >= C);
+    for a in &acts[..C] {
+        assert!(a.len() >= nb * Q8K);
+    }
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut accm = [0f32; C];
+    let m4 = _mm256_set1_epi8(0xF);
+    for b in 0..nb {
+        let x = w.as_ptr().add(b * 144);
+        let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
+        let (sc, mins) = scales_mins(&w[b * 144 + 4..b * 144 + 16]);
+        let mut sumi = [_mm256_setzero_si256(); C];
+        for j in 0..4 {
+            let bits = _mm256_loadu_si256(x.add(16 + 32 * j) as *const __m256i);
+            let lo = _mm256_and_si256(bits, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            let sl = _mm256_set1_epi16(sc[2 * j] as i16);
+            let sh = _mm256_set1_epi16(sc[2 * j + 1] as i16);
+            for c in 0..C {
+                let y = acts[c].as_ptr().add(b * Q8K + 4 + 64 * j);
+                let pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(y as *const __m256i));
+                let ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(y.add(32) as *const __m256i));
+                let p = _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh));
+                sumi[c] = _mm256_add_epi32(sumi[c], p);
+            }
+        }
+        for c in 0..C {
+            let y = acts[c].as_ptr().add(b * Q8K);
+            let dy = std::ptr::read_unaligned(y as *const f32);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            accm[c] += dy * dmx * mins_dot(&mins, y) as f32;
+        }
+    }
+    for c in 0..C {
+        out[c] = hsum_f32_8(acc[c]) - accm[c];
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    dispatch_cols!(q5k_cols, n, w, acts, out)
+}
+
+/// Q5_K: d, dmin, 12 bytes scales/mins, 32 bytes of high bits, 128 bytes of nibbles.
+// quants.c: ggml_vec_dot_q5_K_q8_K
+#[inline(always)]
+unsafe fn q5k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    let nb = n / 256;
+    assert!(w.len() >= nb * 176 && out.len() >= C);
+    for a in &acts[..C] {
+        assert!(a.len() >= nb * Q8K);
+    }
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut accm = [0f32; C];
+    let m4 = _mm256_set1_epi8(0xF);
+    let one = _mm256_set1_epi8(1);
+    for b in 0..nb {
+        let x = w.as_ptr().add(b * 176);
+        let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
+        let (sc, mins) = scales_mins(&w[b * 176 + 4..b * 176 + 16]);
+        let hbits = _mm256_loadu_si256(x.add(16) as *const __m256i);
+        let mut sumi = [_mm256_setzero_si256(); C];
+        for j in 0..4 {
+            let bits = _mm256_loadu_si256(x.add(48 + 32 * j) as *const __m256i);
+            let hl = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * j as i32)), one);
+            let hh = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * j as i32 + 1)), one);
+            let lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(hl, 4));
+            let hi = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                _mm256_slli_epi16(hh, 4),
+            );
+            let sl = _mm256_set1_epi16(sc[2 * j] as i16);
+            let sh = _mm256_set1_epi16(sc[2 * j + 1] as i16);
+            for c in 0..C {
+                let y = acts[c].as_ptr().add(b * Q8K + 4 + 64 * j);
+                let pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(y as *const __m256i));
+                let ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(y.add(32) as *const __m256i));
+                let p = _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh));
+                sumi[c] = _mm256_add_epi32(sumi[c], p);
+            }
+        }
+        for c in 0..C {
+            let y = acts[c].as_ptr().add(b * Q8K);
+            let dy = std::ptr::read_unaligned(y as *const f32);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            accm[c] += dy * dmx * mins_dot(&mins, y) as f32;
+        }
+    }
+    for c in 0..C {
+        out[c] = hsum_f32_8(acc[c]) - accm[c];
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    dispatch_cols!(q6k_cols, n, w, acts, out)
+}
+
+/// Q6_K: 128 bytes low nibbles, 64 bytes of 2-bit highs, 16 i8 scales, d (f16).
+// quants.c: ggml_vec_dot_q6_K_q8_K (unsigned 6-bit quants, minus 32 × the activation sums)
+#[inline(always)]
+unsafe fn q6k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    let nb = n / 256;
+    assert!(w.len() >= nb * 210 && out.len() >= C);
+    for a in &acts[..C] {
+        assert!(a.len() >= nb * Q8K);
+    }
+    let mut acc = [_mm256_setzero_ps(); C];
+    let m4 = _mm256_set1_epi8(0xF);
+    let m2 = _mm256_set1_epi8(3);
+    let m32 = _mm256_set1_epi8(32);
+    for b in 0..nb {
+        let x = w.as_ptr().add(b * 210);
+        let dx = f16_at(x.add(208));
+        let sc = x.add(192) as *const i8;
+        let mut sumi = [_mm256_setzero_si256(); C];
+        for half in 0..2 {
+            let b1 = _mm256_loadu_si256(x.add(64 * half) as *const __m256i);
+            let b2 = _mm256_loadu_si256(x.add(64 * half + 32) as *const __m256i);
+            let bh = _mm256_loadu_si256(x.add(128 + 32 * half) as *const __m256i);
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4)),
+                _mm256_or_si256(
+                    _mm256_and_si256(b2, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4),
+                ),
+            ];
+            let mut scv = [_mm256_setzero_si256(); 4];
+            for (k, s) in scv.iter_mut().enumerate() {
+                let lo = *sc.add(8 * half + 2 * k) as i16;
+                let hi = *sc.add(8 * half + 2 * k + 1) as i16;
+                *s = _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
+            }
+            for c in 0..C {
+                let y = acts[c].as_ptr().add(b * Q8K + 4 + 128 * half);
+                for k in 0..4 {
+                    let q8 = _mm256_loadu_si256(y.add(32 * k) as *const __m256i);
+                    let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], q8), _mm256_maddubs_epi16(m32, q8));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, scv[k]));
+                }
+            }
+        }
+        for c in 0..C {
+            let dy = std::ptr::read_unaligned(acts[c].as_ptr().add(b * Q8K) as *const f32);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for c in 0..C {
+        out[c] = hsum_f32_8(acc[c]);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_dot(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    assert!(w.len() >= 4 * n);
+    let wp = w.as_ptr() as *const f32;
+    for (o, a) in out.iter_mut().zip(acts) {
+        assert!(a.len() >= 4 * n);
+        let ap = a.as_ptr() as *const f32;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let n32 = n / 32 * 32;
+        let mut i = 0;
+        while i < n32 {
+            for (k, s) in acc.iter_mut().enumerate() {
+                let x = _mm256_loadu_ps(wp.add(i + 8 * k));
+                *s = _mm256_fmadd_ps(x, _mm256_loadu_ps(ap.add(i + 8 * k)), *s);
+            }
+            i += 32;
+        }
+        let mut s = hsum_f32_8(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ));
+        for j in n32..n {
+            s += std::ptr::read_unaligned(wp.add(j)) * std::ptr::read_unaligned(ap.add(j));
+        }
+        *o = s;
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_dot(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    assert!(w.len() >= 2 * n);
+    for (o, a) in out.iter_mut().zip(acts) {
+        assert!(a.len() >= 2 * n);
+        *o = f16_dot_one(n, w.as_ptr(), a.as_ptr());
+    }
+}
+
+/// Dot product of two f16 rows, summed in f32 (vec.cpp ggml_vec_dot_f16, F16C path).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn f16_dot_one(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x as *const __m128i, y as *const __m128i);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let n32 = n / 32 * 32;
+    let mut i = 0;
+    while i < n32 {
+        for (k, s) in acc.iter_mut().enumerate() {
+            let a = _mm256_cvtph_ps(_mm_loadu_si128(x.add(i / 8 + k)));
+            let b = _mm256_cvtph_ps(_mm_loadu_si128(y.add(i / 8 + k)));
+            *s = _mm256_fmadd_ps(a, b, *s);
+        }
+        i += 32;
+    }
+    let mut s = hsum_f32_8(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
+    let (xb, yb) = (x as *const u16, y as *const u16);
+    for j in n32..n {
+        s += crate::fp::f16_to_f32(std::ptr::read_unaligned(xb.add(j)))
+            * crate::fp::f16_to_f32(std::ptr::read_unaligned(yb.add(j)));
+    }
+    s
+}
+
+/// f32 → f16 with F16C (round to nearest even).
+///
+/// # Safety
+/// F16C must be available; `dst` holds `2 * src.len()` bytes.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn f32_to_f16_row(src: &[f32], dst: &mut [u8]) {
+    assert!(dst.len() >= 2 * src.len());
+    let n8 = src.len() / 8 * 8;
+    let d = dst.as_mut_ptr() as *mut __m128i;
+    for i in (0..n8).step_by(8) {
+        let h = _mm256_cvtps_ph(_mm256_loadu_ps(src.as_ptr().add(i)), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(d.add(i / 8), h);
+    }
+    for i in n8..src.len() {
+        let h = _mm_cvtps_ph(_mm_set_ss(src[i]), _MM_FROUND_TO_NEAREST_INT);
+        let v = _mm_extract_epi16(h, 0) as u16;
+        dst[2 * i..2 * i + 2].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// f16 → f32 with F16C.
+///
+/// # Safety
+/// F16C must be available; `src` holds `2 * dst.len()` bytes.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn f16_to_f32_row(src: &[u8], dst: &mut [f32]) {
+    assert!(src.len() >= 2 * dst.len());
+    let n8 = dst.len() / 8 * 8;
+    let s = src.as_ptr() as *const __m128i;
+    for i in (0..n8).step_by(8) {
+        _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(_mm_loadu_si128(s.add(i / 8))));
+    }
+    for i in n8..dst.len() {
+        dst[i] = crate::fp::f16_to_f32(u16::from_le_bytes([src[2 * i], src[2 * i + 1]]));
+    }
+}

@@ -1,0 +1,178 @@
+//! CPU dot products of one weight row with up to [`MAX_COLS`] activation rows, the way ggml's CPU
+//! backend computes `mul_mat`: activations are first converted to the weight type's `vec_dot_type`
+//! (Q8_0, Q8_1, Q8_K, F16, BF16 or F32; `ggml-cpu/ggml-cpu.c` type_traits_cpu), then each weight
+//! block is multiplied with the matching activation block in integers and scaled in f32.
+//!
+//! Every type has a scalar reference ([`scalar`]); the common ones have AVX2 kernels ([`avx2`])
+//! chosen at run time. Types without an integer kernel use a generic path that dequantizes the
+//! weight block and the activation block and multiplies in f32 (the same sum, different rounding).
+
+use crate::GgmlType;
+
+pub mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+
+/// How many activation rows one kernel call handles (weight blocks are unpacked once for all).
+pub const MAX_COLS: usize = 4;
+
+/// `out[c] = dot(weight_row, acts[c])` (weight of type `w_type`) for `c < acts.len() <= MAX_COLS`; `n` values per row.
+pub type DotFn = fn(w_type: GgmlType, n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]);
+
+/// The kernel family to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelPath {
+    Scalar,
+    Avx2,
+}
+
+impl KernelPath {
+    /// The widest path this CPU supports, unless `HF2Q_KERNEL=scalar` forces the reference.
+    pub fn detect() -> KernelPath {
+        if std::env::var("HF2Q_KERNEL").is_ok_and(|v| v == "scalar") {
+            return KernelPath::Scalar;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+            return KernelPath::Avx2;
+        }
+        KernelPath::Scalar
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelPath::Scalar => "scalar",
+            KernelPath::Avx2 => "avx2",
+        }
+    }
+}
+
+/// The type activations are converted to before a dot product with a weight of type `w`
+/// (ggml-cpu.c `type_traits_cpu[w].vec_dot_type`). `None` when hf2q cannot multiply by `w`.
+pub fn vec_dot_type(w: GgmlType) -> Option<GgmlType> {
+    use GgmlType as T;
+    Some(match w {
+        T::F32 => T::F32,
+        T::F16 => T::F16,
+        T::BF16 => T::BF16,
+        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL | T::MXFP4 => T::Q8_0,
+        T::Q4_1 | T::Q5_1 => T::Q8_1,
+        T::Q2_K
+        | T::Q3_K
+        | T::Q4_K
+        | T::Q5_K
+        | T::Q6_K
+        | T::IQ4_XS
+        | T::IQ2_XXS
+        | T::IQ2_XS
+        | T::IQ2_S
+        | T::IQ3_XXS
+        | T::IQ3_S
+        | T::IQ1_S
+        | T::IQ1_M
+        | T::TQ1_0
+        | T::TQ2_0 => T::Q8_K,
+        _ => return None,
+    })
+}
+
+/// A matrix-vector kernel for one weight type: the activation type and the dot function.
+#[derive(Clone, Copy)]
+pub struct Kernel {
+    pub weight: GgmlType,
+    pub act: GgmlType,
+    pub dot: DotFn,
+    pub path: KernelPath,
+}
+
+/// The kernel for weights of type `w` on `path` (falling back to the scalar kernel where the path
+/// has none for `w`). `None` when `w` cannot be multiplied at all.
+pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
+    let act = vec_dot_type(w)?;
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx2 {
+        if let Some(dot) = avx2::dot_fn(w) {
+            return Some(Kernel {
+                weight: w,
+                act,
+                dot,
+                path,
+            });
+        }
+    }
+    let dot = scalar::dot_fn(w)?;
+    Some(Kernel {
+        weight: w,
+        act,
+        dot,
+        path: KernelPath::Scalar,
+    })
+}
+
+/// Bytes of one activation row of `n` values converted to `act`.
+pub fn act_row_bytes(act: GgmlType, n: usize) -> usize {
+    n / act.block_size() as usize * act.type_size() as usize
+}
+
+/// Convert one activation row to `act` the way ggml's CPU `from_float` for that type does on x86
+/// (`quantize_row_q8_0`/`q8_1` round half to even with the scale `127/amax`; Q8_K is
+/// `quantize_row_q8_K_ref`; F16/BF16 round to nearest even). `dst` holds [`act_row_bytes`].
+pub fn quantize_act(act: GgmlType, src: &[f32], dst: &mut [u8]) {
+    use GgmlType as T;
+    match act {
+        T::F32 => {
+            for (d, v) in dst.chunks_exact_mut(4).zip(src) {
+                d.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        T::F16 => {
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("f16c") {
+                // SAFETY: F16C is available.
+                return unsafe { avx2::f32_to_f16_row(src, dst) };
+            }
+            for (d, &v) in dst.chunks_exact_mut(2).zip(src) {
+                d.copy_from_slice(&crate::fp::f32_to_f16(v).to_le_bytes());
+            }
+        }
+        T::BF16 => {
+            for (d, &v) in dst.chunks_exact_mut(2).zip(src) {
+                d.copy_from_slice(&crate::fp::f32_to_bf16(v).to_le_bytes());
+            }
+        }
+        T::Q8_0 | T::Q8_1 => {
+            let bs = if act == T::Q8_0 { 34 } else { 36 };
+            for (x, y) in src.chunks_exact(32).zip(dst.chunks_exact_mut(bs)) {
+                quantize_q8_block(x, y, act == T::Q8_1);
+            }
+        }
+        T::Q8_K => {
+            let codec = crate::codec(T::Q8_K).expect("Q8_K codec");
+            (codec.quantize.expect("Q8_K quantizer"))(src, dst, None);
+        }
+        other => unreachable!("{other:?} is not an activation type"),
+    }
+}
+
+// ggml-cpu/arch/x86/quants.c: quantize_row_q8_0 / quantize_row_q8_1 (AVX2 path: id = 127/amax,
+// _mm256_round_ps nearest-even, s = d * sum(q)).
+fn quantize_q8_block(x: &[f32], y: &mut [u8], with_sum: bool) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    y[0..2].copy_from_slice(&crate::fp::f32_to_f16(d).to_le_bytes());
+    let off = if with_sum { 4 } else { 2 };
+    let mut sum = 0i32;
+    for (q, &v) in y[off..off + 32].iter_mut().zip(x) {
+        let r = (v * id).round_ties_even() as i32;
+        sum += r;
+        *q = r as i8 as u8;
+    }
+    if with_sum {
+        y[2..4].copy_from_slice(&crate::fp::f32_to_f16(d * sum as f32).to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,96 @@
+use super::*;
+
+fn lcg(seed: &mut u64) -> f32 {
+    *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+}
+
+const TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+];
+
+/// f64 dot of the dequantized weight row with the dequantized activation row.
+fn reference(w_ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f64 {
+    let act = vec_dot_type(w_ty).unwrap();
+    let xw = crate::dequantize(w_ty, w, n).unwrap();
+    let xa = crate::dequantize(act, a, n).unwrap();
+    let mut r: f64 = xw.iter().zip(&xa).map(|(p, q)| *p as f64 * *q as f64).sum();
+    if act == GgmlType::Q8_1 {
+        // Q8_1 carries s = d * sum(q) rounded to f16, and ggml uses it for the min term.
+        let f16 = |b: &[u8], at: usize| crate::fp::f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]])) as f64;
+        let wb = w_ty.type_size() as usize;
+        for (x, y) in w.chunks_exact(wb).zip(a.chunks_exact(36)) {
+            let sum: i32 = y[4..36].iter().map(|&v| v as i8 as i32).sum();
+            r += f16(x, 2) * (f16(y, 2) - f16(y, 0) * sum as f64);
+        }
+    }
+    r
+}
+
+#[test]
+fn every_kernel_matches_the_dequantized_product() {
+    let n = 512;
+    let mut seed = 7u64;
+    for &ty in TYPES {
+        let wf: Vec<f32> = (0..n).map(|_| lcg(&mut seed) * 2.0).collect();
+        let w = crate::quantize(ty, &wf, n, None).unwrap();
+        let act = vec_dot_type(ty).unwrap();
+        let acts: Vec<Vec<u8>> = (0..4)
+            .map(|_| {
+                let af: Vec<f32> = (0..n).map(|_| lcg(&mut seed) * 3.0).collect();
+                let mut q = vec![0u8; act_row_bytes(act, n)];
+                quantize_act(act, &af, &mut q);
+                q
+            })
+            .collect();
+        let refs: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+        let expect: Vec<f64> = refs.iter().map(|a| reference(ty, n, &w, a)).collect();
+        let scale: f64 = expect.iter().map(|v| v.abs()).fold(1.0, f64::max);
+        for path in [KernelPath::Scalar, KernelPath::detect()] {
+            let k = kernel(ty, path).unwrap();
+            for cols in 1..=4 {
+                let mut out = vec![0f32; cols];
+                (k.dot)(ty, n, &w, &refs[..cols], &mut out);
+                for c in 0..cols {
+                    // f32 accumulation of ~n products of magnitude ≤ scale: relative error a few
+                    // ulps times sqrt(blocks); 1e-5 of the largest result is well above that.
+                    let err = (out[c] as f64 - expect[c]).abs();
+                    assert!(
+                        err <= 1e-5 * scale,
+                        "{ty:?} {path:?} cols={cols} c={c}: {} vs {}",
+                        out[c],
+                        expect[c]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_activation_rounds_half_to_even_with_scale_127_over_amax() {
+    let mut x = [0f32; 32];
+    x[0] = 127.0;
+    x[1] = 2.5;
+    x[2] = -3.5;
+    let mut q = [0u8; 36];
+    quantize_act(GgmlType::Q8_1, &x, &mut q);
+    assert_eq!(q[4] as i8, 127);
+    assert_eq!(q[5] as i8, 2);
+    assert_eq!(q[6] as i8, -4);
+    assert_eq!(crate::fp::f16_to_f32(u16::from_le_bytes([q[2], q[3]])), 125.0);
+}
