@@ -175,8 +175,8 @@ unsafe fn legacy<L: Legacy>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32])
 #[inline(always)]
 unsafe fn legacy_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     let nb = n / 32;
-    let abytes = if L::UNSIGNED { 36 } else { 34 };
-    let aoff = if L::UNSIGNED { 4 } else { 2 };
+    let abytes = if L::UNSIGNED { super::ACT_Q8_1 } else { super::ACT_Q8_0 };
+    let aoff = if L::UNSIGNED { 8 } else { 4 };
     assert!(w.len() >= nb * L::BYTES && out.len() >= C);
     let mut ap = [std::ptr::null::<u8>(); C];
     for c in 0..C {
@@ -196,9 +196,10 @@ unsafe fn legacy_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: &[&[u
             } else {
                 mul_sum_i8_pairs_float(qx, qy)
             };
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16_at(y)), p, acc[c]);
+            let dy = std::ptr::read_unaligned(y as *const f32);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), p, acc[c]);
             if L::UNSIGNED {
-                summs[c] += mx * f16_at(y.add(2));
+                summs[c] += mx * std::ptr::read_unaligned(y.add(4) as *const f32);
             }
         }
     }
@@ -514,4 +515,61 @@ pub unsafe fn f16_to_f32_row(src: &[u8], dst: &mut [f32]) {
     for i in n8..dst.len() {
         dst[i] = crate::fp::f16_to_f32(u16::from_le_bytes([src[2 * i], src[2 * i + 1]]));
     }
+}
+
+/// One Q8_0/Q8_1 activation block in hf2q's layout (see `super::quantize_act`), vectorised:
+/// the same amax, `127/amax` scale, nearest-even rounding and f16-rounded scales.
+///
+/// # Safety
+/// AVX2 must be available; `x` holds 32 values and `y` at least 36 (40 with `sum`) bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_q8_block(x: &[f32], y: &mut [u8], sum: bool) {
+    assert!(x.len() >= 32 && y.len() >= if sum { 40 } else { 36 });
+    let p = x.as_ptr();
+    let v = [
+        _mm256_loadu_ps(p),
+        _mm256_loadu_ps(p.add(8)),
+        _mm256_loadu_ps(p.add(16)),
+        _mm256_loadu_ps(p.add(24)),
+    ];
+    let sign = _mm256_set1_ps(-0.0);
+    let mut m = _mm256_andnot_ps(sign, v[0]);
+    for vv in &v[1..] {
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vv));
+    }
+    let mut m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    let amax = _mm_cvtss_f32(m4);
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mul = _mm256_set1_ps(id);
+    let mut i = [_mm256_setzero_si256(); 4];
+    for k in 0..4 {
+        i[k] = _mm256_cvtps_epi32(_mm256_round_ps(
+            _mm256_mul_ps(v[k], mul),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+        ));
+    }
+    let dh = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT)));
+    std::ptr::write_unaligned(y.as_mut_ptr() as *mut f32, dh);
+    let off = if sum { 8 } else { 4 };
+    if sum {
+        let s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+        let s4 = _mm_add_epi32(_mm256_extracti128_si256(s, 1), _mm256_castsi256_si128(s));
+        let s4 = _mm_hadd_epi32(s4, s4);
+        let s4 = _mm_hadd_epi32(s4, s4);
+        let total = _mm_cvtsi128_si32(s4) as f32;
+        let sv = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(
+            _mm_set_ss(d * total),
+            _MM_FROUND_TO_NEAREST_INT,
+        )));
+        std::ptr::write_unaligned(y.as_mut_ptr().add(4) as *mut f32, sv);
+    }
+    // Pack 32 i32 → 32 i8 in order (packs interleave 128-bit lanes; permute restores order).
+    let a = _mm256_packs_epi32(i[0], i[1]);
+    let b = _mm256_packs_epi32(i[2], i[3]);
+    let q = _mm256_packs_epi16(a, b);
+    let q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(y.as_mut_ptr().add(off) as *mut __m256i, q);
 }

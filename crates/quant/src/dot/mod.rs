@@ -110,14 +110,27 @@ pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
     })
 }
 
-/// Bytes of one activation row of `n` values converted to `act`.
+/// Bytes of one activation row of `n` values converted to `act`. Q8_0 and Q8_1 activations use
+/// hf2q's own block layout with f32 scales (see [`quantize_act`]); the others are ggml's.
 pub fn act_row_bytes(act: GgmlType, n: usize) -> usize {
-    n / act.block_size() as usize * act.type_size() as usize
+    match act {
+        GgmlType::Q8_0 => n / 32 * ACT_Q8_0,
+        GgmlType::Q8_1 => n / 32 * ACT_Q8_1,
+        _ => n / act.block_size() as usize * act.type_size() as usize,
+    }
 }
 
-/// Convert one activation row to `act` the way ggml's CPU `from_float` for that type does on x86
-/// (`quantize_row_q8_0`/`q8_1` round half to even with the scale `127/amax`; Q8_K is
-/// `quantize_row_q8_K_ref`; F16/BF16 round to nearest even). `dst` holds [`act_row_bytes`].
+/// Activation block of Q8_0 semantics: `d` (f32 holding ggml's f16 value), 32 quants.
+pub const ACT_Q8_0: usize = 36;
+/// Activation block of Q8_1 semantics: `d`, `s = d * sum(q)` (both f32 holding ggml's f16
+/// values), 32 quants.
+pub const ACT_Q8_1: usize = 40;
+
+/// Convert one activation row to `act` with the numbers ggml's CPU `from_float` for that type
+/// produces on x86 (`quantize_row_q8_0`/`q8_1`: scale `127/amax`, round half to even, scales
+/// rounded to f16; Q8_K is `quantize_row_q8_K_ref`; F16/BF16 round to nearest even). Q8_0 and
+/// Q8_1 scales are stored as f32 (already rounded through f16) so kernels do not convert them for
+/// every weight row. `dst` holds [`act_row_bytes`].
 pub fn quantize_act(act: GgmlType, src: &[f32], dst: &mut [u8]) {
     use GgmlType as T;
     match act {
@@ -142,9 +155,27 @@ pub fn quantize_act(act: GgmlType, src: &[f32], dst: &mut [u8]) {
             }
         }
         T::Q8_0 | T::Q8_1 => {
-            let bs = if act == T::Q8_0 { 34 } else { 36 };
+            let sum = act == T::Q8_1;
+            let bs = if sum { ACT_Q8_1 } else { ACT_Q8_0 };
+            #[cfg(target_arch = "x86_64")]
+            if KernelPath::detect() == KernelPath::Avx2 {
+                for (x, y) in src.chunks_exact(32).zip(dst.chunks_exact_mut(bs)) {
+                    // SAFETY: AVX2 present; x has 32 values, y has bs bytes.
+                    unsafe { avx2::quantize_q8_block(x, y, sum) };
+                }
+                return;
+            }
             for (x, y) in src.chunks_exact(32).zip(dst.chunks_exact_mut(bs)) {
-                quantize_q8_block(x, y, act == T::Q8_1);
+                let (d, s, q) = q8_block(x);
+                y[0..4].copy_from_slice(&crate::fp::f16_to_f32(crate::fp::f32_to_f16(d)).to_le_bytes());
+                let off = if sum { 8 } else { 4 };
+                if sum {
+                    let sv = crate::fp::f16_to_f32(crate::fp::f32_to_f16(d * s as f32));
+                    y[4..8].copy_from_slice(&sv.to_le_bytes());
+                }
+                for (o, v) in y[off..off + 32].iter_mut().zip(q) {
+                    *o = v as u8;
+                }
             }
         }
         T::Q8_K => {
@@ -155,22 +186,54 @@ pub fn quantize_act(act: GgmlType, src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// The values of an activation row produced by [`quantize_act`].
+pub fn dequantize_act(act: GgmlType, src: &[u8], dst: &mut [f32]) {
+    match act {
+        GgmlType::Q8_0 | GgmlType::Q8_1 => {
+            let (bs, off) = if act == GgmlType::Q8_0 {
+                (ACT_Q8_0, 4)
+            } else {
+                (ACT_Q8_1, 8)
+            };
+            for (b, y) in src.chunks_exact(bs).zip(dst.chunks_exact_mut(32)) {
+                let d = f32::from_le_bytes(b[0..4].try_into().unwrap());
+                for (o, &q) in y.iter_mut().zip(&b[off..off + 32]) {
+                    *o = d * q as i8 as f32;
+                }
+            }
+        }
+        other => {
+            let codec = crate::codec(other).expect("activation codec");
+            (codec.dequantize)(src, dst);
+        }
+    }
+}
+
+/// One block of 32 values as ggml's x86 `quantize_row_q8_0` computes it: (d, sum of quants, quants).
 // ggml-cpu/arch/x86/quants.c: quantize_row_q8_0 / quantize_row_q8_1 (AVX2 path: id = 127/amax,
 // _mm256_round_ps nearest-even, s = d * sum(q)).
-fn quantize_q8_block(x: &[f32], y: &mut [u8], with_sum: bool) {
+fn q8_block(x: &[f32]) -> (f32, i32, [i8; 32]) {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-    y[0..2].copy_from_slice(&crate::fp::f32_to_f16(d).to_le_bytes());
-    let off = if with_sum { 4 } else { 2 };
+    let mut q = [0i8; 32];
     let mut sum = 0i32;
-    for (q, &v) in y[off..off + 32].iter_mut().zip(x) {
+    for (o, &v) in q.iter_mut().zip(x) {
         let r = (v * id).round_ties_even() as i32;
         sum += r;
-        *q = r as i8 as u8;
+        *o = r as i8;
     }
-    if with_sum {
-        y[2..4].copy_from_slice(&crate::fp::f32_to_f16(d * sum as f32).to_le_bytes());
+    (d, sum, q)
+}
+
+/// Q8_0 in ggml's own block layout (f16 scale), as the CPU backend writes a Q8_0 KV cache.
+pub fn quantize_q8_0_ggml(src: &[f32], dst: &mut [u8]) {
+    for (x, y) in src.chunks_exact(32).zip(dst.chunks_exact_mut(34)) {
+        let (d, _, q) = q8_block(x);
+        y[0..2].copy_from_slice(&crate::fp::f32_to_f16(d).to_le_bytes());
+        for (o, v) in y[2..34].iter_mut().zip(q) {
+            *o = v as u8;
+        }
     }
 }
 

@@ -11,6 +11,12 @@ fn f16(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
+/// An f32 scale of an activation block.
+#[inline]
+fn f32at(b: &[u8], at: usize) -> f32 {
+    f32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
 #[inline]
 fn i8s(b: &[u8]) -> impl Iterator<Item = i32> + '_ {
     b.iter().map(|&v| v as i8 as i32)
@@ -112,9 +118,9 @@ impl Dot for Q4_0 {
     // quants.c ggml_vec_dot_q4_0_q8_0_generic
     fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let mut s = 0f32;
-        for (x, y) in w.chunks_exact(18).zip(a.chunks_exact(34)).take(n / 32) {
+        for (x, y) in w.chunks_exact(18).zip(a.chunks_exact(36)).take(n / 32) {
             let q = nibbles(&x[2..18]).map(|v| v - 8);
-            s += isum(&q, &y[2..34]) as f32 * f16(x, 0) * f16(y, 0);
+            s += isum(&q, &y[4..36]) as f32 * f16(x, 0) * f32at(y, 0);
         }
         s
     }
@@ -125,9 +131,9 @@ impl Dot for Q4_1 {
     // quants.c ggml_vec_dot_q4_1_q8_1_generic
     fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let mut s = 0f32;
-        for (x, y) in w.chunks_exact(20).zip(a.chunks_exact(36)).take(n / 32) {
+        for (x, y) in w.chunks_exact(20).zip(a.chunks_exact(40)).take(n / 32) {
             let q = nibbles(&x[4..20]);
-            s += (f16(x, 0) * f16(y, 0)) * isum(&q, &y[4..36]) as f32 + f16(x, 2) * f16(y, 2);
+            s += (f16(x, 0) * f32at(y, 0)) * isum(&q, &y[8..40]) as f32 + f16(x, 2) * f32at(y, 4);
         }
         s
     }
@@ -137,10 +143,10 @@ struct Q5_0;
 impl Dot for Q5_0 {
     fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let mut s = 0f32;
-        for (x, y) in w.chunks_exact(22).zip(a.chunks_exact(34)).take(n / 32) {
+        for (x, y) in w.chunks_exact(22).zip(a.chunks_exact(36)).take(n / 32) {
             let qh = u32::from_le_bytes(x[2..6].try_into().unwrap());
             let q = with_high_bits(nibbles(&x[6..22]), qh).map(|v| v - 16);
-            s += isum(&q, &y[2..34]) as f32 * f16(x, 0) * f16(y, 0);
+            s += isum(&q, &y[4..36]) as f32 * f16(x, 0) * f32at(y, 0);
         }
         s
     }
@@ -150,10 +156,10 @@ struct Q5_1;
 impl Dot for Q5_1 {
     fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let mut s = 0f32;
-        for (x, y) in w.chunks_exact(24).zip(a.chunks_exact(36)).take(n / 32) {
+        for (x, y) in w.chunks_exact(24).zip(a.chunks_exact(40)).take(n / 32) {
             let qh = u32::from_le_bytes(x[4..8].try_into().unwrap());
             let q = with_high_bits(nibbles(&x[8..24]), qh);
-            s += (f16(x, 0) * f16(y, 0)) * isum(&q, &y[4..36]) as f32 + f16(x, 2) * f16(y, 2);
+            s += (f16(x, 0) * f32at(y, 0)) * isum(&q, &y[8..40]) as f32 + f16(x, 2) * f32at(y, 4);
         }
         s
     }
@@ -163,9 +169,9 @@ struct Q8_0;
 impl Dot for Q8_0 {
     fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let mut s = 0f32;
-        for (x, y) in w.chunks_exact(34).zip(a.chunks_exact(34)).take(n / 32) {
-            let sumi: i32 = i8s(&x[2..34]).zip(i8s(&y[2..34])).map(|(p, q)| p * q).sum();
-            s += sumi as f32 * (f16(x, 0) * f16(y, 0));
+        for (x, y) in w.chunks_exact(34).zip(a.chunks_exact(36)).take(n / 32) {
+            let sumi: i32 = i8s(&x[2..34]).zip(i8s(&y[4..36])).map(|(p, q)| p * q).sum();
+            s += sumi as f32 * (f16(x, 0) * f32at(y, 0));
         }
         s
     }
@@ -178,9 +184,9 @@ struct Iq4Nl;
 impl Dot for Iq4Nl {
     fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let mut s = 0f32;
-        for (x, y) in w.chunks_exact(18).zip(a.chunks_exact(34)).take(n / 32) {
+        for (x, y) in w.chunks_exact(18).zip(a.chunks_exact(36)).take(n / 32) {
             let q = nibbles(&x[2..18]).map(|v| KVALUES_IQ4NL[v as usize] as i32);
-            s += (f16(x, 0) * f16(y, 0)) * isum(&q, &y[2..34]) as f32;
+            s += (f16(x, 0) * f32at(y, 0)) * isum(&q, &y[4..36]) as f32;
         }
         s
     }
@@ -299,7 +305,6 @@ thread_local! {
 fn generic(wt: GgmlType, n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     let act_ty = super::vec_dot_type(wt).expect("checked by dot_fn");
     let wc = crate::codec(wt).expect("checked by dot_fn");
-    let ac = crate::codec(act_ty).expect("activation codec");
     let wbytes = wt.row_bytes(n as u64).expect("row of whole blocks") as usize;
     SCRATCH.with(|s| {
         let (xw, xa) = &mut *s.borrow_mut();
@@ -307,7 +312,7 @@ fn generic(wt: GgmlType, n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
         xa.resize(n, 0.0);
         (wc.dequantize)(&w[..wbytes], xw);
         for (o, a) in out.iter_mut().zip(acts) {
-            (ac.dequantize)(&a[..super::act_row_bytes(act_ty, n)], xa);
+            super::dequantize_act(act_ty, &a[..super::act_row_bytes(act_ty, n)], xa);
             *o = xw.iter().zip(xa.iter()).map(|(p, q)| (p * q) as f64).sum::<f64>() as f32;
         }
     })

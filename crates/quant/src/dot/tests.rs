@@ -27,15 +27,17 @@ const TYPES: &[GgmlType] = &[
 fn reference(w_ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f64 {
     let act = vec_dot_type(w_ty).unwrap();
     let xw = crate::dequantize(w_ty, w, n).unwrap();
-    let xa = crate::dequantize(act, a, n).unwrap();
+    let mut xa = vec![0f32; n];
+    dequantize_act(act, a, &mut xa);
     let mut r: f64 = xw.iter().zip(&xa).map(|(p, q)| *p as f64 * *q as f64).sum();
     if act == GgmlType::Q8_1 {
         // Q8_1 carries s = d * sum(q) rounded to f16, and ggml uses it for the min term.
         let f16 = |b: &[u8], at: usize| crate::fp::f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]])) as f64;
+        let f32at = |b: &[u8], at: usize| f32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as f64;
         let wb = w_ty.type_size() as usize;
-        for (x, y) in w.chunks_exact(wb).zip(a.chunks_exact(36)) {
-            let sum: i32 = y[4..36].iter().map(|&v| v as i8 as i32).sum();
-            r += f16(x, 2) * (f16(y, 2) - f16(y, 0) * sum as f64);
+        for (x, y) in w.chunks_exact(wb).zip(a.chunks_exact(ACT_Q8_1)) {
+            let sum: i32 = y[8..40].iter().map(|&v| v as i8 as i32).sum();
+            r += f16(x, 2) * (f32at(y, 4) - f32at(y, 0) * sum as f64);
         }
     }
     r
@@ -87,10 +89,37 @@ fn q8_activation_rounds_half_to_even_with_scale_127_over_amax() {
     x[0] = 127.0;
     x[1] = 2.5;
     x[2] = -3.5;
-    let mut q = [0u8; 36];
+    let mut q = [0u8; ACT_Q8_1];
     quantize_act(GgmlType::Q8_1, &x, &mut q);
-    assert_eq!(q[4] as i8, 127);
-    assert_eq!(q[5] as i8, 2);
-    assert_eq!(q[6] as i8, -4);
-    assert_eq!(crate::fp::f16_to_f32(u16::from_le_bytes([q[2], q[3]])), 125.0);
+    assert_eq!(q[8] as i8, 127);
+    assert_eq!(q[9] as i8, 2);
+    assert_eq!(q[10] as i8, -4);
+    assert_eq!(f32::from_le_bytes(q[4..8].try_into().unwrap()), 125.0);
+}
+
+#[test]
+fn vector_and_scalar_activation_quantization_agree() {
+    let mut seed = 3u64;
+    for act in [GgmlType::Q8_0, GgmlType::Q8_1] {
+        let x: Vec<f32> = (0..256)
+            .map(|i| lcg(&mut seed) * if i % 7 == 0 { 100.0 } else { 1.0 })
+            .collect();
+        let mut fast = vec![0u8; act_row_bytes(act, 256)];
+        quantize_act(act, &x, &mut fast);
+        // The scalar path, by hand.
+        let bs = if act == GgmlType::Q8_0 { ACT_Q8_0 } else { ACT_Q8_1 };
+        for (b, xs) in fast.chunks_exact(bs).zip(x.chunks_exact(32)) {
+            let (d, s, q) = q8_block(xs);
+            assert_eq!(
+                f32::from_le_bytes(b[0..4].try_into().unwrap()),
+                crate::fp::f16_to_f32(crate::fp::f32_to_f16(d))
+            );
+            let off = bs - 32;
+            assert_eq!(b[off..].iter().map(|&v| v as i8).collect::<Vec<_>>(), q.to_vec());
+            if act == GgmlType::Q8_1 {
+                let sv = crate::fp::f16_to_f32(crate::fp::f32_to_f16(d * s as f32));
+                assert_eq!(f32::from_le_bytes(b[4..8].try_into().unwrap()), sv);
+            }
+        }
+    }
 }

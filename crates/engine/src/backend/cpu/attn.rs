@@ -4,30 +4,104 @@
 //! and accumulates V·softmax in an f16 vector; longer batches use its tiled f32 path. Both are
 //! reproduced so that hf2q's numbers follow llama.cpp's.
 
-use super::{Cpu, CpuBuf, CpuKv, SyncPtr};
+use super::{simd, Cpu, CpuBuf, CpuKv, SyncPtr};
 use crate::backend::{AttnArgs, KvType};
 use gguf::GgmlType;
-use quant::dot::{self, KernelPath};
-use quant::fp::{f16_to_f32, f32_to_f16};
+use quant::dot;
+use quant::fp::f16_to_f32;
 use rayon::prelude::*;
 
 /// ggml's `GGML_FA_TILE_Q`: batches of at least this many query rows take the f32 path.
 const TILE_Q: usize = 64;
 
 pub(super) fn attention(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
+    out.set_shape(q.rows, a.n_head * a.head_dim);
+    if a.rows >= TILE_Q && kv.ty == KvType::F16 {
+        batched_f32(q, kv, a, out)
+    } else {
+        per_row(cpu, q, kv, a, out)
+    }
+}
+
+/// The visible key range of query row `i`.
+fn key_range(a: &AttnArgs, i: usize) -> std::ops::Range<usize> {
+    let p = a.pos0 + i;
+    let end = if a.causal { p + 1 } else { a.pos0 + a.rows };
+    let start = a.window.map_or(0, |w| (p + 1).saturating_sub(w));
+    start..end
+}
+
+/// Long batches (ggml's tiled f32 path): K and V of each KV head are converted to f32 once, then
+/// every (head, query row) runs an f32 softmax over its visible keys.
+fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
     let hd = a.head_dim;
-    out.set_shape(q.rows, a.n_head * hd);
+    let n_keys = a.pos0 + a.rows;
     let group = a.n_head / a.n_kv_head;
-    let f16_path = a.rows < TILE_Q;
+    let rb = kv.row_bytes;
+    let convert = |cache: &[u8]| -> Vec<Vec<f32>> {
+        (0..a.n_kv_head)
+            .into_par_iter()
+            .map(|kh| {
+                let mut f = vec![0f32; n_keys * hd];
+                for j in 0..n_keys {
+                    let off = j * rb + kh * hd * 2;
+                    simd::f16_to_f32s(&cache[off..off + 2 * hd], &mut f[j * hd..(j + 1) * hd]);
+                }
+                f
+            })
+            .collect()
+    };
+    let kf = convert(&kv.k[a.layer]);
+    let vf = convert(&kv.v[a.layer]);
     let outp = SyncPtr(out.data.as_mut_ptr());
     let out_cols = out.cols;
-    let avx2 = cpu.path == KernelPath::Avx2;
+    const ROWS: usize = 16;
+    let n_blocks = a.rows.div_ceil(ROWS);
+    (0..a.n_head * n_blocks).into_par_iter().for_each(|task| {
+        let outp = outp;
+        let (h, blk) = (task / n_blocks, task % n_blocks);
+        let (kh, ks, vs) = (h / group, &kf[h / group], &vf[h / group]);
+        let _ = kh;
+        let mut scores = vec![0f32; n_keys];
+        let mut acc = vec![0f32; hd];
+        for i in blk * ROWS..((blk + 1) * ROWS).min(a.rows) {
+            let qrow = &q.row(a.row0 + i)[h * hd..(h + 1) * hd];
+            let range = key_range(a, i);
+            let mut m = f32::NEG_INFINITY;
+            for j in range.clone() {
+                let s = simd::dot(qrow, &ks[j * hd..(j + 1) * hd]) * a.scale;
+                scores[j] = s;
+                m = m.max(s);
+            }
+            acc.fill(0.0);
+            let mut sum = 0f32;
+            for j in range {
+                let p = (scores[j] - m).exp();
+                sum += p;
+                simd::axpy(&mut acc, &vs[j * hd..(j + 1) * hd], p);
+            }
+            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+            // SAFETY: row (row0 + i), head h belongs to this task only.
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut(outp.0.add((a.row0 + i) * out_cols + h * hd), hd);
+                for (d, &v) in dst.iter_mut().zip(&acc) {
+                    *d = v * inv;
+                }
+            }
+        }
+    });
+}
+
+/// Short batches and decoding (ggml's `one_chunk` path), one task per (query row, head).
+fn per_row(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
+    let hd = a.head_dim;
+    let group = a.n_head / a.n_kv_head;
+    let outp = SyncPtr(out.data.as_mut_ptr());
+    let out_cols = out.cols;
     let task = |idx: usize| {
         let outp = outp;
         let (i, h) = (idx / a.n_head, idx % a.n_head);
-        let p = a.pos0 + i;
-        let end = if a.causal { p + 1 } else { a.pos0 + a.rows };
-        let start = a.window.map_or(0, |w| (p + 1).saturating_sub(w));
+        let range = key_range(a, i);
         let kh = h / group;
         let qrow = &q.row(a.row0 + i)[h * hd..(h + 1) * hd];
         let k = &kv.k[a.layer];
@@ -39,25 +113,16 @@ pub(super) fn attention(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &m
                 let head_off = kh * hd * 2;
                 let krow = |ic: usize| &k[ic * rb + head_off..ic * rb + head_off + 2 * hd];
                 let vrow = |ic: usize| &v[ic * rb + head_off..ic * rb + head_off + 2 * hd];
-                if f16_path {
-                    one_chunk_f16(qrow, start..end, a.scale, krow, vrow, avx2, &mut res);
-                } else {
-                    let mut kf = vec![0f32; hd];
-                    online_f32(start..end, a.scale, &mut res, |ic, vf: &mut Vec<f32>| {
-                        f16_row(krow(ic), &mut kf);
-                        f16_row(vrow(ic), vf);
-                        dot_f32(qrow, &kf)
-                    });
-                }
+                one_chunk_f16(qrow, range, a.scale, krow, vrow, &mut res);
             }
             KvType::Q8_0 => {
                 let head_off = kh * hd / 32 * 34;
                 let blen = hd / 32 * 34;
-                let mut q8 = vec![0u8; blen];
+                let mut q8 = vec![0u8; dot::act_row_bytes(GgmlType::Q8_0, hd)];
                 dot::quantize_act(GgmlType::Q8_0, qrow, &mut q8);
                 let kern = dot::kernel(GgmlType::Q8_0, cpu.path).expect("Q8_0 kernel");
                 let codec = quant::codec(GgmlType::Q8_0).expect("Q8_0 codec");
-                online_f32(start..end, a.scale, &mut res, |ic, vf: &mut Vec<f32>| {
+                online_f32(range, a.scale, &mut res, |ic, vf: &mut Vec<f32>| {
                     let mut s = [0f32];
                     let kb = &k[ic * rb + head_off..ic * rb + head_off + blen];
                     (kern.dot)(GgmlType::Q8_0, hd, kb, &[&q8], &mut s);
@@ -80,16 +145,6 @@ pub(super) fn attention(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &m
     }
 }
 
-fn f16_row(src: &[u8], dst: &mut [f32]) {
-    for (d, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
-        *d = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-    }
-}
-
-fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
 /// ggml's `one_chunk`: Q rounded to f16, KQ in f32, the V accumulator kept in f16.
 fn one_chunk_f16<'a>(
     q: &[f32],
@@ -97,49 +152,29 @@ fn one_chunk_f16<'a>(
     scale: f32,
     krow: impl Fn(usize) -> &'a [u8],
     vrow: impl Fn(usize) -> &'a [u8],
-    avx2: bool,
     out: &mut [f32],
 ) {
     let hd = q.len();
     let mut q16 = vec![0u8; 2 * hd];
     dot::quantize_act(GgmlType::F16, q, &mut q16);
-    let q16f: Vec<f32> = q16
-        .chunks_exact(2)
-        .map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
-        .collect();
+    let mut q16f = vec![0f32; hd];
+    simd::f16_to_f32s(&q16, &mut q16f);
+    let mut kf = vec![0f32; hd];
     let mut acc = vec![0u16; hd];
     let (mut s_sum, mut m) = (0f32, f32::NEG_INFINITY);
     for ic in range {
-        let kr = krow(ic);
-        let s = if avx2 {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the AVX2 path was detected (F16C and FMA included); both rows hold hd f16.
-            unsafe {
-                dot::avx2::f16_dot_one(hd, kr.as_ptr(), q16.as_ptr())
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            unreachable!()
-        } else {
-            kr.chunks_exact(2)
-                .zip(&q16f)
-                .map(|(b, &y)| f16_to_f32(u16::from_le_bytes([b[0], b[1]])) * y)
-                .sum()
-        } * scale;
+        simd::f16_to_f32s(krow(ic), &mut kf);
+        let s = simd::dot(&kf, &q16f) * scale;
         let (mut ms, mut vs) = (1f32, 1f32);
         if s > m {
             let old = m;
             m = s;
             ms = (old - m).exp();
-            for a in acc.iter_mut() {
-                *a = f32_to_f16(f16_to_f32(*a) * ms);
-            }
+            simd::scale_f16(&mut acc, ms);
         } else {
             vs = (s - m).exp();
         }
-        for (a, b) in acc.iter_mut().zip(vrow(ic).chunks_exact(2)) {
-            let vv = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-            *a = f32_to_f16(vv.mul_add(vs, f16_to_f32(*a)));
-        }
+        simd::mad_f16(&mut acc, vrow(ic), vs);
         s_sum = s_sum * ms + vs;
     }
     let inv = if s_sum == 0.0 { 0.0 } else { 1.0 / s_sum };
@@ -148,7 +183,7 @@ fn one_chunk_f16<'a>(
     }
 }
 
-/// Online softmax with an f32 accumulator; `row(ic, v)` returns the scaled-before KQ value and
+/// Online softmax with an f32 accumulator; `row(ic, v)` returns the unscaled KQ value and
 /// fills `v` with the value row.
 fn online_f32(
     range: std::ops::Range<usize>,
@@ -167,13 +202,11 @@ fn online_f32(
             let old = m;
             m = s;
             ms = (old - m).exp();
-            acc.iter_mut().for_each(|a| *a *= ms);
+            simd::scale(&mut acc, ms);
         } else {
             vs = (s - m).exp();
         }
-        for (a, &x) in acc.iter_mut().zip(&v) {
-            *a = x.mul_add(vs, *a);
-        }
+        simd::axpy(&mut acc, &v, vs);
         s_sum = s_sum * ms + vs;
     }
     let inv = if s_sum == 0.0 { 0.0 } else { 1.0 / s_sum };

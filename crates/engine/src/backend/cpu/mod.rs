@@ -4,6 +4,7 @@
 
 mod attn;
 mod rope;
+mod simd;
 
 use super::{AttnArgs, Backend, KvType, Rope, WeightSource};
 use crate::{EngineError, Result};
@@ -376,15 +377,15 @@ impl Backend for Cpu {
             pos0 + rows
         );
         let rb = kv.row_bytes;
-        let act = match kv.ty {
-            KvType::F16 => GgmlType::F16,
-            KvType::Q8_0 => GgmlType::Q8_0,
-        };
         for (src, dst) in [(k, &mut kv.k[layer]), (v, &mut kv.v[layer])] {
             assert_eq!(src.cols, kv.kv_dim);
             for i in 0..rows {
                 let p = pos0 + i;
-                dot::quantize_act(act, src.row(row0 + i), &mut dst[p * rb..(p + 1) * rb]);
+                let d = &mut dst[p * rb..(p + 1) * rb];
+                match kv.ty {
+                    KvType::F16 => dot::quantize_act(GgmlType::F16, src.row(row0 + i), d),
+                    KvType::Q8_0 => dot::quantize_q8_0_ggml(src.row(row0 + i), d),
+                }
             }
         }
     }
@@ -395,8 +396,14 @@ impl Backend for Cpu {
 
     fn swiglu(&self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) {
         out.set_shape(gate.rows, gate.cols);
-        for ((o, &g), &u) in out.view_mut().iter_mut().zip(gate.view()).zip(up.view()) {
-            *o = g / (1.0 + (-g).exp()) * u;
+        let n = gate.cols;
+        if gate.rows > 1 {
+            out.view_mut()
+                .par_chunks_mut(n)
+                .zip(gate.view().par_chunks(n).zip(up.view().par_chunks(n)))
+                .for_each(|(o, (g, u))| simd::silu_mul(g, u, o));
+        } else {
+            simd::silu_mul(gate.view(), up.view(), out.view_mut());
         }
     }
 

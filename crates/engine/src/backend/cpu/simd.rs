@@ -1,0 +1,266 @@
+//! Vector helpers of the CPU backend: an AVX2/FMA/F16C version chosen at run time (the binary
+//! itself targets baseline x86-64) and a scalar reference beside each, with identical rounding
+//! where ggml's result depends on it (f16 accumulators).
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use quant::fp::{f16_to_f32, f32_to_f16};
+
+/// Whether the AVX2 helpers may run (checked once).
+pub fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| quant::dot::KernelPath::detect() == quant::dot::KernelPath::Avx2)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2+FMA present; both slices hold n values.
+        return unsafe { dot_avx2(&a[..n], &b[..n]) };
+    }
+    a[..n].iter().zip(&b[..n]).map(|(x, y)| x * y).sum()
+}
+
+/// `acc += x * s`.
+pub fn axpy(acc: &mut [f32], x: &[f32], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2+FMA present.
+        return unsafe { axpy_avx2(acc, x, s) };
+    }
+    for (a, &v) in acc.iter_mut().zip(x) {
+        *a = v.mul_add(s, *a);
+    }
+}
+
+pub fn scale(x: &mut [f32], s: f32) {
+    for v in x.iter_mut() {
+        *v *= s;
+    }
+}
+
+/// f16 bytes → f32.
+pub fn f16_to_f32s(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: F16C present; src holds 2 * dst.len() bytes (checked inside).
+        return unsafe { quant::dot::avx2::f16_to_f32_row(src, dst) };
+    }
+    for (d, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+        *d = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+    }
+}
+
+/// f16 accumulator update `acc = f16(fma(v, s, acc))` per element (ggml_vec_mad_f16).
+pub fn mad_f16(acc: &mut [u16], v: &[u8], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2/FMA/F16C present.
+        return unsafe { mad_f16_avx2(acc, v, s) };
+    }
+    for (a, b) in acc.iter_mut().zip(v.chunks_exact(2)) {
+        let vv = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+        *a = f32_to_f16(vv.mul_add(s, f16_to_f32(*a)));
+    }
+}
+
+/// `acc = f16(acc * s)` per element (ggml_vec_scale_f16).
+pub fn scale_f16(acc: &mut [u16], s: f32) {
+    for a in acc.iter_mut() {
+        *a = f32_to_f16(f16_to_f32(*a) * s);
+    }
+}
+
+/// Exponential for activations: within a few ulp of `f32::exp` (a vector polynomial on AVX2).
+pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2+FMA present.
+        return unsafe { silu_mul_avx2(gate, up, out) };
+    }
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + (-g).exp()) * u;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let mut r = _mm256_extractf128_ps(v, 1);
+    r = _mm_add_ps(r, _mm256_castps256_ps128(v));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    _mm_cvtss_f32(r)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len();
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let n32 = n / 32 * 32;
+    let mut i = 0;
+    while i < n32 {
+        for (k, s) in acc.iter_mut().enumerate() {
+            *s = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pa.add(i + 8 * k)),
+                _mm256_loadu_ps(pb.add(i + 8 * k)),
+                *s,
+            );
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[0]);
+        i += 8;
+    }
+    let mut s = hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
+    while i < n {
+        s += a[i] * b[i];
+        i += 1;
+    }
+    s
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn axpy_avx2(acc: &mut [f32], x: &[f32], s: f32) {
+    let n = acc.len().min(x.len());
+    let sv = _mm256_set1_ps(s);
+    let mut i = 0;
+    while i + 8 <= n {
+        let p = acc.as_mut_ptr().add(i);
+        _mm256_storeu_ps(
+            p,
+            _mm256_fmadd_ps(_mm256_loadu_ps(x.as_ptr().add(i)), sv, _mm256_loadu_ps(p)),
+        );
+        i += 8;
+    }
+    while i < n {
+        acc[i] = x[i].mul_add(s, acc[i]);
+        i += 1;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mad_f16_avx2(acc: &mut [u16], v: &[u8], s: f32) {
+    let n = acc.len().min(v.len() / 2);
+    let sv = _mm256_set1_ps(s);
+    let mut i = 0;
+    while i + 8 <= n {
+        let pa = acc.as_mut_ptr().add(i) as *mut __m128i;
+        let a = _mm256_cvtph_ps(_mm_loadu_si128(pa));
+        let x = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(2 * i) as *const __m128i));
+        _mm_storeu_si128(
+            pa,
+            _mm256_cvtps_ph(_mm256_fmadd_ps(x, sv, a), _MM_FROUND_TO_NEAREST_INT),
+        );
+        i += 8;
+    }
+    while i < n {
+        let vv = f16_to_f32(u16::from_le_bytes([v[2 * i], v[2 * i + 1]]));
+        acc[i] = f32_to_f16(vv.mul_add(s, f16_to_f32(acc[i])));
+        i += 1;
+    }
+}
+
+/// e^x for 8 lanes, the algorithm ggml's vector SiLU uses (`ggml-cpu/vec.h` ggml_v_expf, after
+/// Arm's optimized-routines expf): n = round(x/ln2) by the 1.5·2^23 trick, a two-part ln2
+/// reduction, a degree-5 minimax polynomial evaluated with the same FMA tree, and exact scaling
+/// by 2^n (two steps so subnormal results round once, like AVX-512's `scalef`). Max error ~1.5 ulp.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_avx2(x: __m256) -> __m256 {
+    let r = _mm256_set1_ps(f32::from_bits(0x4b40_0000)); // 0x1.8p23
+    let z = _mm256_fmadd_ps(x, _mm256_set1_ps(f32::from_bits(0x3fb8_aa3b)), r); // 0x1.715476p+0
+    let n = _mm256_sub_ps(z, r);
+    let b = _mm256_fnmadd_ps(
+        n,
+        _mm256_set1_ps(f32::from_bits(0x35bf_be8e)), // 0x1.7f7d1cp-20
+        _mm256_fnmadd_ps(n, _mm256_set1_ps(f32::from_bits(0x3f31_7200)), x), // 0x1.62e4p-1
+    );
+    let u = _mm256_mul_ps(b, b);
+    let c = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+    let j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)), // 0x1.0e4020p-7, 0x1.573e2ep-5
+            u,
+            _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)), // 0x1.555e66p-3, 0x1.fffdb6p-2
+        ),
+        u,
+        _mm256_fmadd_ps(c(0x3f7f_fff6), b, _mm256_set1_ps(1.0)), // 0x1.ffffecp-1
+    );
+    // j * 2^n = (j * 2^h) * 2^(n-h) with h = n/2 rounded toward zero; both factors are normal
+    // powers of two for |n| <= 252, so only the last product rounds.
+    let ni = _mm256_cvtps_epi32(n);
+    let ni = _mm256_max_epi32(_mm256_min_epi32(ni, _mm256_set1_epi32(252)), _mm256_set1_epi32(-252));
+    let h = _mm256_srai_epi32(ni, 1);
+    let pow2 = |e: __m256i| _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+    _mm256_mul_ps(_mm256_mul_ps(j, pow2(h)), pow2(_mm256_sub_epi32(ni, h)))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn silu_mul_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    let n = out.len().min(gate.len()).min(up.len());
+    let one = _mm256_set1_ps(1.0);
+    let mut i = 0;
+    while i + 8 <= n {
+        let g = _mm256_loadu_ps(gate.as_ptr().add(i));
+        let e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        let s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(
+            out.as_mut_ptr().add(i),
+            _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))),
+        );
+        i += 8;
+    }
+    while i < n {
+        out[i] = gate[i] / (1.0 + (-gate[i]).exp()) * up[i];
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_helpers_match_scalar() {
+        let a: Vec<f32> = (0..77).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..77).map(|i| (i as f32 * 0.11).cos()).collect();
+        let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((dot(&a, &b) - want).abs() < 1e-5);
+        let g: Vec<f32> = (0..77).map(|i| (i as f32 - 38.0) * 0.5).collect();
+        let mut out = vec![0f32; 77];
+        silu_mul(&g, &b, &mut out);
+        for i in 0..77 {
+            let w = g[i] / (1.0 + (-g[i]).exp()) * b[i];
+            // relative 1e-6: the polynomial's error (2e-7) plus a division's rounding.
+            assert!((out[i] - w).abs() <= 1e-6 * w.abs().max(1e-3), "{i}: {} vs {w}", out[i]);
+        }
+        let v: Vec<u8> = (0..77u16)
+            .flat_map(|i| f32_to_f16(i as f32 * 0.01).to_le_bytes())
+            .collect();
+        let mut acc1: Vec<u16> = (0..77).map(|i| f32_to_f16(i as f32 * -0.3)).collect();
+        let mut acc2 = acc1.clone();
+        mad_f16(&mut acc1, &v, 0.7);
+        for (a, bb) in acc2.iter_mut().zip(v.chunks_exact(2)) {
+            let vv = f16_to_f32(u16::from_le_bytes([bb[0], bb[1]]));
+            *a = f32_to_f16(vv.mul_add(0.7, f16_to_f32(*a)));
+        }
+        assert_eq!(acc1, acc2);
+    }
+}
