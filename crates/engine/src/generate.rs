@@ -190,6 +190,9 @@ pub fn generate<B: Backend>(
             n_ctx,
         });
     }
+    if std::env::var_os("HF2Q_DEBUG_MARGIN").is_some() {
+        eprintln!("prompt tokens: {prompt:?}");
+    }
     let mut sampler = Sampler::new(params.sampling.clone());
     for &t in prompt {
         sampler.accept(t);
@@ -205,6 +208,20 @@ pub fn generate<B: Backend>(
     let mut finish = Finish::Length;
     let max_hold = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
     while out.len() < params.max_tokens {
+        if std::env::var_os("HF2Q_DEBUG_MARGIN").is_some() {
+            let mut v: Vec<(usize, f32)> = logits.iter().copied().enumerate().collect();
+            v.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let lp = crate::sampler::log_softmax(&logits);
+            eprintln!(
+                "step {}: top {} {:.6} second {} {:.6} margin {:.5}",
+                out.len(),
+                v[0].0,
+                lp[v[0].0],
+                v[1].0,
+                lp[v[1].0],
+                v[0].1 - v[1].1
+            );
+        }
         let tok = sampler.sample(&mut logits);
         if !params.ignore_eos && m.tokenizer.is_eog(tok) {
             finish = Finish::Stop;

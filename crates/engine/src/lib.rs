@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod chat;
+pub mod debug;
 pub mod device;
 pub mod generate;
 pub mod model;

@@ -213,9 +213,11 @@ impl<B: Backend> Llama<B> {
         let ids: Vec<u32> = seqs.iter().flat_map(|q| q.tokens.iter().copied()).collect();
         let positions: Vec<usize> = seqs.iter().flat_map(|q| q.pos0..q.pos0 + q.tokens.len()).collect();
         b.get_rows(&self.tok_embd, &ids, &mut s.x)?;
+        let mut dump = crate::debug::Dump::from_env();
         let scale = 1.0 / (hd as f32).sqrt();
         for (il, ly) in self.layers.iter().enumerate() {
             b.rms_norm(&s.x, &ly.attn_norm, p.eps, &mut s.xn);
+            dump.put(b, &format!("attn_norm-{il}"), &s.xn);
             b.matmul(&ly.wq, &s.xn, &mut s.q);
             b.matmul(&ly.wk, &s.xn, &mut s.k);
             b.matmul(&ly.wv, &s.xn, &mut s.v);
@@ -236,6 +238,9 @@ impl<B: Backend> Llama<B> {
             }
             b.rope(&mut s.q, hd, &positions, &p.rope);
             b.rope(&mut s.k, hd, &positions, &p.rope);
+            dump.put(b, &format!("Qcur-{il}"), &s.q);
+            dump.put(b, &format!("Kcur-{il}"), &s.k);
+            dump.put(b, &format!("Vcur-{il}"), &s.v);
             let mut row0 = 0;
             for q in seqs.iter_mut() {
                 let rows = q.tokens.len();
@@ -255,14 +260,23 @@ impl<B: Backend> Llama<B> {
                 b.attention(&s.q, q.kv, &args, &mut s.attn);
                 row0 += rows;
             }
+            dump.put(b, &format!("kqv_out-{il}"), &s.attn);
             b.matmul(&ly.wo, &s.attn, &mut s.o);
+            dump.put(b, &format!("attn_out-{il}"), &s.o);
             b.add(&mut s.x, &s.o);
+            dump.put(b, &format!("ffn_inp-{il}"), &s.x);
             b.rms_norm(&s.x, &ly.ffn_norm, p.eps, &mut s.xn);
+            dump.put(b, &format!("ffn_norm-{il}"), &s.xn);
             b.matmul(&ly.gate, &s.xn, &mut s.gate);
             b.matmul(&ly.up, &s.xn, &mut s.up);
+            dump.put(b, &format!("ffn_gate-{il}"), &s.gate);
+            dump.put(b, &format!("ffn_up-{il}"), &s.up);
             b.swiglu(&s.gate, &s.up, &mut s.act);
+            dump.put(b, &format!("ffn_swiglu-{il}"), &s.act);
             b.matmul(&ly.down, &s.act, &mut s.o);
+            dump.put(b, &format!("ffn_out-{il}"), &s.o);
             b.add(&mut s.x, &s.o);
+            dump.put(b, &format!("l_out-{il}"), &s.x);
         }
         let mut rows = Vec::new();
         let mut row0 = 0;
@@ -282,6 +296,7 @@ impl<B: Backend> Llama<B> {
         b.select_rows(&s.x, &rows, &mut s.sel);
         b.rms_norm(&s.sel, &self.output_norm, p.eps, &mut s.seln);
         b.matmul(self.output.as_ref().unwrap_or(&self.tok_embd), &s.seln, &mut s.logits);
+        dump.put(b, "result_output", &s.logits);
         let flat = b.read(&s.logits);
         Ok(flat.chunks(p.n_vocab).map(|c| c.to_vec()).collect())
     }

@@ -199,7 +199,8 @@ unsafe fn legacy_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: &[&[u
             let dy = std::ptr::read_unaligned(y as *const f32);
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), p, acc[c]);
             if L::UNSIGNED {
-                summs[c] += mx * std::ptr::read_unaligned(y.add(4) as *const f32);
+                // ggml's C compiles `summs += m * s` to an FMA (GCC contracts it).
+                summs[c] = mx.mul_add(std::ptr::read_unaligned(y.add(4) as *const f32), summs[c]);
             }
         }
     }
@@ -355,7 +356,9 @@ unsafe fn q6k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
 }
 
 /// Q6_K: 128 bytes low nibbles, 64 bytes of 2-bit highs, 16 i8 scales, d (f16).
-// quants.c: ggml_vec_dot_q6_K_q8_K (unsigned 6-bit quants, minus 32 × the activation sums)
+// quants.c: ggml_vec_dot_q6_K_q8_K — unsigned 6-bit quants times activations, scaled per 16, and
+// the offset 32 removed at the end as 32 × Σ scale × bsum, lane by lane as ggml does (the lane
+// split decides the f32 rounding).
 #[inline(always)]
 unsafe fn q6k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     let nb = n / 256;
@@ -366,11 +369,11 @@ unsafe fn q6k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut
     let mut acc = [_mm256_setzero_ps(); C];
     let m4 = _mm256_set1_epi8(0xF);
     let m2 = _mm256_set1_epi8(3);
-    let m32 = _mm256_set1_epi8(32);
     for b in 0..nb {
         let x = w.as_ptr().add(b * 210);
         let dx = f16_at(x.add(208));
         let sc = x.add(192) as *const i8;
+        let scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc as *const __m128i));
         let mut sumi = [_mm256_setzero_si256(); C];
         for half in 0..2 {
             let b1 = _mm256_loadu_si256(x.add(64 * half) as *const __m256i);
@@ -399,16 +402,22 @@ unsafe fn q6k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut
             }
             for c in 0..C {
                 let y = acts[c].as_ptr().add(b * Q8K + 4 + 128 * half);
+                let mut p = [_mm256_setzero_si256(); 4];
                 for k in 0..4 {
                     let q8 = _mm256_loadu_si256(y.add(32 * k) as *const __m256i);
-                    let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], q8), _mm256_maddubs_epi16(m32, q8));
-                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, scv[k]));
+                    p[k] = _mm256_madd_epi16(scv[k], _mm256_maddubs_epi16(q[k], q8));
                 }
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p[0], p[1]));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p[2], p[3]));
             }
         }
         for c in 0..C {
-            let dy = std::ptr::read_unaligned(acts[c].as_ptr().add(b * Q8K) as *const f32);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+            let y = acts[c].as_ptr().add(b * Q8K);
+            let bsums = _mm256_loadu_si256(y.add(260) as *const __m256i);
+            let corr = _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5);
+            let dy = std::ptr::read_unaligned(y as *const f32);
+            let si = _mm256_sub_epi32(sumi[c], corr);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(si), acc[c]);
         }
     }
     for c in 0..C {
@@ -453,31 +462,42 @@ unsafe fn f16_dot(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     }
 }
 
-/// Dot product of two f16 rows, summed in f32 (vec.cpp ggml_vec_dot_f16, F16C path).
+/// Dot product of two f16 rows in the order of ggml's AVX-512 `ggml_vec_dot_f16` (vec.cpp with
+/// simd-mappings.h GGML_F32x16_REDUCE): four 16-lane FMA accumulators over 64-value steps, reduced
+/// pairwise ((0+2)+(1+3)), then the 16 lanes as `_mm512_reduce_add_ps` adds them; the tail is
+/// summed in f64. Emulated with pairs of 8-lane registers.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `x` and `y` point to `n` f16 values each.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn f16_dot_one(n: usize, x: *const u8, y: *const u8) -> f32 {
-    let (x, y) = (x as *const __m128i, y as *const __m128i);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let n32 = n / 32 * 32;
+    let (xv, yv) = (x as *const __m128i, y as *const __m128i);
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let n64 = n / 64 * 64;
     let mut i = 0;
-    while i < n32 {
-        for (k, s) in acc.iter_mut().enumerate() {
-            let a = _mm256_cvtph_ps(_mm_loadu_si128(x.add(i / 8 + k)));
-            let b = _mm256_cvtph_ps(_mm_loadu_si128(y.add(i / 8 + k)));
-            *s = _mm256_fmadd_ps(a, b, *s);
+    while i < n64 {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for (h, lane) in a.iter_mut().enumerate() {
+                let k = (i + 16 * j + 8 * h) / 8;
+                let p = _mm256_cvtph_ps(_mm_loadu_si128(xv.add(k)));
+                let q = _mm256_cvtph_ps(_mm_loadu_si128(yv.add(k)));
+                *lane = _mm256_fmadd_ps(p, q, *lane);
+            }
         }
-        i += 32;
+        i += 64;
     }
-    let mut s = hsum_f32_8(_mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[1]),
-        _mm256_add_ps(acc[2], acc[3]),
-    ));
+    let mut sum = 0f64;
+    if n64 > 0 {
+        let v = |h: usize| _mm256_add_ps(_mm256_add_ps(acc[0][h], acc[2][h]), _mm256_add_ps(acc[1][h], acc[3][h]));
+        sum = hsum_f32_8(_mm256_add_ps(v(1), v(0))) as f64;
+    }
     let (xb, yb) = (x as *const u16, y as *const u16);
-    for j in n32..n {
-        s += crate::fp::f16_to_f32(std::ptr::read_unaligned(xb.add(j)))
+    for j in n64..n {
+        let p = crate::fp::f16_to_f32(std::ptr::read_unaligned(xb.add(j)))
             * crate::fp::f16_to_f32(std::ptr::read_unaligned(yb.add(j)));
+        sum += p as f64;
     }
-    s
+    sum as f32
 }
 
 /// f32 → f16 with F16C (round to nearest even).

@@ -133,7 +133,7 @@ impl Dot for Q4_1 {
         let mut s = 0f32;
         for (x, y) in w.chunks_exact(20).zip(a.chunks_exact(40)).take(n / 32) {
             let q = nibbles(&x[4..20]);
-            s += (f16(x, 0) * f32at(y, 0)) * isum(&q, &y[8..40]) as f32 + f16(x, 2) * f32at(y, 4);
+            s = f16(x, 2).mul_add(f32at(y, 4), s + (f16(x, 0) * f32at(y, 0)) * isum(&q, &y[8..40]) as f32);
         }
         s
     }
@@ -159,7 +159,7 @@ impl Dot for Q5_1 {
         for (x, y) in w.chunks_exact(24).zip(a.chunks_exact(40)).take(n / 32) {
             let qh = u32::from_le_bytes(x[4..8].try_into().unwrap());
             let q = with_high_bits(nibbles(&x[8..24]), qh);
-            s += (f16(x, 0) * f32at(y, 0)) * isum(&q, &y[8..40]) as f32 + f16(x, 2) * f32at(y, 4);
+            s = f16(x, 2).mul_add(f32at(y, 4), s + (f16(x, 0) * f32at(y, 0)) * isum(&q, &y[8..40]) as f32);
         }
         s
     }

@@ -157,14 +157,10 @@ fn one_chunk_f16<'a>(
     let hd = q.len();
     let mut q16 = vec![0u8; 2 * hd];
     dot::quantize_act(GgmlType::F16, q, &mut q16);
-    let mut q16f = vec![0f32; hd];
-    simd::f16_to_f32s(&q16, &mut q16f);
-    let mut kf = vec![0f32; hd];
     let mut acc = vec![0u16; hd];
     let (mut s_sum, mut m) = (0f32, f32::NEG_INFINITY);
     for ic in range {
-        simd::f16_to_f32s(krow(ic), &mut kf);
-        let s = simd::dot(&kf, &q16f) * scale;
+        let s = simd::dot_f16(krow(ic), &q16) * scale;
         let (mut ms, mut vs) = (1f32, 1f32);
         if s > m {
             let old = m;
@@ -175,7 +171,8 @@ fn one_chunk_f16<'a>(
             vs = (s - m).exp();
         }
         simd::mad_f16(&mut acc, vrow(ic), vs);
-        s_sum = s_sum * ms + vs;
+        // `S = S*ms + vs`, contracted to an FMA in ggml's build.
+        s_sum = s_sum.mul_add(ms, vs);
     }
     let inv = if s_sum == 0.0 { 0.0 } else { 1.0 / s_sum };
     for (o, &a) in out.iter_mut().zip(&acc) {

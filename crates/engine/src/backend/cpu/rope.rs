@@ -40,20 +40,21 @@ pub fn cache(r: &Rope, pos: f32) -> Vec<(f32, f32)> {
     out
 }
 
-/// Rotate one head in place.
+/// Rotate one head in place: `y0 = x0·c − x1·s`, `y1 = x1·c + x0·s`, each with its second product
+/// rounded and the first fused (as GCC compiles ggml's rotate_pairs with FMA contraction).
 pub fn rotate(h: &mut [f32], cache: &[(f32, f32)], r: &Rope) {
     if r.neox {
         let half = r.n_dims / 2;
         for (i, &(c, s)) in cache.iter().enumerate() {
             let (x0, x1) = (h[i], h[i + half]);
-            h[i] = x0 * c - x1 * s;
-            h[i + half] = x0 * s + x1 * c;
+            h[i] = x0.mul_add(c, -(x1 * s));
+            h[i + half] = x0.mul_add(s, x1 * c);
         }
     } else {
         for (i, &(c, s)) in cache.iter().enumerate() {
             let (x0, x1) = (h[2 * i], h[2 * i + 1]);
-            h[2 * i] = x0 * c - x1 * s;
-            h[2 * i + 1] = x0 * s + x1 * c;
+            h[2 * i] = x0.mul_add(c, -(x1 * s));
+            h[2 * i + 1] = x0.mul_add(s, x1 * c);
         }
     }
 }

@@ -12,7 +12,10 @@ pub fn avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *HAS.get_or_init(|| quant::dot::KernelPath::detect() == quant::dot::KernelPath::Avx2)
+        *HAS.get_or_init(|| {
+            std::env::var_os("HF2Q_NOSIMD").is_none()
+                && quant::dot::KernelPath::detect() == quant::dot::KernelPath::Avx2
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
@@ -26,6 +29,21 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         return unsafe { dot_avx2(&a[..n], &b[..n]) };
     }
     a[..n].iter().zip(&b[..n]).map(|(x, y)| x * y).sum()
+}
+
+/// Dot product of two f16 rows (bytes), in ggml's summation order (`quant::dot`).
+pub fn dot_f16(a: &[u8], b: &[u8]) -> f32 {
+    let n = a.len().min(b.len()) / 2;
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2/FMA/F16C present; both hold n f16 values.
+        return unsafe { quant::dot::avx2::f16_dot_one(n, a.as_ptr(), b.as_ptr()) };
+    }
+    let mut s = 0f64;
+    for (x, y) in a.chunks_exact(2).zip(b.chunks_exact(2)).take(n) {
+        s += (f16_to_f32(u16::from_le_bytes([x[0], x[1]])) * f16_to_f32(u16::from_le_bytes([y[0], y[1]]))) as f64;
+    }
+    s as f32
 }
 
 /// `acc += x * s`.
