@@ -12,6 +12,12 @@ pub fn dot_fn(w: GgmlType) -> Option<DotFn> {
     Some(match w {
         T::F32 => |_, n, w, a, o| unsafe { f32_dot(n, w, a, o) },
         T::F16 => |_, n, w, a, o| unsafe { f16_dot(n, w, a, o) },
+        T::Q4_0 if vnni() => |_, n, w, a, o| unsafe { legacy_vnni::<Q4_0>(n, w, a, o) },
+        T::Q4_1 if vnni() => |_, n, w, a, o| unsafe { legacy_vnni::<Q4_1>(n, w, a, o) },
+        T::Q5_0 if vnni() => |_, n, w, a, o| unsafe { legacy_vnni::<Q5_0>(n, w, a, o) },
+        T::Q5_1 if vnni() => |_, n, w, a, o| unsafe { legacy_vnni::<Q5_1>(n, w, a, o) },
+        T::Q8_0 if vnni() => |_, n, w, a, o| unsafe { legacy_vnni::<Q8_0>(n, w, a, o) },
+        T::IQ4_NL if vnni() => |_, n, w, a, o| unsafe { legacy_vnni::<Iq4Nl>(n, w, a, o) },
         T::Q4_0 => |_, n, w, a, o| unsafe { legacy::<Q4_0>(n, w, a, o) },
         T::Q4_1 => |_, n, w, a, o| unsafe { legacy::<Q4_1>(n, w, a, o) },
         T::Q5_0 => |_, n, w, a, o| unsafe { legacy::<Q5_0>(n, w, a, o) },
@@ -22,6 +28,18 @@ pub fn dot_fn(w: GgmlType) -> Option<DotFn> {
         T::Q5_K => |_, n, w, a, o| unsafe { q5k(n, w, a, o) },
         T::Q6_K => |_, n, w, a, o| unsafe { q6k(n, w, a, o) },
         _ => return None,
+    })
+}
+
+/// AVX-512 VNNI with 256-bit vectors (`vpdpbusd` on ymm): one instruction for the byte products
+/// and their sums of four, which ggml also uses when built for such CPUs. `HF2Q_KERNEL=avx2`
+/// turns it off.
+pub fn vnni() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::env::var("HF2Q_KERNEL").map_or(true, |v| v != "avx2")
+            && is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("avx512vl")
     })
 }
 
@@ -209,31 +227,56 @@ unsafe fn legacy_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: &[&[u
     }
 }
 
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+unsafe fn legacy_vnni<L: Legacy>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    match acts.len() {
+        1 => legacy_vnni_cols::<L, 1>(n, w, acts, out),
+        2 => legacy_vnni_cols::<L, 2>(n, w, acts, out),
+        3 => legacy_vnni_cols::<L, 3>(n, w, acts, out),
+        4 => legacy_vnni_cols::<L, 4>(n, w, acts, out),
+        _ => panic!("legacy kernel: {} activation rows (1 to 4 supported)", acts.len()),
+    }
+}
+
+/// [`legacy_cols`] with `vpdpbusd` for the integer products (the same integers).
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+#[inline]
+unsafe fn legacy_vnni_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    let nb = n / 32;
+    let abytes = if L::UNSIGNED { super::ACT_Q8_1 } else { super::ACT_Q8_0 };
+    let aoff = if L::UNSIGNED { 8 } else { 4 };
+    assert!(w.len() >= nb * L::BYTES && out.len() >= C);
+    let mut ap = [std::ptr::null::<u8>(); C];
+    for c in 0..C {
+        assert!(acts[c].len() >= nb * abytes);
+        ap[c] = acts[c].as_ptr();
+    }
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut summs = [0f32; C];
+    let wp = w.as_ptr();
+    for b in 0..nb {
+        let (qx, dx, mx) = L::load(wp.add(b * L::BYTES));
+        // Unsigned × signed needs no sign trick; signed × signed multiplies |x| by sign(x)·y.
+        let ux = if L::UNSIGNED { qx } else { _mm256_sign_epi8(qx, qx) };
+        for c in 0..C {
+            let y = ap[c].add(b * abytes);
+            let qy = _mm256_loadu_si256(y.add(aoff) as *const __m256i);
+            let sy = if L::UNSIGNED { qy } else { _mm256_sign_epi8(qy, qx) };
+            let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ux, sy));
+            let dy = std::ptr::read_unaligned(y as *const f32);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), p, acc[c]);
+            if L::UNSIGNED {
+                summs[c] = mx.mul_add(std::ptr::read_unaligned(y.add(4) as *const f32), summs[c]);
+            }
+        }
+    }
+    for c in 0..C {
+        out[c] = hsum_f32_8(acc[c]) + summs[c];
+    }
+}
+
 /// Q8_K block layout: d (f32) at 0, 256 quants at 4, 16 i16 sums at 260.
 const Q8K: usize = 292;
-
-/// Sum over the eight sub-blocks of `mins[k] * (bsums[2k] + bsums[2k+1])`.
-#[inline(always)]
-unsafe fn mins_dot(mins: &[u8; 8], y: *const u8) -> i32 {
-    let mut s = 0i32;
-    for (k, &m) in mins.iter().enumerate() {
-        let b0 = std::ptr::read_unaligned(y.add(260 + 4 * k) as *const i16) as i32;
-        let b1 = std::ptr::read_unaligned(y.add(262 + 4 * k) as *const i16) as i32;
-        s += m as i32 * (b0 + b1);
-    }
-    s
-}
-
-#[inline(always)]
-fn scales_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
-    let s: &[u8; 12] = s.try_into().unwrap();
-    let mut sc = [0u8; 8];
-    let mut m = [0u8; 8];
-    for j in 0..8 {
-        (sc[j], m[j]) = crate::k_quants::helpers::get_scale_min_k4(j, s);
-    }
-    (sc, m)
-}
 
 macro_rules! dispatch_cols {
     ($f:ident, $n:expr, $w:expr, $acts:expr, $out:expr) => {
@@ -245,6 +288,44 @@ macro_rules! dispatch_cols {
             k => panic!("k-quant kernel: {k} activation rows (1 to 4 supported)"),
         }
     };
+}
+
+/// The eight 6-bit scales and eight 6-bit mins of Q4_K/Q5_K as bytes: (scales, mins), unpacked
+/// with 32-bit masks (the layout `get_scale_min_k4` reads one value at a time).
+#[inline(always)]
+unsafe fn unpack_scales_k4(p: *const u8) -> ([u8; 8], [u8; 8]) {
+    const M1: u32 = 0x3f3f3f3f;
+    const M2: u32 = 0x0f0f0f0f;
+    const M3: u32 = 0x03030303;
+    let u0 = std::ptr::read_unaligned(p as *const u32);
+    let u1 = std::ptr::read_unaligned(p.add(4) as *const u32);
+    let u2 = std::ptr::read_unaligned(p.add(8) as *const u32);
+    let sc_lo = u0 & M1;
+    let sc_hi = (u2 & M2) | (((u0 >> 6) & M3) << 4);
+    let mn_lo = u1 & M1;
+    let mn_hi = ((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4);
+    let mut sc = [0u8; 8];
+    let mut mn = [0u8; 8];
+    sc[..4].copy_from_slice(&sc_lo.to_le_bytes());
+    sc[4..].copy_from_slice(&sc_hi.to_le_bytes());
+    mn[..4].copy_from_slice(&mn_lo.to_le_bytes());
+    mn[4..].copy_from_slice(&mn_hi.to_le_bytes());
+    (sc, mn)
+}
+
+/// Σ_k mins[k] · (bsums[2k] + bsums[2k+1]) as four i32 lanes (sum them for the total).
+#[inline(always)]
+unsafe fn mins_prod(mins: &[u8; 8], y: *const u8) -> __m128i {
+    let bs = _mm256_loadu_si256(y.add(260) as *const __m256i);
+    let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    let m = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr() as *const __m128i));
+    _mm_madd_epi16(m, pairs)
+}
+
+#[inline(always)]
+unsafe fn hsum_f32_4(x: __m128) -> f32 {
+    let r = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -262,12 +343,12 @@ unsafe fn q4k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut
         assert!(a.len() >= nb * Q8K);
     }
     let mut acc = [_mm256_setzero_ps(); C];
-    let mut accm = [0f32; C];
+    let mut accm = [_mm_setzero_ps(); C];
     let m4 = _mm256_set1_epi8(0xF);
     for b in 0..nb {
         let x = w.as_ptr().add(b * 144);
         let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
-        let (sc, mins) = scales_mins(&w[b * 144 + 4..b * 144 + 16]);
+        let (sc, mins) = unpack_scales_k4(x.add(4));
         let mut sumi = [_mm256_setzero_si256(); C];
         for j in 0..4 {
             let bits = _mm256_loadu_si256(x.add(16 + 32 * j) as *const __m256i);
@@ -287,11 +368,11 @@ unsafe fn q4k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut
             let y = acts[c].as_ptr().add(b * Q8K);
             let dy = std::ptr::read_unaligned(y as *const f32);
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            accm[c] += dy * dmx * mins_dot(&mins, y) as f32;
+            accm[c] = _mm_fmadd_ps(_mm_set1_ps(dy * dmx), _mm_cvtepi32_ps(mins_prod(&mins, y)), accm[c]);
         }
     }
     for c in 0..C {
-        out[c] = hsum_f32_8(acc[c]) - accm[c];
+        out[c] = hsum_f32_8(acc[c]) - hsum_f32_4(accm[c]);
     }
 }
 
@@ -310,13 +391,13 @@ unsafe fn q5k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut
         assert!(a.len() >= nb * Q8K);
     }
     let mut acc = [_mm256_setzero_ps(); C];
-    let mut accm = [0f32; C];
+    let mut accm = [_mm_setzero_ps(); C];
     let m4 = _mm256_set1_epi8(0xF);
     let one = _mm256_set1_epi8(1);
     for b in 0..nb {
         let x = w.as_ptr().add(b * 176);
         let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
-        let (sc, mins) = scales_mins(&w[b * 176 + 4..b * 176 + 16]);
+        let (sc, mins) = unpack_scales_k4(x.add(4));
         let hbits = _mm256_loadu_si256(x.add(16) as *const __m256i);
         let mut sumi = [_mm256_setzero_si256(); C];
         for j in 0..4 {
@@ -342,11 +423,11 @@ unsafe fn q5k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut
             let y = acts[c].as_ptr().add(b * Q8K);
             let dy = std::ptr::read_unaligned(y as *const f32);
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            accm[c] += dy * dmx * mins_dot(&mins, y) as f32;
+            accm[c] = _mm_fmadd_ps(_mm_set1_ps(dy * dmx), _mm_cvtepi32_ps(mins_prod(&mins, y)), accm[c]);
         }
     }
     for c in 0..C {
-        out[c] = hsum_f32_8(acc[c]) - accm[c];
+        out[c] = hsum_f32_8(acc[c]) - hsum_f32_4(accm[c]);
     }
 }
 
