@@ -183,3 +183,39 @@ fn bad_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
+
+/// `hf2q perplexity` on a public-domain text equals llama-perplexity's value on the same file
+/// within 0.1 % (the bound; the prompt-batch attention path follows llama.cpp's tiled
+/// f32 path in exact arithmetic but not in summation order, so the two agree to ~1e-4 relative).
+#[test]
+fn perplexity_matches_llama_perplexity() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/perplexity");
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("llama_perplexity.json")).unwrap()).unwrap();
+    let out = hf2q()
+        .args(["perplexity", "-m"])
+        .arg(smollm2())
+        .arg("-f")
+        .arg(dir.join("alice_in_wonderland.txt"))
+        .args(["-c", "512", "-t", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Final estimate: PPL = "))
+        .expect("final line");
+    let ppl: f64 = line["Final estimate: PPL = ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let chunks = text.matches("],").count() + text.matches(']').count() - text.matches("],").count();
+    assert_eq!(chunks as u64, want["chunks"].as_u64().unwrap(), "{text}");
+    let peer = want["ppl"].as_f64().unwrap();
+    let rel = (ppl - peer).abs() / peer;
+    eprintln!("hf2q PPL {ppl} vs llama-perplexity {peer}: relative difference {rel:.2e}");
+    assert!(rel < 1e-3, "PPL {ppl} vs llama-perplexity {peer}");
+}

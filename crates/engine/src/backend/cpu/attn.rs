@@ -74,11 +74,9 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
                 m = m.max(s);
             }
             acc.fill(0.0);
-            let mut sum = 0f32;
+            let sum = simd::softmax_exp(&mut scores[range.clone()], m) as f32;
             for j in range {
-                let p = (scores[j] - m).exp();
-                sum += p;
-                simd::axpy(&mut acc, &vs[j * hd..(j + 1) * hd], p);
+                simd::axpy(&mut acc, &vs[j * hd..(j + 1) * hd], scores[j]);
             }
             let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
             // SAFETY: row (row0 + i), head h belongs to this task only.

@@ -96,6 +96,27 @@ pub fn scale_f16(acc: &mut [u16], s: f32) {
     }
 }
 
+/// `x[i] = exp(x[i] - max)` for every element, returning the sum (f64), with the vector exp of
+/// ggml's softmax (`ggml_vec_soft_max_f32`: 16 lanes at a time, the tail with `expf`).
+pub fn softmax_exp(x: &mut [f32], max: f32) -> f64 {
+    let mut i = 0;
+    let mut sum = 0f64;
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        while i + 16 <= x.len() {
+            // SAFETY: AVX2+FMA present; 16 values from i.
+            let s = unsafe { exp_block16(&mut x[i..i + 16], max) };
+            sum += s as f64;
+            i += 16;
+        }
+    }
+    for v in &mut x[i..] {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    sum
+}
+
 /// Exponential for activations: within a few ulp of `f32::exp` (a vector polynomial on AVX2).
 pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
@@ -227,6 +248,19 @@ unsafe fn exp_avx2(x: __m256) -> __m256 {
     let h = _mm256_srai_epi32(ni, 1);
     let pow2 = |e: __m256i| _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
     _mm256_mul_ps(_mm256_mul_ps(j, pow2(h)), pow2(_mm256_sub_epi32(ni, h)))
+}
+
+/// 16 values: exp(x - max) in place, and their sum in `_mm512_reduce_add_ps` order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_block16(x: &mut [f32], max: f32) -> f32 {
+    let m = _mm256_set1_ps(max);
+    let p = x.as_mut_ptr();
+    let lo = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p), m));
+    let hi = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p.add(8)), m));
+    _mm256_storeu_ps(p, lo);
+    _mm256_storeu_ps(p.add(8), hi);
+    hsum(_mm256_add_ps(hi, lo))
 }
 
 #[cfg(target_arch = "x86_64")]
