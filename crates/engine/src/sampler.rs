@@ -51,9 +51,8 @@ impl SamplingParams {
     }
 
     pub fn validate(&self) -> Result<(), String> {
-        let bad = |what: &str, v: f32| Err(format!("{what} must be {v}"));
         if !self.temperature.is_finite() {
-            return bad("temperature", f32::NAN).map_err(|_| "temperature must be a finite number".into());
+            return Err("temperature must be a finite number".into());
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
@@ -339,7 +338,7 @@ mod tests {
         let mut l = logits();
         s.apply_penalties(&mut l);
         assert_eq!(l[1], 3.0 / 2.0 - 2.0 * 0.25 - 0.5);
-        assert_eq!(l[3], -1.0 * 2.0 - 0.25 - 0.5);
+        assert_eq!(l[3], -2.0 - 0.25 - 0.5);
         assert_eq!(l[5], 10.0);
         assert_eq!(l[2], 2.0);
     }

@@ -109,7 +109,7 @@ pub trait Backend: Send + Sync + 'static {
     fn add_bias(&self, x: &mut Self::Buf, b: &Self::Weight);
     /// Rotate every head of every row; row i is at position `positions[i]`.
     fn rope(&self, x: &mut Self::Buf, head_dim: usize, positions: &[usize], rope: &Rope);
-    /// Write the K and V rows `row0 .. row0 + rows` at positions `pos0 ..` of `layer`.
+    /// Write the K and V rows `src_rows` at positions `pos0 ..` of `layer`.
     fn store_kv(
         &self,
         kv: &mut Self::Kv,
@@ -117,8 +117,7 @@ pub trait Backend: Send + Sync + 'static {
         pos0: usize,
         k: &Self::Buf,
         v: &Self::Buf,
-        row0: usize,
-        rows: usize,
+        src_rows: std::ops::Range<usize>,
     );
     /// Causal softmax attention of the query rows over the cache; writes those rows of `out`.
     fn attention(&self, q: &Self::Buf, kv: &Self::Kv, args: &AttnArgs, out: &mut Self::Buf);

@@ -244,7 +244,7 @@ impl<B: Backend> Llama<B> {
             let mut row0 = 0;
             for q in seqs.iter_mut() {
                 let rows = q.tokens.len();
-                b.store_kv(q.kv, il, q.pos0, &s.k, &s.v, row0, rows);
+                b.store_kv(q.kv, il, q.pos0, &s.k, &s.v, row0..row0 + rows);
                 let args = AttnArgs {
                     layer: il,
                     row0,

@@ -112,7 +112,7 @@ impl DecoderParams {
         }
         let head_dim = k.u_or("attention.key_length", n_embd / n_head);
         let n_rot = k.u_or("rope.dimension_count", head_dim);
-        if n_rot > head_dim || n_rot % 2 != 0 {
+        if n_rot > head_dim || !n_rot.is_multiple_of(2) {
             return Err(EngineError::Model(format!(
                 "{}: rope dimension {n_rot} does not fit heads of {head_dim}",
                 path.display()

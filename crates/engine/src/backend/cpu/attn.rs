@@ -58,7 +58,6 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
     const ROWS: usize = 16;
     let n_blocks = a.rows.div_ceil(ROWS);
     (0..a.n_head * n_blocks).into_par_iter().for_each(|task| {
-        let outp = outp;
         let (h, blk) = (task / n_blocks, task % n_blocks);
         let (kh, ks, vs) = (h / group, &kf[h / group], &vf[h / group]);
         let _ = kh;
@@ -81,7 +80,7 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
             let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
             // SAFETY: row (row0 + i), head h belongs to this task only.
             unsafe {
-                let dst = std::slice::from_raw_parts_mut(outp.0.add((a.row0 + i) * out_cols + h * hd), hd);
+                let dst = std::slice::from_raw_parts_mut(outp.at((a.row0 + i) * out_cols + h * hd), hd);
                 for (d, &v) in dst.iter_mut().zip(&acc) {
                     *d = v * inv;
                 }
@@ -97,7 +96,6 @@ fn per_row(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
     let outp = SyncPtr(out.data.as_mut_ptr());
     let out_cols = out.cols;
     let task = |idx: usize| {
-        let outp = outp;
         let (i, h) = (idx / a.n_head, idx % a.n_head);
         let range = key_range(a, i);
         let kh = h / group;
@@ -131,7 +129,7 @@ fn per_row(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
         }
         // SAFETY: row (row0 + i), head h is written by this task only.
         unsafe {
-            let dst = outp.0.add((a.row0 + i) * out_cols + h * hd);
+            let dst = outp.at((a.row0 + i) * out_cols + h * hd);
             std::ptr::copy_nonoverlapping(res.as_ptr(), dst, hd);
         }
     };

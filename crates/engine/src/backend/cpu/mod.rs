@@ -11,6 +11,7 @@ use crate::{EngineError, Result};
 use gguf::GgmlType;
 use quant::dot::{self, Kernel, KernelPath, MAX_COLS};
 use rayon::prelude::*;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 pub struct Cpu {
@@ -124,8 +125,16 @@ pub struct CpuKv {
 /// A raw pointer for disjoint parallel writes.
 #[derive(Clone, Copy)]
 struct SyncPtr(*mut f32);
+// SAFETY: users write disjoint elements from different threads and nothing reads them meanwhile.
 unsafe impl Send for SyncPtr {}
 unsafe impl Sync for SyncPtr {}
+
+impl SyncPtr {
+    /// The element `i` past the start (a method, so closures capture the whole `SyncPtr`).
+    fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
 
 impl Backend for Cpu {
     type Weight = CpuWeight;
@@ -199,7 +208,7 @@ impl Backend for Cpu {
         let row_bytes = match ty {
             KvType::F16 => 2 * kv_dim,
             KvType::Q8_0 => {
-                if kv_dim % 32 != 0 {
+                if !kv_dim.is_multiple_of(32) {
                     return Err(EngineError::Config(format!(
                         "a Q8_0 KV cache needs rows of 32k values, not {kv_dim}"
                     )));
@@ -322,7 +331,6 @@ impl Backend for Cpu {
         };
         let n_tiles = m.div_ceil(tile);
         (0..n_tiles).into_par_iter().for_each(|ti| {
-            let outp = outp;
             let r0 = ti * tile;
             let r1 = (r0 + tile).min(m);
             let mut res = [0f32; MAX_COLS];
@@ -336,7 +344,7 @@ impl Backend for Cpu {
                     (k.dot)(w.ty, n, &wb[r * rb..(r + 1) * rb], &cols[..c], &mut res[..c]);
                     for (j, &v) in res[..c].iter().enumerate() {
                         // SAFETY: (t0 + j, r) is written by this tile only; within bounds t×m.
-                        unsafe { *outp.0.add((t0 + j) * m + r) = v };
+                        unsafe { *outp.at((t0 + j) * m + r) = v };
                     }
                 }
             }
@@ -369,7 +377,8 @@ impl Backend for Cpu {
         }
     }
 
-    fn store_kv(&self, kv: &mut CpuKv, layer: usize, pos0: usize, k: &CpuBuf, v: &CpuBuf, row0: usize, rows: usize) {
+    fn store_kv(&self, kv: &mut CpuKv, layer: usize, pos0: usize, k: &CpuBuf, v: &CpuBuf, src_rows: Range<usize>) {
+        let (row0, rows) = (src_rows.start, src_rows.len());
         assert!(
             pos0 + rows <= kv.n_ctx,
             "KV cache of {} positions cannot hold {}",
