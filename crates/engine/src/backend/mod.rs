@@ -105,6 +105,13 @@ pub trait Backend: Send + Sync + 'static {
     fn head_rms_norm(&self, x: &mut Self::Buf, w: &Self::Weight, head_dim: usize, eps: f32);
     /// `out = x · Wᵀ`: x is (rows, n_in), W holds n_out rows of n_in values, out is (rows, n_out).
     fn matmul(&self, w: &Self::Weight, x: &Self::Buf, out: &mut Self::Buf);
+    /// Several products of the same activations (`outs[i] = x · ws[i]ᵀ`); backends may share the
+    /// activation conversion and run them as one parallel region.
+    fn matmul_many(&self, ws: &[&Self::Weight], x: &Self::Buf, outs: &mut [&mut Self::Buf]) {
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            self.matmul(w, x, out);
+        }
+    }
     /// Add a bias row to every row.
     fn add_bias(&self, x: &mut Self::Buf, b: &Self::Weight);
     /// Rotate every head of every row; row i is at position `positions[i]`.

@@ -218,9 +218,7 @@ impl<B: Backend> Llama<B> {
         for (il, ly) in self.layers.iter().enumerate() {
             b.rms_norm(&s.x, &ly.attn_norm, p.eps, &mut s.xn);
             dump.put(b, &format!("attn_norm-{il}"), &s.xn);
-            b.matmul(&ly.wq, &s.xn, &mut s.q);
-            b.matmul(&ly.wk, &s.xn, &mut s.k);
-            b.matmul(&ly.wv, &s.xn, &mut s.v);
+            b.matmul_many(&[&ly.wq, &ly.wk, &ly.wv], &s.xn, &mut [&mut s.q, &mut s.k, &mut s.v]);
             if let Some(bias) = &ly.bq {
                 b.add_bias(&mut s.q, bias);
             }
@@ -267,8 +265,7 @@ impl<B: Backend> Llama<B> {
             dump.put(b, &format!("ffn_inp-{il}"), &s.x);
             b.rms_norm(&s.x, &ly.ffn_norm, p.eps, &mut s.xn);
             dump.put(b, &format!("ffn_norm-{il}"), &s.xn);
-            b.matmul(&ly.gate, &s.xn, &mut s.gate);
-            b.matmul(&ly.up, &s.xn, &mut s.up);
+            b.matmul_many(&[&ly.gate, &ly.up], &s.xn, &mut [&mut s.gate, &mut s.up]);
             dump.put(b, &format!("ffn_gate-{il}"), &s.gate);
             dump.put(b, &format!("ffn_up-{il}"), &s.up);
             b.swiglu(&s.gate, &s.up, &mut s.act);

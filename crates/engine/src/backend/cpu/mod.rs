@@ -18,8 +18,8 @@ pub struct Cpu {
     pool: rayon::ThreadPool,
     threads: usize,
     path: KernelPath,
-    /// Activation scratch of matmul (converted rows), reused across calls.
-    scratch: Mutex<Vec<u8>>,
+    /// Activation scratch of matmul (converted rows, one buffer per activation type), reused.
+    scratch: Mutex<Vec<Vec<u8>>>,
 }
 
 impl Cpu {
@@ -297,42 +297,67 @@ impl Backend for Cpu {
     }
 
     fn matmul(&self, w: &CpuWeight, x: &CpuBuf, out: &mut CpuBuf) {
+        self.matmul_many(&[w], x, &mut [out]);
+    }
+
+    /// Several weights by the same activations (Q/K/V, gate/up): the activations are converted
+    /// once per activation type and all row tiles of all weights run in one parallel region.
+    fn matmul_many(&self, ws: &[&CpuWeight], x: &CpuBuf, outs: &mut [&mut CpuBuf]) {
+        assert_eq!(ws.len(), outs.len());
         let (t, n) = (x.rows, x.cols);
-        let m = w.n_rows();
-        assert_eq!(
-            n,
-            w.row_len(),
-            "matmul: activations of {n} columns by weight rows of {}",
-            w.row_len()
-        );
-        let k = w.kernel.expect("weight type checked at model load");
-        out.set_shape(t, m);
-        let abytes = dot::act_row_bytes(k.act, n);
-        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        scratch.resize(t * abytes, 0);
-        if t > 1 {
-            scratch
-                .par_chunks_mut(abytes)
-                .zip(x.view().par_chunks(n))
-                .for_each(|(d, s)| dot::quantize_act(k.act, s, d));
-        } else {
-            dot::quantize_act(k.act, x.view(), &mut scratch[..abytes]);
+        let mut acts_of: Vec<GgmlType> = Vec::new();
+        let mut jobs = Vec::with_capacity(ws.len());
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            assert_eq!(
+                n,
+                w.row_len(),
+                "matmul: activations of {n} columns by weight rows of {}",
+                w.row_len()
+            );
+            let k = w.kernel.expect("weight type checked at model load");
+            out.set_shape(t, w.n_rows());
+            let ai = match acts_of.iter().position(|&a| a == k.act) {
+                Some(i) => i,
+                None => {
+                    acts_of.push(k.act);
+                    acts_of.len() - 1
+                }
+            };
+            jobs.push((k, ai, SyncPtr(out.data.as_mut_ptr())));
         }
-        let acts: &[u8] = &scratch;
-        let wb = w.bytes();
-        let rb = w.row_bytes();
-        let outp = SyncPtr(out.data.as_mut_ptr());
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        scratch.resize_with(acts_of.len(), Vec::new);
+        for (buf, &act) in scratch.iter_mut().zip(&acts_of) {
+            let abytes = dot::act_row_bytes(act, n);
+            buf.resize(t * abytes, 0);
+            if t > 1 {
+                buf.par_chunks_mut(abytes)
+                    .zip(x.view().par_chunks(n))
+                    .for_each(|(d, s)| dot::quantize_act(act, s, d));
+            } else {
+                dot::quantize_act(act, x.view(), &mut buf[..abytes]);
+            }
+        }
         // Row tiles: small enough to keep a tile of weight rows in L1/L2 while all token groups
         // stream past it, many enough that every thread gets several.
+        let total_rows: usize = ws.iter().map(|w| w.n_rows()).sum();
         let tile = if t == 1 {
-            m.div_ceil(self.threads * 8).clamp(8, 256)
+            total_rows.div_ceil(self.threads * 8).clamp(8, 256)
         } else {
             16
         };
-        let n_tiles = m.div_ceil(tile);
-        (0..n_tiles).into_par_iter().for_each(|ti| {
-            let r0 = ti * tile;
-            let r1 = (r0 + tile).min(m);
+        let mut tiles = Vec::new();
+        for (wi, w) in ws.iter().enumerate() {
+            let m = w.n_rows();
+            tiles.extend((0..m.div_ceil(tile)).map(|ti| (wi, ti * tile, ((ti + 1) * tile).min(m))));
+        }
+        let scratch: &[Vec<u8>] = &scratch;
+        tiles.into_par_iter().for_each(|(wi, r0, r1)| {
+            let (w, (k, ai, outp)) = (ws[wi], jobs[wi]);
+            let m = w.n_rows();
+            let acts: &[u8] = &scratch[ai];
+            let abytes = dot::act_row_bytes(k.act, n);
+            let (wb, rb) = (w.bytes(), w.row_bytes());
             let mut res = [0f32; MAX_COLS];
             let mut cols: [&[u8]; MAX_COLS] = [&[]; MAX_COLS];
             for t0 in (0..t).step_by(MAX_COLS) {
@@ -343,7 +368,7 @@ impl Backend for Cpu {
                 for r in r0..r1 {
                     (k.dot)(w.ty, n, &wb[r * rb..(r + 1) * rb], &cols[..c], &mut res[..c]);
                     for (j, &v) in res[..c].iter().enumerate() {
-                        // SAFETY: (t0 + j, r) is written by this tile only; within bounds t×m.
+                        // SAFETY: (t0 + j, r) of output wi is written by this tile only; within t×m.
                         unsafe { *outp.at((t0 + j) * m + r) = v };
                     }
                 }
