@@ -31,6 +31,23 @@ pub fn dot_fn(w: GgmlType) -> Option<DotFn> {
     })
 }
 
+/// Two-row kernels (see [`super::Dot2Fn`]) for the 32-value block types with VNNI.
+pub fn dot2_fn(w: GgmlType) -> Option<super::Dot2Fn> {
+    use GgmlType as T;
+    if !vnni() {
+        return None;
+    }
+    Some(match w {
+        T::Q4_0 => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Q4_0>(n, w0, w1, a, o0, o1) },
+        T::Q4_1 => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Q4_1>(n, w0, w1, a, o0, o1) },
+        T::Q5_0 => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Q5_0>(n, w0, w1, a, o0, o1) },
+        T::Q5_1 => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Q5_1>(n, w0, w1, a, o0, o1) },
+        T::Q8_0 => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Q8_0>(n, w0, w1, a, o0, o1) },
+        T::IQ4_NL => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Iq4Nl>(n, w0, w1, a, o0, o1) },
+        _ => return None,
+    })
+}
+
 /// AVX-512 VNNI with 256-bit vectors (`vpdpbusd` on ymm): one instruction for the byte products
 /// and their sums of four, which ggml also uses when built for such CPUs. `HF2Q_KERNEL=avx2`
 /// turns it off.
@@ -272,6 +289,67 @@ unsafe fn legacy_vnni_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: 
     }
     for c in 0..C {
         out[c] = hsum_f32_8(acc[c]) + summs[c];
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+unsafe fn legacy2_vnni<L: Legacy>(n: usize, w0: &[u8], w1: &[u8], acts: &[&[u8]], o0: &mut [f32], o1: &mut [f32]) {
+    match acts.len() {
+        1 => legacy2_vnni_cols::<L, 1>(n, [w0, w1], acts, [o0, o1]),
+        2 => legacy2_vnni_cols::<L, 2>(n, [w0, w1], acts, [o0, o1]),
+        3 => legacy2_vnni_cols::<L, 3>(n, [w0, w1], acts, [o0, o1]),
+        4 => legacy2_vnni_cols::<L, 4>(n, [w0, w1], acts, [o0, o1]),
+        _ => panic!("legacy kernel: {} activation rows (1 to 4 supported)", acts.len()),
+    }
+}
+
+/// [`legacy_vnni_cols`] for two weight rows: every (row, column) result is accumulated block by
+/// block exactly as there, with 2·C independent chains.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+#[inline]
+unsafe fn legacy2_vnni_cols<L: Legacy, const C: usize>(n: usize, w: [&[u8]; 2], acts: &[&[u8]], out: [&mut [f32]; 2]) {
+    let nb = n / 32;
+    let abytes = if L::UNSIGNED { super::ACT_Q8_1 } else { super::ACT_Q8_0 };
+    let aoff = if L::UNSIGNED { 8 } else { 4 };
+    assert!(w[0].len() >= nb * L::BYTES && w[1].len() >= nb * L::BYTES);
+    assert!(out[0].len() >= C && out[1].len() >= C);
+    let mut ap = [std::ptr::null::<u8>(); C];
+    for c in 0..C {
+        assert!(acts[c].len() >= nb * abytes);
+        ap[c] = acts[c].as_ptr();
+    }
+    let mut acc = [[_mm256_setzero_ps(); C]; 2];
+    let mut summs = [[0f32; C]; 2];
+    let wp = [w[0].as_ptr(), w[1].as_ptr()];
+    for b in 0..nb {
+        let (qx0, dx0, mx0) = L::load(wp[0].add(b * L::BYTES));
+        let (qx1, dx1, mx1) = L::load(wp[1].add(b * L::BYTES));
+        let ux0 = if L::UNSIGNED { qx0 } else { _mm256_sign_epi8(qx0, qx0) };
+        let ux1 = if L::UNSIGNED { qx1 } else { _mm256_sign_epi8(qx1, qx1) };
+        for c in 0..C {
+            let y = ap[c].add(b * abytes);
+            let qy = _mm256_loadu_si256(y.add(aoff) as *const __m256i);
+            let (sy0, sy1) = if L::UNSIGNED {
+                (qy, qy)
+            } else {
+                (_mm256_sign_epi8(qy, qx0), _mm256_sign_epi8(qy, qx1))
+            };
+            let p0 = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ux0, sy0));
+            let p1 = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ux1, sy1));
+            let dy = std::ptr::read_unaligned(y as *const f32);
+            acc[0][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx0 * dy), p0, acc[0][c]);
+            acc[1][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx1 * dy), p1, acc[1][c]);
+            if L::UNSIGNED {
+                let sy = std::ptr::read_unaligned(y.add(4) as *const f32);
+                summs[0][c] = mx0.mul_add(sy, summs[0][c]);
+                summs[1][c] = mx1.mul_add(sy, summs[1][c]);
+            }
+        }
+    }
+    let [o0, o1] = out;
+    for c in 0..C {
+        o0[c] = hsum_f32_8(acc[0][c]) + summs[0][c];
+        o1[c] = hsum_f32_8(acc[1][c]) + summs[1][c];
     }
 }
 

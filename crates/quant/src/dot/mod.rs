@@ -20,6 +20,12 @@ pub const MAX_COLS: usize = 4;
 /// `out[c] = dot(weight_row, acts[c])` (weight of type `w_type`) for `c < acts.len() <= MAX_COLS`; `n` values per row.
 pub type DotFn = fn(w_type: GgmlType, n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]);
 
+/// Two weight rows at once: `out0[c] = dot(w0, acts[c])`, `out1[c] = dot(w1, acts[c])`. Each
+/// result is summed in the same order as [`DotFn`]'s; the pair only gives the CPU twice as many
+/// independent accumulator chains.
+pub type Dot2Fn =
+    fn(w_type: GgmlType, n: usize, w0: &[u8], w1: &[u8], acts: &[&[u8]], out0: &mut [f32], out1: &mut [f32]);
+
 /// The kernel family to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelPath {
@@ -83,6 +89,8 @@ pub struct Kernel {
     pub weight: GgmlType,
     pub act: GgmlType,
     pub dot: DotFn,
+    /// Two rows per call, where the path has such a kernel.
+    pub dot2: Option<Dot2Fn>,
     pub path: KernelPath,
 }
 
@@ -97,6 +105,7 @@ pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
                 weight: w,
                 act,
                 dot,
+                dot2: avx2::dot2_fn(w),
                 path,
             });
         }
@@ -106,6 +115,7 @@ pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
         weight: w,
         act,
         dot,
+        dot2: None,
         path: KernelPath::Scalar,
     })
 }

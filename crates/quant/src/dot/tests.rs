@@ -67,6 +67,18 @@ fn every_kernel_matches_the_dequantized_product() {
             for cols in 1..=4 {
                 let mut out = vec![0f32; cols];
                 (k.dot)(ty, n, &w, &refs[..cols], &mut out);
+                if let Some(dot2) = k.dot2 {
+                    // The two-row kernel gives each row exactly the one-row kernel's result.
+                    let mut o0 = vec![0f32; cols];
+                    let mut o1 = vec![0f32; cols];
+                    let mut single = vec![0f32; cols];
+                    let wf2: Vec<f32> = wf.iter().map(|v| v * -0.7 + 0.1).collect();
+                    let w2 = crate::quantize(ty, &wf2, n, None).unwrap();
+                    dot2(ty, n, &w, &w2, &refs[..cols], &mut o0, &mut o1);
+                    (k.dot)(ty, n, &w2, &refs[..cols], &mut single);
+                    assert_eq!(o0, out, "{ty:?} two-row kernel, row 0");
+                    assert_eq!(o1, single, "{ty:?} two-row kernel, row 1");
+                }
                 for c in 0..cols {
                     // f32 accumulation of ~n products of magnitude ≤ scale: relative error a few
                     // ulps times sqrt(blocks); 1e-5 of the largest result is well above that.

@@ -365,7 +365,26 @@ impl Backend for Cpu {
                 for (j, col) in cols.iter_mut().enumerate().take(c) {
                     *col = &acts[(t0 + j) * abytes..(t0 + j + 1) * abytes];
                 }
-                for r in r0..r1 {
+                let mut r = r0;
+                // Two rows per call pay off in batches (twice the accumulator chains); a single
+                // token streams one row at a time.
+                if let (Some(dot2), true) = (k.dot2, t > 1) {
+                    let mut res1 = [0f32; MAX_COLS];
+                    while r + 2 <= r1 {
+                        let (w0, w1) = (&wb[r * rb..(r + 1) * rb], &wb[(r + 1) * rb..(r + 2) * rb]);
+                        dot2(w.ty, n, w0, w1, &cols[..c], &mut res[..c], &mut res1[..c]);
+                        for j in 0..c {
+                            // SAFETY: (t0 + j, r) and (t0 + j, r + 1) of output wi belong to this
+                            // tile only; within t×m.
+                            unsafe {
+                                *outp.at((t0 + j) * m + r) = res[j];
+                                *outp.at((t0 + j) * m + r + 1) = res1[j];
+                            }
+                        }
+                        r += 2;
+                    }
+                }
+                for r in r..r1 {
                     (k.dot)(w.ty, n, &wb[r * rb..(r + 1) * rb], &cols[..c], &mut res[..c]);
                     for (j, &v) in res[..c].iter().enumerate() {
                         // SAFETY: (t0 + j, r) of output wi is written by this tile only; within t×m.
