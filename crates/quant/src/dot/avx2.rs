@@ -306,7 +306,8 @@ unsafe fn legacy2_vnni<L: Legacy>(n: usize, w0: &[u8], w1: &[u8], acts: &[&[u8]]
 }
 
 /// [`legacy_vnni_cols`] for two weight rows: every (row, column) result is accumulated block by
-/// block exactly as there, with 2·C independent chains.
+/// block exactly as there (same products, same order), with 2·C independent chains; the scale
+/// products are formed as vectors (`dx·dy` broadcast once per row and column).
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 #[inline]
 unsafe fn legacy2_vnni_cols<L: Legacy, const C: usize>(n: usize, w: [&[u8]; 2], acts: &[&[u8]], out: [&mut [f32]; 2]) {
@@ -328,6 +329,7 @@ unsafe fn legacy2_vnni_cols<L: Legacy, const C: usize>(n: usize, w: [&[u8]; 2], 
         let (qx1, dx1, mx1) = L::load(wp[1].add(b * L::BYTES));
         let ux0 = if L::UNSIGNED { qx0 } else { _mm256_sign_epi8(qx0, qx0) };
         let ux1 = if L::UNSIGNED { qx1 } else { _mm256_sign_epi8(qx1, qx1) };
+        let (dxv0, dxv1) = (_mm256_set1_ps(dx0), _mm256_set1_ps(dx1));
         for c in 0..C {
             let y = ap[c].add(b * abytes);
             let qy = _mm256_loadu_si256(y.add(aoff) as *const __m256i);
@@ -338,9 +340,9 @@ unsafe fn legacy2_vnni_cols<L: Legacy, const C: usize>(n: usize, w: [&[u8]; 2], 
             };
             let p0 = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ux0, sy0));
             let p1 = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ux1, sy1));
-            let dy = std::ptr::read_unaligned(y as *const f32);
-            acc[0][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx0 * dy), p0, acc[0][c]);
-            acc[1][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx1 * dy), p1, acc[1][c]);
+            let dyv = _mm256_broadcast_ss(&*(y as *const f32));
+            acc[0][c] = _mm256_fmadd_ps(_mm256_mul_ps(dxv0, dyv), p0, acc[0][c]);
+            acc[1][c] = _mm256_fmadd_ps(_mm256_mul_ps(dxv1, dyv), p1, acc[1][c]);
             if L::UNSIGNED {
                 let sy = std::ptr::read_unaligned(y.add(4) as *const f32);
                 summs[0][c] = mx0.mul_add(sy, summs[0][c]);
