@@ -54,6 +54,8 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Perplexity of a text file (llama-perplexity style).
     Perplexity(cmd::perplexity::PerplexityArgs),
+    /// Serve GGUF models over an OpenAI-compatible HTTP API.
+    Serve(cmd::serve::ServeArgs),
     /// Print a shell completion script.
     Completions {
         /// Shell to generate completions for.
@@ -92,6 +94,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Generate(args) => cmd::generate::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Perplexity(args) => cmd::perplexity::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "hf2q", &mut std::io::stdout());
             Ok(())

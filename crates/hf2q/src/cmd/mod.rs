@@ -7,6 +7,7 @@ pub mod patch;
 pub mod perplexity;
 pub mod quantize;
 pub mod runtime;
+pub mod serve;
 
 /// Human-readable byte count (binary units, as llama.cpp prints sizes).
 pub fn human_bytes(n: u64) -> String {

@@ -1,0 +1,271 @@
+//! `hf2q serve` end to end on the real SmolLM2 model: OpenAI-shaped responses (plain and
+//! streamed) whose greedy text equals llama.cpp's golden reply, prefix reuse reported in
+//! `cached_tokens`, auth, OpenAI-shaped errors, tokenize/detokenize, metrics, graceful SIGTERM.
+//! The client is a few lines of HTTP/1.1 over a TCP socket (no client library needed).
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn smollm2() -> PathBuf {
+    let dir = std::env::var_os("HF2Q_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/hf2q/models"));
+    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/fetch-models first",
+        p.display()
+    );
+    p
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+            .args(["serve", "-m"])
+            .arg(smollm2())
+            .args(["--port", "0", "-t", "2"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines.next().expect("server exited").unwrap();
+            if let Some(a) = line.strip_prefix("hf2q serve: listening on http://") {
+                break a.to_string();
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let s = Server { child, addr };
+        let t = Instant::now();
+        while s.request("GET", "/readyz", None, None).0 != 200 {
+            assert!(t.elapsed() < Duration::from_secs(60), "model did not load");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    /// (status, headers, body) with chunked bodies decoded.
+    fn request(&self, method: &str, path: &str, body: Option<&str>, key: Option<&str>) -> (u16, String, String) {
+        let mut c = TcpStream::connect(&self.addr).unwrap();
+        let body = body.unwrap_or("");
+        let auth = key
+            .map(|k| format!("Authorization: Bearer {k}\r\n"))
+            .unwrap_or_default();
+        write!(
+            c,
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut raw = Vec::new();
+        c.read_to_end(&mut raw).unwrap();
+        let raw = String::from_utf8(raw).unwrap();
+        let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+            dechunk(rest)
+        } else {
+            rest.to_string()
+        };
+        (status, head.to_string(), body)
+    }
+
+    fn json(&self, method: &str, path: &str, body: Value, key: Option<&str>) -> (u16, Value) {
+        let (st, _, b) = self.request(method, path, Some(&body.to_string()), key);
+        (
+            st,
+            serde_json::from_str(&b).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {b}")),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (len, rest) = s.split_once("\r\n").unwrap();
+        let n = usize::from_str_radix(len.trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+}
+
+fn golden_q4_1() -> (String, String) {
+    let g: Value = serde_json::from_str(include_str!("data/goldens/smollm2_chat_goldens.json")).unwrap();
+    let first = &g.as_array().unwrap()[0];
+    assert_eq!(first["quant"], "Q4_1");
+    (
+        first["prompt"].as_str().unwrap().to_string(),
+        first["text"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn chat_completions_plain_and_streamed_match_llama_cpp() {
+    let s = Server::start(&["--api-key", "sekret"]);
+    let key = Some("sekret");
+    let (prompt, want) = golden_q4_1();
+    let req = json!({"model": "SmolLM2-135M-Instruct.Q4_1", "temperature": 0, "max_tokens": 64,
+                     "messages": [{"role": "user", "content": prompt}], "future_field": 1});
+    let (st, r) = s.json("POST", "/v1/chat/completions", req.clone(), key);
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["object"], "chat.completion");
+    assert!(r["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(r["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(r["choices"][0]["message"]["content"], want.as_str());
+    assert_eq!(r["choices"][0]["finish_reason"], "length");
+    assert_eq!(r["usage"]["prompt_tokens"], 37);
+    assert_eq!(r["usage"]["completion_tokens"], 64);
+    assert_eq!(r["usage"]["total_tokens"], 101);
+
+    // Streamed, same prompt: the text is the same and the prompt prefix comes from the cache.
+    let mut sreq = req.clone();
+    sreq["stream"] = json!(true);
+    sreq["stream_options"] = json!({"include_usage": true});
+    let (st, head, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), key);
+    assert_eq!(st, 200);
+    assert!(head.to_ascii_lowercase().contains("text/event-stream"), "{head}");
+    let events: Vec<&str> = body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).collect();
+    assert_eq!(*events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, want);
+    let fin = chunks
+        .iter()
+        .find(|c| c["choices"][0]["finish_reason"].is_string())
+        .unwrap();
+    assert_eq!(fin["choices"][0]["finish_reason"], "length");
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(usage["completion_tokens"], 64);
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 36);
+}
+
+#[test]
+fn completions_tokenize_models_metrics() {
+    let s = Server::start(&[]);
+    let (st, r) = s.json(
+        "POST",
+        "/v1/completions",
+        json!({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}),
+        None,
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["object"], "text_completion");
+    assert_eq!(r["choices"][0]["text"], " Paris.\n\nThe United States has");
+    let (st, r) = s.json("POST", "/tokenize", json!({"content": "<|im_start|>hello"}), None);
+    assert_eq!(st, 200);
+    let toks = r["tokens"].clone();
+    assert_eq!(toks[0], 1);
+    let (st, r) = s.json("POST", "/detokenize", json!({"tokens": toks}), None);
+    assert_eq!((st, r["content"].as_str().unwrap()), (200, "<|im_start|>hello"));
+    let (st, r) = s.json("GET", "/v1/models", json!({}), None);
+    assert_eq!(st, 200);
+    assert_eq!(r["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1");
+    let (st, _, m) = s.request("GET", "/metrics", None, None);
+    assert_eq!(st, 200);
+    assert!(
+        m.contains("hf2q_requests_total{route=\"/v1/completions\",status=\"200\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains("hf2q_completion_tokens_total 8"), "{m}");
+}
+
+#[test]
+fn errors_are_openai_shaped() {
+    let s = Server::start(&["--api-key", "k", "--ctx", "64"]);
+    let key = Some("k");
+    let err = |st: u16, r: &Value, want: u16, needle: &str| {
+        assert_eq!(st, want, "{r}");
+        let e = &r["error"];
+        assert!(e["message"].as_str().unwrap().contains(needle), "{r}");
+        assert!(e["type"].is_string(), "{r}");
+    };
+    let (st, r) = s.json("GET", "/v1/models", json!({}), None);
+    err(st, &r, 401, "API key");
+    let (st, _, _) = s.request("GET", "/health", None, None);
+    assert_eq!(st, 200);
+    let (st, _, b) = s.request("POST", "/v1/chat/completions", Some("{not json"), key);
+    err(st, &serde_json::from_str(&b).unwrap(), 400, "malformed JSON");
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": msgs, "temperature": "hot"}),
+        key,
+    );
+    err(st, &r, 400, "temperature");
+    assert_eq!(r["error"]["param"], "temperature");
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": msgs, "model": "gpt-4"}),
+        key,
+    );
+    err(st, &r, 404, "gpt-4");
+    let (st, r) = s.json("POST", "/v1/chat/completions", json!({"messages": msgs, "n": 2}), key);
+    err(st, &r, 400, "n > 1");
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "wizard", "content": "x"}]}),
+        key,
+    );
+    err(st, &r, 400, "wizard");
+    let long = "word ".repeat(200);
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": long}]}),
+        key,
+    );
+    err(st, &r, 400, "context");
+    assert_eq!(r["error"]["code"], "context_length_exceeded");
+    let (st, r) = s.json("POST", "/v1/embeddings", json!({"input": "x"}), key);
+    err(st, &r, 400, "not an embedding model");
+    let (st, r) = s.json("GET", "/nope", json!({}), key);
+    err(st, &r, 404, "no such route");
+}
+
+#[test]
+fn sigterm_shuts_down_cleanly() {
+    let mut s = Server::start(&[]);
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let t = Instant::now();
+    loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "server did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

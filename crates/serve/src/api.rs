@@ -1,0 +1,252 @@
+//! OpenAI request bodies, validated into typed values before they reach the engine. Unknown fields
+//! are ignored (as OpenAI does); a field of the wrong type or with an invalid value is a 400 that
+//! names it; features this server does not implement yet are a 400 that says so, never ignored.
+
+use crate::error::ApiError;
+use engine::chat::ChatMessage;
+use engine::sampler::SamplingParams;
+use serde_json::{Map, Value};
+
+/// The validated common part of chat and text completion requests.
+pub struct Valid {
+    pub model: Option<String>,
+    pub sampling: SamplingParams,
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    body.get(name).filter(|v| !v.is_null())
+}
+
+fn number(body: &Map<String, Value>, name: &str, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
+    match field(body, name) {
+        None => Ok(None),
+        Some(v) => {
+            let x = v
+                .as_f64()
+                .ok_or_else(|| ApiError::invalid(name, format!("'{name}' must be a number")))?;
+            if !(lo..=hi).contains(&x) {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("'{name}' must be between {lo} and {hi}, got {x}"),
+                ));
+            }
+            Ok(Some(x))
+        }
+    }
+}
+
+fn integer(body: &Map<String, Value>, name: &str, lo: u64) -> Result<Option<u64>, ApiError> {
+    match field(body, name) {
+        None => Ok(None),
+        Some(v) => {
+            let x = v
+                .as_u64()
+                .ok_or_else(|| ApiError::invalid(name, format!("'{name}' must be a non-negative integer")))?;
+            if x < lo {
+                return Err(ApiError::invalid(name, format!("'{name}' must be at least {lo}")));
+            }
+            Ok(Some(x))
+        }
+    }
+}
+
+fn boolean(body: &Map<String, Value>, name: &str) -> Result<bool, ApiError> {
+    match field(body, name) {
+        None => Ok(false),
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| ApiError::invalid(name, format!("'{name}' must be a boolean"))),
+    }
+}
+
+/// Parse a JSON object body; malformed JSON or a non-object is a 400.
+pub fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::bad_request("the request body must be a JSON object")),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "malformed JSON in the request body: {e}"
+        ))),
+    }
+}
+
+pub fn common(body: &Map<String, Value>) -> Result<Valid, ApiError> {
+    let model = match field(body, "model") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ApiError::invalid("model", "'model' must be a string")),
+    };
+    if let Some(n) = integer(body, "n", 1)? {
+        if n > 1 {
+            return Err(ApiError::invalid("n", "n > 1 is not supported by this server yet"));
+        }
+    }
+    if boolean(body, "logprobs")? || field(body, "top_logprobs").is_some() {
+        return Err(ApiError::invalid(
+            "logprobs",
+            "logprobs are not supported by this server yet",
+        ));
+    }
+    if let Some(rf) = field(body, "response_format") {
+        let ty = rf.get("type").and_then(Value::as_str).unwrap_or("");
+        if ty != "text" {
+            return Err(ApiError::invalid(
+                "response_format",
+                format!("response_format {ty:?} is not supported by this server yet"),
+            ));
+        }
+    }
+    // OpenAI defaults: temperature 1, top_p 1; llama.cpp's server extensions top_k, min_p,
+    // repetition_penalty default off.
+    let mut s = SamplingParams {
+        temperature: number(body, "temperature", 0.0, 2.0)?.unwrap_or(1.0) as f32,
+        top_p: number(body, "top_p", 0.0, 1.0)?.unwrap_or(1.0) as f32,
+        top_k: integer(body, "top_k", 0)?.unwrap_or(0) as usize,
+        min_p: number(body, "min_p", 0.0, 1.0)?.unwrap_or(0.0) as f32,
+        presence_penalty: number(body, "presence_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32,
+        frequency_penalty: number(body, "frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32,
+        repeat_penalty: number(body, "repetition_penalty", 0.0, 10.0)?.unwrap_or(1.0) as f32,
+        penalty_last_n: 64,
+        logit_bias: Vec::new(),
+        seed: 0,
+    };
+    if s.top_p == 0.0 {
+        return Err(ApiError::invalid("top_p", "'top_p' must be greater than 0"));
+    }
+    if s.repeat_penalty == 0.0 {
+        return Err(ApiError::invalid(
+            "repetition_penalty",
+            "'repetition_penalty' must be greater than 0",
+        ));
+    }
+    s.seed = match field(body, "seed") {
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| ApiError::invalid("seed", "'seed' must be an integer"))? as u64,
+    };
+    if let Some(b) = field(body, "logit_bias") {
+        let m = b
+            .as_object()
+            .ok_or_else(|| ApiError::invalid("logit_bias", "'logit_bias' must be an object of token id → bias"))?;
+        for (k, v) in m {
+            let id: u32 = k
+                .parse()
+                .map_err(|_| ApiError::invalid("logit_bias", format!("logit_bias key {k:?} is not a token id")))?;
+            let bias = v.as_f64().filter(|b| (-100.0..=100.0).contains(b));
+            let bias = bias.ok_or_else(|| {
+                ApiError::invalid(
+                    "logit_bias",
+                    format!("logit_bias of {id} must be a number in [-100, 100]"),
+                )
+            })?;
+            s.logit_bias.push((id, bias as f32));
+        }
+    }
+    let stop = match field(body, "stop") {
+        None => Vec::new(),
+        Some(Value::String(x)) => vec![x.clone()],
+        Some(Value::Array(a)) => {
+            let v: Option<Vec<String>> = a.iter().map(|x| x.as_str().map(str::to_string)).collect();
+            let v = v.ok_or_else(|| ApiError::invalid("stop", "'stop' must be a string or an array of strings"))?;
+            if v.len() > 4 {
+                return Err(ApiError::invalid("stop", "at most 4 stop sequences"));
+            }
+            v
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "stop",
+                "'stop' must be a string or an array of strings",
+            ))
+        }
+    };
+    let max_tokens = match integer(body, "max_completion_tokens", 1)? {
+        Some(n) => Some(n as usize),
+        None => integer(body, "max_tokens", 1)?.map(|n| n as usize),
+    };
+    let stream = boolean(body, "stream")?;
+    let include_usage = match field(body, "stream_options") {
+        None => false,
+        Some(o) => o.get("include_usage").and_then(Value::as_bool).unwrap_or(false),
+    };
+    Ok(Valid {
+        model,
+        sampling: s,
+        max_tokens,
+        stop,
+        stream,
+        include_usage,
+    })
+}
+
+/// `messages` of a chat request as template messages.
+pub fn messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
+    let arr = field(body, "messages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::invalid("messages", "'messages' must be a non-empty array"))?;
+    if arr.is_empty() {
+        return Err(ApiError::invalid("messages", "'messages' must be a non-empty array"));
+    }
+    let mut out = Vec::with_capacity(arr.len());
+    for (i, m) in arr.iter().enumerate() {
+        let o = m
+            .as_object()
+            .ok_or_else(|| ApiError::invalid("messages", format!("messages[{i}] must be an object")))?;
+        let role = o.get("role").and_then(Value::as_str).unwrap_or("");
+        if !matches!(role, "system" | "developer" | "user" | "assistant" | "tool") {
+            return Err(ApiError::invalid(
+                "messages",
+                format!("messages[{i}].role {role:?} is not one of system, user, assistant, tool"),
+            ));
+        }
+        let content = match o.get("content") {
+            None | Some(Value::Null) => Value::Null,
+            Some(Value::String(s)) => Value::String(s.clone()),
+            // Text parts are joined: templates of text models expect a string.
+            Some(Value::Array(parts)) => {
+                let mut text = String::new();
+                for p in parts {
+                    match (
+                        p.get("type").and_then(Value::as_str),
+                        p.get("text").and_then(Value::as_str),
+                    ) {
+                        (Some("text"), Some(t)) => text.push_str(t),
+                        _ => {
+                            return Err(ApiError::invalid(
+                                "messages",
+                                format!("messages[{i}].content: only text parts are supported"),
+                            ))
+                        }
+                    }
+                }
+                Value::String(text)
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!("messages[{i}].content must be a string or an array of parts"),
+                ))
+            }
+        };
+        let mut extra = Map::new();
+        for (k, v) in o {
+            if k != "role" && k != "content" {
+                extra.insert(k.clone(), v.clone());
+            }
+        }
+        let role = if role == "developer" { "system" } else { role };
+        out.push(ChatMessage {
+            role: role.to_string(),
+            content,
+            extra,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,651 @@
+//! `hf2q serve`: an OpenAI-compatible HTTP server over the engine.
+//!
+//! Requests are parsed and validated ([`api`]) into typed values, turned into prompt tokens (the
+//! model's chat template for chat completions), and queued to the model's engine thread
+//! ([`worker`]); text comes back through a channel and is sent as one JSON response or as
+//! server-sent events. Every error is OpenAI's error object with the right status ([`error`]).
+//! This version runs one sequence at a time per model (requests queue, bounded; a full queue is a
+//! 429); continuous batching, tools, structured output, logprobs and `n > 1` are answered with a
+//! clear 400 until they exist.
+
+pub mod api;
+pub mod error;
+pub mod routes;
+pub mod worker;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use engine::backend::cpu::Cpu;
+use engine::generate::{Finish, GenerateParams, LoadedModel};
+use error::ApiError;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use worker::{Event, Job, Worker};
+
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub host: String,
+    pub port: u16,
+    pub models: Vec<PathBuf>,
+    pub api_key: Option<String>,
+    pub threads: usize,
+    pub ctx: usize,
+    pub queue_capacity: usize,
+    pub max_body_bytes: usize,
+}
+
+#[derive(Default)]
+struct Metrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    prompt_tokens: AtomicU64,
+    completion_tokens: AtomicU64,
+    cached_tokens: AtomicU64,
+}
+
+struct AppState {
+    cfg: ServeConfig,
+    ready: AtomicBool,
+    workers: RwLock<Vec<Arc<Worker>>>,
+    metrics: Metrics,
+    fingerprint: String,
+}
+
+type Shared = Arc<AppState>;
+
+/// Bind, then load the models in the background (`/readyz` turns 200 once they are loaded), and
+/// serve until SIGINT/SIGTERM; in-flight requests finish before the process exits.
+pub async fn run(cfg: ServeConfig) -> Result<(), String> {
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let state = Arc::new(AppState {
+        cfg: cfg.clone(),
+        ready: AtomicBool::new(false),
+        workers: RwLock::new(Vec::new()),
+        metrics: Metrics::default(),
+        fingerprint: format!("hf2q-{}", env!("CARGO_PKG_VERSION")),
+    });
+    let loader = state.clone();
+    let load = tokio::task::spawn_blocking(move || load_models(&loader));
+    eprintln!("hf2q serve: listening on http://{local}");
+    let app = router(state.clone());
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal());
+    // A failed load ends the server with its error; a successful one leaves this pending forever.
+    let load_failed = async move {
+        match load.await {
+            Ok(Ok(())) => std::future::pending::<String>().await,
+            Ok(Err(e)) => e,
+            Err(e) => e.to_string(),
+        }
+    };
+    tokio::select! {
+        r = server => r.map_err(|e| e.to_string()),
+        e = load_failed => Err(e),
+    }
+}
+
+fn load_models(state: &AppState) -> Result<(), String> {
+    let cpu = Arc::new(Cpu::new(state.cfg.threads).map_err(|e| e.to_string())?);
+    for path in &state.cfg.models {
+        let m = LoadedModel::load(cpu.clone(), path).map_err(|e| e.to_string())?;
+        let id = path
+            .file_stem()
+            .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+        let n_ctx = if state.cfg.ctx == 0 {
+            m.model.params.n_ctx_train
+        } else {
+            state.cfg.ctx
+        };
+        let w = Worker::start(id.clone(), Arc::new(m), n_ctx, state.cfg.queue_capacity).map_err(|e| e.to_string())?;
+        state
+            .workers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::new(w));
+        eprintln!("hf2q serve: model {id} ready ({} tokens of context)", n_ctx);
+    }
+    state.ready.store(true, Ordering::Release);
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    eprintln!("hf2q serve: shutting down after in-flight requests");
+}
+
+fn router(state: Shared) -> Router {
+    Router::new()
+        .route(routes::CHAT_COMPLETIONS, post(chat_completions))
+        .route(routes::COMPLETIONS, post(completions))
+        .route(routes::EMBEDDINGS, post(embeddings))
+        .route(routes::MODELS, get(list_models))
+        .route(routes::MODEL, get(get_model))
+        .route(routes::TOKENIZE, post(tokenize))
+        .route(routes::DETOKENIZE, post(detokenize))
+        .route(routes::HEALTH, get(|| async { Json(json!({"status": "ok"})) }))
+        .route(routes::READYZ, get(readyz))
+        .route(routes::METRICS, get(metrics))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route") })
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// API key, body size limit and per-route request counting around every handler.
+async fn guard(State(st): State<Shared>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let path = req.uri().path().to_string();
+    let open = path == routes::HEALTH || path == routes::READYZ;
+    let resp = if !open && !authorized(&st, req.headers()) {
+        ApiError::unauthorized().into_response()
+    } else if req
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|n| n > st.cfg.max_body_bytes)
+    {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("the request body exceeds {} bytes", st.cfg.max_body_bytes),
+        )
+        .into_response()
+    } else {
+        next.run(req).await
+    };
+    let route = if path.starts_with("/v1/models/") {
+        routes::MODEL.to_string()
+    } else {
+        path
+    };
+    *st.metrics
+        .requests
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry((route, resp.status().as_u16()))
+        .or_default() += 1;
+    resp
+}
+
+fn authorized(st: &AppState, h: &HeaderMap) -> bool {
+    let Some(key) = &st.cfg.api_key else { return true };
+    h.get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|k| k == key)
+}
+
+/// Read the whole body within the size limit (bodies without a length are limited here).
+fn body_object(st: &AppState, body: &Bytes) -> Result<serde_json::Map<String, Value>, ApiError> {
+    if body.len() > st.cfg.max_body_bytes {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("the request body exceeds {} bytes", st.cfg.max_body_bytes),
+        ));
+    }
+    api::object(body)
+}
+
+fn worker(st: &AppState, model: Option<&str>) -> Result<Arc<Worker>, ApiError> {
+    if !st.ready.load(Ordering::Acquire) {
+        return Err(ApiError::unavailable("the model is still loading"));
+    }
+    let ws = st.workers.read().unwrap_or_else(|e| e.into_inner());
+    match model {
+        None => ws
+            .first()
+            .cloned()
+            .ok_or_else(|| ApiError::unavailable("no model loaded")),
+        Some(id) => ws.iter().find(|w| w.id == id).cloned().ok_or_else(|| {
+            let known: Vec<&str> = ws.iter().map(|w| w.id.as_str()).collect();
+            ApiError::not_found(format!(
+                "the model {id:?} does not exist (served: {})",
+                known.join(", ")
+            ))
+        }),
+    }
+}
+
+async fn readyz(State(st): State<Shared>) -> Response {
+    if st.ready.load(Ordering::Acquire) {
+        Json(json!({"status": "ready"})).into_response()
+    } else {
+        ApiError::unavailable("the model is still loading").into_response()
+    }
+}
+
+fn model_object(w: &Worker) -> Value {
+    json!({"id": w.id, "object": "model", "created": w.created, "owned_by": "hf2q"})
+}
+
+async fn list_models(State(st): State<Shared>) -> Response {
+    let ws = st.workers.read().unwrap_or_else(|e| e.into_inner());
+    Json(json!({"object": "list", "data": ws.iter().map(|w| model_object(w)).collect::<Vec<_>>()})).into_response()
+}
+
+async fn get_model(State(st): State<Shared>, Path(id): Path<String>) -> Response {
+    match worker(&st, Some(&id)) {
+        Ok(w) => Json(model_object(&w)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn embeddings(State(st): State<Shared>, body: Bytes) -> Response {
+    let r = (|| {
+        let b = body_object(&st, &body)?;
+        let model = b.get("model").and_then(Value::as_str);
+        let w = worker(&st, model)?;
+        Err::<Response, _>(ApiError::invalid(
+            "model",
+            format!(
+                "{} is not an embedding model (architecture {})",
+                w.id, w.model.model.params.arch
+            ),
+        ))
+    })();
+    r.unwrap_or_else(|e| e.into_response())
+}
+
+async fn tokenize(State(st): State<Shared>, body: Bytes) -> Response {
+    let r = (|| {
+        let b = body_object(&st, &body)?;
+        let w = worker(&st, b.get("model").and_then(Value::as_str))?;
+        let content = b
+            .get("content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::invalid("content", "'content' must be a string"))?;
+        let add_special = b.get("add_special").and_then(Value::as_bool).unwrap_or(false);
+        let parse_special = b.get("parse_special").and_then(Value::as_bool).unwrap_or(true);
+        let toks = w
+            .model
+            .tokenizer
+            .encode(content, add_special, parse_special)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok::<_, ApiError>(Json(json!({"tokens": toks})).into_response())
+    })();
+    r.unwrap_or_else(|e| e.into_response())
+}
+
+async fn detokenize(State(st): State<Shared>, body: Bytes) -> Response {
+    let r = (|| {
+        let b = body_object(&st, &body)?;
+        let w = worker(&st, b.get("model").and_then(Value::as_str))?;
+        let toks = b
+            .get("tokens")
+            .and_then(Value::as_array)
+            .ok_or_else(|| ApiError::invalid("tokens", "'tokens' must be an array of token ids"))?;
+        let mut ids = Vec::with_capacity(toks.len());
+        for t in toks {
+            let id = t.as_u64().filter(|&v| (v as usize) < w.model.tokenizer.n_vocab());
+            ids.push(id.ok_or_else(|| {
+                ApiError::invalid(
+                    "tokens",
+                    format!(
+                        "{t} is not a token id of this model ({} tokens)",
+                        w.model.tokenizer.n_vocab()
+                    ),
+                )
+            })? as u32);
+        }
+        Ok::<_, ApiError>(Json(json!({"content": w.model.tokenizer.decode(&ids, true)})).into_response())
+    })();
+    r.unwrap_or_else(|e| e.into_response())
+}
+
+async fn metrics(State(st): State<Shared>) -> Response {
+    let mut out = String::new();
+    out.push_str("# HELP hf2q_requests_total HTTP requests by route and status.\n# TYPE hf2q_requests_total counter\n");
+    for ((route, status), n) in st.metrics.requests.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        out.push_str(&format!(
+            "hf2q_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}\n"
+        ));
+    }
+    for (name, help, v) in [
+        (
+            "hf2q_prompt_tokens_total",
+            "Prompt tokens processed.",
+            &st.metrics.prompt_tokens,
+        ),
+        (
+            "hf2q_completion_tokens_total",
+            "Tokens generated.",
+            &st.metrics.completion_tokens,
+        ),
+        (
+            "hf2q_prefix_cache_hit_tokens_total",
+            "Prompt tokens reused from the KV cache.",
+            &st.metrics.cached_tokens,
+        ),
+    ] {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
+            v.load(Ordering::Relaxed)
+        ));
+    }
+    out.push_str("# HELP hf2q_queue_depth Requests waiting for an engine.\n# TYPE hf2q_queue_depth gauge\n");
+    for w in st.workers.read().unwrap_or_else(|e| e.into_inner()).iter() {
+        out.push_str(&format!("hf2q_queue_depth{{model=\"{}\"}} {}\n", w.id, w.queue_depth()));
+    }
+    ([("content-type", "text/plain; version=0.0.4")], out).into_response()
+}
+
+fn finish_reason(f: Finish) -> &'static str {
+    match f {
+        Finish::Length => "length",
+        _ => "stop",
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn new_id(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{prefix}-{:x}{:04x}", t, N.fetch_add(1, Ordering::Relaxed) & 0xffff)
+}
+
+/// What a completion job needs besides its prompt.
+struct Prepared {
+    worker: Arc<Worker>,
+    prompt: Vec<u32>,
+    params: GenerateParams,
+    stream: bool,
+    include_usage: bool,
+}
+
+fn prepare(w: Arc<Worker>, prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
+    if prompt.is_empty() {
+        return Err(ApiError::bad_request("the prompt is empty"));
+    }
+    if prompt.len() >= w.n_ctx {
+        return Err(ApiError::bad_request(format!(
+            "the prompt has {} tokens but the context of {} holds {} (prompt and at least one generated token)",
+            prompt.len(),
+            w.id,
+            w.n_ctx
+        ))
+        .with_code("context_length_exceeded"));
+    }
+    let room = w.n_ctx - prompt.len();
+    let max_tokens = v.max_tokens.unwrap_or(room).min(room);
+    for &(id, _) in &v.sampling.logit_bias {
+        if id as usize >= w.model.tokenizer.n_vocab() {
+            return Err(ApiError::invalid(
+                "logit_bias",
+                format!(
+                    "token id {id} is outside the vocabulary of {}",
+                    w.model.tokenizer.n_vocab()
+                ),
+            ));
+        }
+    }
+    let params = GenerateParams {
+        max_tokens,
+        sampling: v.sampling,
+        stop: v.stop,
+        ignore_eos: false,
+        n_batch: 512,
+    };
+    Ok(Prepared {
+        worker: w,
+        prompt,
+        params,
+        stream: v.stream,
+        include_usage: v.include_usage,
+    })
+}
+
+async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
+    let prepared = (|| {
+        let b = body_object(&st, &body)?;
+        let v = api::common(&b)?;
+        let msgs = api::messages(&b)?;
+        if b.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
+            return Err(ApiError::invalid(
+                "tools",
+                "tool calling is not supported by this server yet",
+            ));
+        }
+        let w = worker(&st, v.model.as_deref())?;
+        let tpl = w
+            .model
+            .template
+            .as_ref()
+            .ok_or_else(|| ApiError::bad_request(format!("the model {} has no chat template", w.id)))?;
+        let mut kwargs = serde_json::Map::new();
+        if let Some(Value::Object(k)) = b.get("chat_template_kwargs") {
+            kwargs = k.clone();
+        }
+        let text = tpl
+            .render(&msgs, None, true, &kwargs)
+            .map_err(|e| ApiError::bad_request(format!("chat template: {e}")))?;
+        let mut prompt = w
+            .model
+            .tokenizer
+            .encode(&text, true, true)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if let Some(bos) = w.model.tokenizer.bos() {
+            if prompt.len() >= 2 && prompt[0] == bos && prompt[1] == bos {
+                prompt.remove(0);
+            }
+        }
+        prepare(w, prompt, v)
+    })();
+    match prepared {
+        Ok(p) => respond(st, p, true).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
+    let prepared = (|| {
+        let b = body_object(&st, &body)?;
+        let v = api::common(&b)?;
+        let w = worker(&st, v.model.as_deref())?;
+        let prompt = match b.get("prompt") {
+            Some(Value::String(s)) => w
+                .model
+                .tokenizer
+                .encode(s, true, true)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?,
+            Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => w
+                .model
+                .tokenizer
+                .encode(a[0].as_str().unwrap_or(""), true, true)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?,
+            Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_u64) => {
+                let n = w.model.tokenizer.n_vocab();
+                let ids: Vec<u32> = a.iter().filter_map(Value::as_u64).map(|v| v as u32).collect();
+                if let Some(bad) = ids.iter().find(|&&t| t as usize >= n) {
+                    return Err(ApiError::invalid(
+                        "prompt",
+                        format!("token id {bad} is outside the vocabulary of {n}"),
+                    ));
+                }
+                ids
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    "'prompt' must be a string or an array of token ids",
+                ))
+            }
+        };
+        prepare(w, prompt, v)
+    })();
+    match prepared {
+        Ok(p) => respond(st, p, false).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Queue the job and answer with one JSON object or an SSE stream.
+async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let w = p.worker.clone();
+    if let Err(e) = w.submit(Job {
+        prompt: p.prompt,
+        params: p.params,
+        events: tx,
+    }) {
+        return e.into_response();
+    }
+    let id = new_id(if chat { "chatcmpl" } else { "cmpl" });
+    let created = now();
+    let object = if chat { "chat.completion" } else { "text_completion" };
+    let usage = |pt: usize, ct: usize, cached: usize| {
+        json!({"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
+               "prompt_tokens_details": {"cached_tokens": cached}})
+    };
+    if !p.stream {
+        let mut text = String::new();
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                Event::Text(t) => text.push_str(&t),
+                Event::Error(e) => return e.into_response(),
+                Event::Done {
+                    finish,
+                    prompt_tokens,
+                    completion_tokens,
+                    cached_tokens,
+                } => {
+                    record(&st, prompt_tokens, completion_tokens, cached_tokens);
+                    let choice = if chat {
+                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish_reason(finish)})
+                    } else {
+                        json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason(finish)})
+                    };
+                    return Json(json!({"id": id, "object": object, "created": created, "model": w.id,
+                        "system_fingerprint": st.fingerprint, "choices": [choice],
+                        "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}))
+                    .into_response();
+                }
+            }
+        }
+        return ApiError::internal("the engine stopped before finishing").into_response();
+    }
+    let chunk_object = if chat {
+        "chat.completion.chunk"
+    } else {
+        "text_completion"
+    };
+    let (model, fp, include_usage) = (w.id.clone(), st.fingerprint.clone(), p.include_usage);
+    let chunk = move |choice: Value, usage_v: Option<Value>| {
+        let mut c = json!({"id": id, "object": chunk_object, "created": created, "model": model,
+                           "system_fingerprint": fp, "choices": [choice]});
+        if let Some(u) = usage_v {
+            c["choices"] = json!([]);
+            c["usage"] = u;
+        } else if include_usage {
+            c["usage"] = Value::Null;
+        }
+        SseEvent::default().data(c.to_string())
+    };
+    let stream = async_stream(rx, move |ev, first| -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        if first && chat {
+            out.push(chunk(json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}), None));
+        }
+        match ev {
+            Some(Event::Text(t)) => {
+                let choice = if chat {
+                    json!({"index": 0, "delta": {"content": t}, "logprobs": null, "finish_reason": null})
+                } else {
+                    json!({"index": 0, "text": t, "logprobs": null, "finish_reason": null})
+                };
+                out.push(chunk(choice, None));
+            }
+            Some(Event::Done {
+                finish,
+                prompt_tokens,
+                completion_tokens,
+                cached_tokens,
+            }) => {
+                record(&st, prompt_tokens, completion_tokens, cached_tokens);
+                let choice = if chat {
+                    json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish_reason(finish)})
+                } else {
+                    json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish_reason(finish)})
+                };
+                out.push(chunk(choice, None));
+                if include_usage {
+                    out.push(chunk(
+                        Value::Null,
+                        Some(usage(prompt_tokens, completion_tokens, cached_tokens)),
+                    ));
+                }
+                out.push(SseEvent::default().data("[DONE]"));
+            }
+            Some(Event::Error(e)) => {
+                out.push(SseEvent::default().data(e.body().to_string()));
+                out.push(SseEvent::default().data("[DONE]"));
+            }
+            None => {}
+        }
+        out
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}
+
+fn record(st: &AppState, p: usize, c: usize, cached: usize) {
+    st.metrics.prompt_tokens.fetch_add(p as u64, Ordering::Relaxed);
+    st.metrics.completion_tokens.fetch_add(c as u64, Ordering::Relaxed);
+    st.metrics.cached_tokens.fetch_add(cached as u64, Ordering::Relaxed);
+}
+
+/// Turn engine events into SSE events; the stream ends after the final event. When the client goes
+/// away the SSE stream is dropped, the forwarding task's next send fails and it drops the engine's
+/// receiver, which stops the generation at its next token.
+fn async_stream(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    mut f: impl FnMut(Option<Event>, bool) -> Vec<SseEvent> + Send + 'static,
+) -> impl tokio_stream::Stream<Item = Result<SseEvent, std::convert::Infallible>> + Send {
+    let (otx, orx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Some(ev) = rx.recv().await {
+            let end = matches!(ev, Event::Done { .. } | Event::Error(_));
+            for e in f(Some(ev), first) {
+                if otx.send(Ok(e)).is_err() {
+                    return;
+                }
+            }
+            first = false;
+            if end {
+                return;
+            }
+        }
+        for e in f(None, first) {
+            let _ = otx.send(Ok(e));
+        }
+    });
+    tokio_stream::wrappers::UnboundedReceiverStream::new(orx)
+}
