@@ -170,6 +170,113 @@ impl<B: Backend> Session<B> {
     }
 }
 
+/// One sequence's decoding state: sampler, UTF-8-safe detokenizer, stop strings, token limit.
+/// Feed it each step's logits; it picks the token and says what text became final and whether the
+/// sequence ended. Used by [`generate`] and by the server's scheduler.
+pub struct Decoding {
+    sampler: Sampler,
+    dec: StreamDecoder,
+    stop: Vec<String>,
+    max_hold: usize,
+    max_tokens: usize,
+    ignore_eos: bool,
+    pub tokens: Vec<u32>,
+    text: String,
+    emitted: usize,
+}
+
+/// The outcome of one [`Decoding::step`].
+pub struct Step {
+    /// The token to feed next (`None` when the sequence ended without one, e.g. at EOS).
+    pub token: Option<u32>,
+    /// Text that became final with this token (may be empty).
+    pub text: String,
+    pub finish: Option<Finish>,
+}
+
+impl Decoding {
+    pub fn new(params: &GenerateParams, prompt: &[u32]) -> Result<Decoding> {
+        params.sampling.validate().map_err(EngineError::Input)?;
+        let mut sampler = Sampler::new(params.sampling.clone());
+        for &t in prompt {
+            sampler.accept(t);
+        }
+        Ok(Decoding {
+            sampler,
+            dec: StreamDecoder::new(false),
+            stop: params.stop.clone(),
+            max_hold: params.stop.iter().map(|s| s.len()).max().unwrap_or(0),
+            max_tokens: params.max_tokens,
+            ignore_eos: params.ignore_eos,
+            tokens: Vec::new(),
+            text: String::new(),
+            emitted: 0,
+        })
+    }
+
+    /// The whole text so far (including text held back for a possible stop string).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn step<B: Backend>(&mut self, m: &LoadedModel<B>, logits: &mut [f32]) -> Step {
+        if self.tokens.len() >= self.max_tokens {
+            return self.finish(Finish::Length, None);
+        }
+        let tok = self.sampler.sample(logits);
+        if !self.ignore_eos && m.tokenizer.is_eog(tok) {
+            return self.finish(Finish::Stop, None);
+        }
+        self.tokens.push(tok);
+        self.sampler.accept(tok);
+        self.text.push_str(&self.dec.push(&m.tokenizer, tok));
+        let from = self.emitted.min(self.text.len());
+        if let Some(at) = self
+            .stop
+            .iter()
+            .filter_map(|s| self.text[from..].find(s.as_str()).map(|i| i + from))
+            .min()
+        {
+            self.text.truncate(at);
+            let piece = self.text[self.emitted..].to_string();
+            self.emitted = self.text.len();
+            return Step {
+                token: None,
+                text: piece,
+                finish: Some(Finish::Stop),
+            };
+        }
+        if self.tokens.len() >= self.max_tokens {
+            return self.finish(Finish::Length, Some(tok));
+        }
+        let safe = safe_prefix(&self.text, self.emitted, self.max_hold, &self.stop);
+        let piece = self.text[self.emitted..safe].to_string();
+        self.emitted = safe;
+        Step {
+            token: Some(tok),
+            text: piece,
+            finish: None,
+        }
+    }
+
+    /// End the sequence early (e.g. the context is full): the text still held back.
+    pub fn flush(&mut self) -> String {
+        self.finish(Finish::Length, None).text
+    }
+
+    /// End the sequence: flush held-back text and incomplete UTF-8.
+    fn finish(&mut self, why: Finish, token: Option<u32>) -> Step {
+        self.text.push_str(&self.dec.finish());
+        let piece = self.text[self.emitted..].to_string();
+        self.emitted = self.text.len();
+        Step {
+            token,
+            text: piece,
+            finish: Some(why),
+        }
+    }
+}
+
 /// Generate after `prompt`. `on_text` receives each piece of text as soon as it is complete
 /// UTF-8 and cannot be the start of a stop string; returning `false` cancels.
 pub fn generate<B: Backend>(
@@ -179,7 +286,6 @@ pub fn generate<B: Backend>(
     params: &GenerateParams,
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Result<Generated> {
-    params.sampling.validate().map_err(EngineError::Input)?;
     if prompt.is_empty() {
         return Err(EngineError::Input("the prompt is empty".into()));
     }
@@ -190,87 +296,46 @@ pub fn generate<B: Backend>(
             n_ctx,
         });
     }
-    if std::env::var_os("HF2Q_DEBUG_MARGIN").is_some() {
-        eprintln!("prompt tokens: {prompt:?}");
-    }
-    let mut sampler = Sampler::new(params.sampling.clone());
-    for &t in prompt {
-        sampler.accept(t);
-    }
+    let mut d = Decoding::new(params, prompt)?;
     let t0 = Instant::now();
     let mut logits = session.feed(m, prompt, params.n_batch)?;
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
-    let mut out = Vec::new();
-    let mut dec = StreamDecoder::new(false);
-    let mut text = String::new();
-    let mut emitted = 0usize;
-    let mut finish = Finish::Length;
-    let max_hold = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
-    while out.len() < params.max_tokens {
+    loop {
         if std::env::var_os("HF2Q_DEBUG_MARGIN").is_some() {
-            let mut v: Vec<(usize, f32)> = logits.iter().copied().enumerate().collect();
-            v.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let lp = crate::sampler::log_softmax(&logits);
-            eprintln!(
-                "step {}: top {} {:.6} second {} {:.6} margin {:.5}",
-                out.len(),
-                v[0].0,
-                lp[v[0].0],
-                v[1].0,
-                lp[v[1].0],
-                v[0].1 - v[1].1
-            );
+            debug_margin(d.tokens.len(), &logits);
         }
-        let tok = sampler.sample(&mut logits);
-        if !params.ignore_eos && m.tokenizer.is_eog(tok) {
-            finish = Finish::Stop;
-            break;
+        let st = d.step(m, &mut logits);
+        if !st.text.is_empty() && !on_text(&st.text) {
+            return Ok(done(
+                d.tokens,
+                d.text,
+                Finish::Cancelled,
+                prompt.len(),
+                prefill_time,
+                t1.elapsed(),
+            ));
         }
-        out.push(tok);
-        sampler.accept(tok);
-        text.push_str(&dec.push(&m.tokenizer, tok));
-        if let Some(at) = params
-            .stop
-            .iter()
-            .filter_map(|s| text[emitted.min(text.len())..].find(s.as_str()).map(|i| i + emitted))
-            .min()
-        {
-            text.truncate(at);
-            if at > emitted && !on_text(&text[emitted..]) {
-                return Ok(done(
-                    out,
-                    text,
-                    Finish::Cancelled,
-                    prompt.len(),
-                    prefill_time,
-                    t1.elapsed(),
-                ));
+        if let Some(f) = st.finish {
+            return Ok(done(d.tokens, d.text, f, prompt.len(), prefill_time, t1.elapsed()));
+        }
+        let Some(tok) = st.token else {
+            unreachable!("a step without a token finishes")
+        };
+        if session.tokens.len() + 1 >= n_ctx {
+            // The context is full: what was generated so far is the answer.
+            let rest = d.finish(Finish::Length, None);
+            if !rest.text.is_empty() {
+                on_text(&rest.text);
             }
-            emitted = text.len();
-            finish = Finish::Stop;
-            break;
-        }
-        // Emit everything that cannot be the beginning of a stop string.
-        let safe = safe_prefix(&text, emitted, max_hold, &params.stop);
-        if safe > emitted {
-            if !on_text(&text[emitted..safe]) {
-                return Ok(done(
-                    out,
-                    text,
-                    Finish::Cancelled,
-                    prompt.len(),
-                    prefill_time,
-                    t1.elapsed(),
-                ));
-            }
-            emitted = safe;
-        }
-        if out.len() >= params.max_tokens {
-            break;
-        }
-        if session.tokens.len() + 1 > n_ctx {
-            break;
+            return Ok(done(
+                d.tokens,
+                d.text,
+                Finish::Length,
+                prompt.len(),
+                prefill_time,
+                t1.elapsed(),
+            ));
         }
         let pos0 = session.tokens.len();
         let l = m.model.forward(
@@ -285,13 +350,21 @@ pub fn generate<B: Backend>(
         session.tokens.push(tok);
         logits = l.into_iter().next().unwrap_or_default();
     }
-    if finish != Finish::Stop {
-        text.push_str(&dec.finish());
-    }
-    if text.len() > emitted && !on_text(&text[emitted..]) {
-        finish = Finish::Cancelled;
-    }
-    Ok(done(out, text, finish, prompt.len(), prefill_time, t1.elapsed()))
+}
+
+/// Developer aid (`HF2Q_DEBUG_MARGIN`): the two best tokens and their log-probabilities.
+fn debug_margin(step: usize, logits: &[f32]) {
+    let mut v: Vec<(usize, f32)> = logits.iter().copied().enumerate().collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let lp = crate::sampler::log_softmax(logits);
+    eprintln!(
+        "step {step}: top {} {:.6} second {} {:.6} margin {:.5}",
+        v[0].0,
+        lp[v[0].0],
+        v[1].0,
+        lp[v[1].0],
+        v[0].1 - v[1].1
+    );
 }
 
 fn done(tokens: Vec<u32>, text: String, finish: Finish, prompt_tokens: usize, p: Duration, d: Duration) -> Generated {

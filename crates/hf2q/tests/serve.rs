@@ -269,3 +269,51 @@ fn sigterm_shuts_down_cleanly() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Four conversations at once (continuous batching over 2 slots, the rest queued): each reply is
+/// exactly llama.cpp's golden greedy reply, as when run alone.
+#[test]
+fn concurrent_requests_get_the_same_replies() {
+    let s = std::sync::Arc::new(Server::start(&["--parallel", "2"]));
+    let g: Value = serde_json::from_str(include_str!("data/goldens/smollm2_chat_goldens.json")).unwrap();
+    let cases: Vec<(String, String)> = g
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["quant"] == "Q4_1")
+        .map(|x| {
+            (
+                x["prompt"].as_str().unwrap().to_string(),
+                x["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut handles = Vec::new();
+    for k in 0..4 {
+        let (prompt, want) = cases[k % cases.len()].clone();
+        let s = s.clone();
+        handles.push(std::thread::spawn(move || {
+            let req = json!({"temperature": 0, "max_tokens": 64, "stream": k % 2 == 0,
+                             "messages": [{"role": "user", "content": prompt}]});
+            let (st, _, body) = s.request("POST", "/v1/chat/completions", Some(&req.to_string()), None);
+            assert_eq!(st, 200, "{body}");
+            let text: String = if k % 2 == 0 {
+                body.split("\n\n")
+                    .filter_map(|e| e.strip_prefix("data: "))
+                    .filter(|e| *e != "[DONE]")
+                    .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+                    .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+                    .collect()
+            } else {
+                serde_json::from_str::<Value>(&body).unwrap()["choices"][0]["message"]["content"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            };
+            assert_eq!(text, want, "request {k}");
+        }));
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+}

@@ -4,9 +4,9 @@
 //! model's chat template for chat completions), and queued to the model's engine thread
 //! ([`worker`]); text comes back through a channel and is sent as one JSON response or as
 //! server-sent events. Every error is OpenAI's error object with the right status ([`error`]).
-//! This version runs one sequence at a time per model (requests queue, bounded; a full queue is a
-//! 429); continuous batching, tools, structured output, logprobs and `n > 1` are answered with a
-//! clear 400 until they exist.
+//! Each model decodes `--parallel` sequences together with continuous batching (requests beyond
+//! that queue, bounded; a full queue is a 429); tools, structured output, logprobs and `n > 1` are
+//! answered with a clear 400 until they exist.
 
 pub mod api;
 pub mod error;
@@ -40,6 +40,10 @@ pub struct ServeConfig {
     pub ctx: usize,
     pub queue_capacity: usize,
     pub max_body_bytes: usize,
+    /// Sequences decoded together per model (continuous batching slots).
+    pub parallel: usize,
+    /// Most prompt tokens prefilled per step.
+    pub prefill_chunk: usize,
 }
 
 #[derive(Default)]
@@ -106,7 +110,13 @@ fn load_models(state: &AppState) -> Result<(), String> {
         } else {
             state.cfg.ctx
         };
-        let w = Worker::start(id.clone(), Arc::new(m), n_ctx, state.cfg.queue_capacity).map_err(|e| e.to_string())?;
+        let limits = worker::Limits {
+            parallel: state.cfg.parallel,
+            n_ctx,
+            queue_capacity: state.cfg.queue_capacity,
+            prefill_chunk: state.cfg.prefill_chunk,
+        };
+        let w = Worker::start(id.clone(), Arc::new(m), limits).map_err(|e| e.to_string())?;
         state
             .workers
             .write()
@@ -344,9 +354,17 @@ async fn metrics(State(st): State<Shared>) -> Response {
             v.load(Ordering::Relaxed)
         ));
     }
-    out.push_str("# HELP hf2q_queue_depth Requests waiting for an engine.\n# TYPE hf2q_queue_depth gauge\n");
+    out.push_str("# HELP hf2q_queue_depth Requests waiting for a slot.\n# TYPE hf2q_queue_depth gauge\n");
     for w in st.workers.read().unwrap_or_else(|e| e.into_inner()).iter() {
         out.push_str(&format!("hf2q_queue_depth{{model=\"{}\"}} {}\n", w.id, w.queue_depth()));
+    }
+    out.push_str("# HELP hf2q_active_slots Sequences being decoded.\n# TYPE hf2q_active_slots gauge\n");
+    for w in st.workers.read().unwrap_or_else(|e| e.into_inner()).iter() {
+        out.push_str(&format!(
+            "hf2q_active_slots{{model=\"{}\"}} {}\n",
+            w.id,
+            w.active_slots()
+        ));
     }
     ([("content-type", "text/plain; version=0.0.4")], out).into_response()
 }

@@ -26,12 +26,21 @@ pub struct ServeArgs {
     /// Requests that may wait for a model's engine; more are answered 429 with Retry-After.
     #[arg(long, default_value_t = 64)]
     pub queue_capacity: usize,
+    /// Sequences decoded together per model (continuous batching); each gets the full context.
+    #[arg(long, default_value_t = 4)]
+    pub parallel: usize,
+    /// Most prompt tokens prefilled per step, interleaved with the decode steps of active streams.
+    #[arg(long, default_value_t = 256)]
+    pub prefill_chunk: usize,
     /// Largest accepted request body.
     #[arg(long, default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,
 }
 
 pub fn run(args: ServeArgs) -> CliResult {
+    if args.parallel == 0 || args.prefill_chunk == 0 {
+        return Err(CliError::input("--parallel and --prefill-chunk must be at least 1"));
+    }
     for m in &args.models {
         if !m.is_file() {
             return Err(CliError::input(format!("{}: no such model file", m.display())));
@@ -46,6 +55,8 @@ pub fn run(args: ServeArgs) -> CliResult {
         ctx: args.ctx,
         queue_capacity: args.queue_capacity,
         max_body_bytes: args.max_body_bytes,
+        parallel: args.parallel,
+        prefill_chunk: args.prefill_chunk,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
