@@ -72,6 +72,8 @@ pub struct GenerateParams {
     pub ignore_eos: bool,
     /// Tokens per prefill step.
     pub n_batch: usize,
+    /// Report each sampled token's log-probability and this many alternatives (`None`: off).
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateParams {
@@ -82,6 +84,7 @@ impl Default for GenerateParams {
             stop: Vec::new(),
             ignore_eos: false,
             n_batch: 512,
+            logprobs: None,
         }
     }
 }
@@ -174,6 +177,7 @@ impl<B: Backend> Session<B> {
 /// Feed it each step's logits; it picks the token and says what text became final and whether the
 /// sequence ended. Used by [`generate`] and by the server's scheduler.
 pub struct Decoding {
+    logprobs: Option<usize>,
     sampler: Sampler,
     dec: StreamDecoder,
     stop: Vec<String>,
@@ -185,8 +189,19 @@ pub struct Decoding {
     emitted: usize,
 }
 
+/// A token's log-probability under the model's distribution (raw logits, before sampling
+/// adjustments), with the most likely alternatives.
+#[derive(Clone, Debug)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
 /// The outcome of one [`Decoding::step`].
 pub struct Step {
+    /// The sampled token's log-probability, when asked for (also for a final EOS token).
+    pub logprob: Option<TokenLogprob>,
     /// The token to feed next (`None` when the sequence ended without one, e.g. at EOS).
     pub token: Option<u32>,
     /// Text that became final with this token (may be empty).
@@ -202,6 +217,7 @@ impl Decoding {
             sampler.accept(t);
         }
         Ok(Decoding {
+            logprobs: params.logprobs,
             sampler,
             dec: StreamDecoder::new(false),
             stop: params.stop.clone(),
@@ -223,9 +239,18 @@ impl Decoding {
         if self.tokens.len() >= self.max_tokens {
             return self.finish(Finish::Length, None);
         }
+        let lp = self.logprobs.map(|k| (crate::sampler::log_softmax(logits), k));
         let tok = self.sampler.sample(logits);
+        let logprob = lp.map(|(lp, k)| TokenLogprob {
+            token: tok,
+            logprob: lp[tok as usize],
+            top: top_k(&lp, k),
+        });
         if !self.ignore_eos && m.tokenizer.is_eog(tok) {
-            return self.finish(Finish::Stop, None);
+            return Step {
+                logprob,
+                ..self.finish(Finish::Stop, None)
+            };
         }
         self.tokens.push(tok);
         self.sampler.accept(tok);
@@ -241,18 +266,23 @@ impl Decoding {
             let piece = self.text[self.emitted..].to_string();
             self.emitted = self.text.len();
             return Step {
+                logprob,
                 token: None,
                 text: piece,
                 finish: Some(Finish::Stop),
             };
         }
         if self.tokens.len() >= self.max_tokens {
-            return self.finish(Finish::Length, Some(tok));
+            return Step {
+                logprob,
+                ..self.finish(Finish::Length, Some(tok))
+            };
         }
         let safe = safe_prefix(&self.text, self.emitted, self.max_hold, &self.stop);
         let piece = self.text[self.emitted..safe].to_string();
         self.emitted = safe;
         Step {
+            logprob,
             token: Some(tok),
             text: piece,
             finish: None,
@@ -270,11 +300,26 @@ impl Decoding {
         let piece = self.text[self.emitted..].to_string();
         self.emitted = self.text.len();
         Step {
+            logprob: None,
             token,
             text: piece,
             finish: Some(why),
         }
     }
+}
+
+/// The `k` largest entries of `lp` (ties: lower id first).
+fn top_k(lp: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut idx: Vec<u32> = (0..lp.len() as u32).collect();
+    let k = k.min(idx.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    let cmp = |a: &u32, b: &u32| lp[*b as usize].total_cmp(&lp[*a as usize]).then(a.cmp(b));
+    idx.select_nth_unstable_by(k - 1, cmp);
+    idx.truncate(k);
+    idx.sort_by(cmp);
+    idx.into_iter().map(|i| (i, lp[i as usize])).collect()
 }
 
 /// Generate after `prompt`. `on_text` receives each piece of text as soon as it is complete

@@ -230,8 +230,15 @@ fn errors_are_openai_shaped() {
         key,
     );
     err(st, &r, 404, "gpt-4");
-    let (st, r) = s.json("POST", "/v1/chat/completions", json!({"messages": msgs, "n": 2}), key);
-    err(st, &r, 400, "n > 1");
+    let (st, r) = s.json("POST", "/v1/chat/completions", json!({"messages": msgs, "n": 17}), key);
+    err(st, &r, 400, "at most 16");
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": msgs, "top_logprobs": 3}),
+        key,
+    );
+    err(st, &r, 400, "needs 'logprobs'");
     let (st, r) = s.json(
         "POST",
         "/v1/chat/completions",
@@ -316,4 +323,58 @@ fn concurrent_requests_get_the_same_replies() {
     for h in handles {
         h.join().unwrap();
     }
+}
+
+/// `n` choices share the request (each its own sequence, seeds seed+i) and `logprobs` report the
+/// sampled token's log-probability with the `top_logprobs` alternatives, plain and streamed.
+#[test]
+fn n_choices_and_logprobs() {
+    let s = Server::start(&["--parallel", "2"]);
+    let (prompt, want) = golden_q4_1();
+    let req = json!({"temperature": 0, "max_tokens": 64, "n": 2, "logprobs": true, "top_logprobs": 3,
+                     "messages": [{"role": "user", "content": prompt}]});
+    let (st, r) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+    assert_eq!(st, 200, "{r}");
+    let choices = r["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["message"]["content"], want.as_str());
+        let lps = c["logprobs"]["content"].as_array().unwrap();
+        assert_eq!(lps.len(), 64);
+        let mut joined = String::new();
+        for lp in lps {
+            let top = lp["top_logprobs"].as_array().unwrap();
+            assert_eq!(top.len(), 3);
+            // Greedy: the chosen token is the most likely one.
+            assert_eq!(top[0]["token"], lp["token"]);
+            assert!(lp["logprob"].as_f64().unwrap() <= 0.0);
+            assert!(top[0]["logprob"].as_f64() >= top[1]["logprob"].as_f64());
+            joined.push_str(lp["token"].as_str().unwrap());
+        }
+        assert_eq!(joined, want);
+    }
+    assert_eq!(r["usage"]["completion_tokens"], 128);
+
+    let mut sreq = req;
+    sreq["stream"] = json!(true);
+    let (st, _, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), None);
+    assert_eq!(st, 200);
+    let mut texts = [String::new(), String::new()];
+    let mut n_lp = [0, 0];
+    for e in body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+    {
+        let c: Value = serde_json::from_str(e).unwrap();
+        let ch = &c["choices"][0];
+        let i = ch["index"].as_u64().unwrap() as usize;
+        if let Some(t) = ch["delta"]["content"].as_str() {
+            texts[i].push_str(t);
+        }
+        n_lp[i] += ch["logprobs"]["content"].as_array().map_or(0, |a| a.len());
+    }
+    assert_eq!(texts, [want.clone(), want]);
+    assert_eq!(n_lp, [64, 64]);
 }

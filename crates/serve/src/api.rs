@@ -15,6 +15,10 @@ pub struct Valid {
     pub stop: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
+    /// Choices per request (`n`).
+    pub n: usize,
+    /// `top_logprobs` when `logprobs` is on.
+    pub logprobs: Option<usize>,
 }
 
 fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
@@ -74,23 +78,42 @@ pub fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-pub fn common(body: &Map<String, Value>) -> Result<Valid, ApiError> {
+/// The fields shared by chat (`chat` = true) and text completions.
+pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> {
     let model = match field(body, "model") {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(_) => return Err(ApiError::invalid("model", "'model' must be a string")),
     };
-    if let Some(n) = integer(body, "n", 1)? {
-        if n > 1 {
-            return Err(ApiError::invalid("n", "n > 1 is not supported by this server yet"));
+    let n = integer(body, "n", 1)?.unwrap_or(1) as usize;
+    if n > 16 {
+        return Err(ApiError::invalid("n", "'n' must be at most 16"));
+    }
+    let logprobs = if chat {
+        let on = boolean(body, "logprobs")?;
+        let top = integer(body, "top_logprobs", 0)?;
+        if top.is_some_and(|t| t > 20) {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "'top_logprobs' must be between 0 and 20",
+            ));
         }
-    }
-    if boolean(body, "logprobs")? || field(body, "top_logprobs").is_some() {
-        return Err(ApiError::invalid(
-            "logprobs",
-            "logprobs are not supported by this server yet",
-        ));
-    }
+        if top.is_some() && !on {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "'top_logprobs' needs 'logprobs': true",
+            ));
+        }
+        on.then(|| top.unwrap_or(0) as usize)
+    } else {
+        if field(body, "logprobs").is_some() {
+            return Err(ApiError::invalid(
+                "logprobs",
+                "logprobs on /v1/completions are not supported yet (use /v1/chat/completions)",
+            ));
+        }
+        None
+    };
     if let Some(rf) = field(body, "response_format") {
         let ty = rf.get("type").and_then(Value::as_str).unwrap_or("");
         if ty != "text" {
@@ -183,6 +206,8 @@ pub fn common(body: &Map<String, Value>) -> Result<Valid, ApiError> {
         stop,
         stream,
         include_usage,
+        n,
+        logprobs,
     })
 }
 

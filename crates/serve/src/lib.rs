@@ -397,6 +397,7 @@ struct Prepared {
     params: GenerateParams,
     stream: bool,
     include_usage: bool,
+    n: usize,
 }
 
 fn prepare(w: Arc<Worker>, prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
@@ -431,6 +432,7 @@ fn prepare(w: Arc<Worker>, prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, 
         stop: v.stop,
         ignore_eos: false,
         n_batch: 512,
+        logprobs: v.logprobs,
     };
     Ok(Prepared {
         worker: w,
@@ -438,13 +440,14 @@ fn prepare(w: Arc<Worker>, prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, 
         params,
         stream: v.stream,
         include_usage: v.include_usage,
+        n: v.n,
     })
 }
 
 async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
     let prepared = (|| {
         let b = body_object(&st, &body)?;
-        let v = api::common(&b)?;
+        let v = api::common(&b, true)?;
         let msgs = api::messages(&b)?;
         if b.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
             return Err(ApiError::invalid(
@@ -486,7 +489,7 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
 async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
     let prepared = (|| {
         let b = body_object(&st, &body)?;
-        let v = api::common(&b)?;
+        let v = api::common(&b, false)?;
         let w = worker(&st, v.model.as_deref())?;
         let prompt = match b.get("prompt") {
             Some(Value::String(s)) => w
@@ -525,29 +528,65 @@ async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
     }
 }
 
-/// Queue the job and answer with one JSON object or an SSE stream.
+/// OpenAI's logprobs entry of one token.
+fn logprob_json(tok: &engine::tokenizer::Tokenizer, lp: &engine::generate::TokenLogprob) -> Value {
+    let entry = |id: u32, logprob: f32| {
+        let bytes = tok.token_bytes(id, true);
+        json!({"token": String::from_utf8_lossy(&bytes), "logprob": logprob, "bytes": bytes})
+    };
+    let mut e = entry(lp.token, lp.logprob);
+    e["top_logprobs"] = Value::Array(lp.top.iter().map(|&(id, l)| entry(id, l)).collect());
+    e
+}
+
+/// Queue one job per choice (`n`; seeds `seed + i`) and answer with one JSON object or an SSE
+/// stream whose chunks carry the choice index.
 async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let w = p.worker.clone();
-    if let Err(e) = w.submit(Job {
-        prompt: p.prompt,
-        params: p.params,
-        events: tx,
-    }) {
-        return e.into_response();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
+    for i in 0..p.n {
+        let mut params = p.params.clone();
+        params.sampling.seed = params.sampling.seed.wrapping_add(i as u64);
+        let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
+        if let Err(e) = w.submit(Job {
+            prompt: p.prompt.clone(),
+            params,
+            events: etx,
+        }) {
+            return e.into_response();
+        }
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(ev) = erx.recv().await {
+                if tx.send((i, ev)).is_err() {
+                    return;
+                }
+            }
+        });
     }
+    drop(tx);
     let id = new_id(if chat { "chatcmpl" } else { "cmpl" });
     let created = now();
     let object = if chat { "chat.completion" } else { "text_completion" };
+    let want_logprobs = p.params.logprobs.is_some();
     let usage = |pt: usize, ct: usize, cached: usize| {
         json!({"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
                "prompt_tokens_details": {"cached_tokens": cached}})
     };
+    let tokz = w.model.clone();
     if !p.stream {
-        let mut text = String::new();
-        while let Some(ev) = rx.recv().await {
+        let mut texts = vec![String::new(); p.n];
+        let mut lps: Vec<Vec<Value>> = vec![Vec::new(); p.n];
+        let mut finishes: Vec<Option<Finish>> = vec![None; p.n];
+        let (mut pt, mut ct, mut cached) = (0, 0, 0);
+        while let Some((i, ev)) = rx.recv().await {
             match ev {
-                Event::Text(t) => text.push_str(&t),
+                Event::Token(t, lp) => {
+                    texts[i].push_str(&t);
+                    if let Some(lp) = lp {
+                        lps[i].push(logprob_json(&tokz.tokenizer, &lp));
+                    }
+                }
                 Event::Error(e) => return e.into_response(),
                 Event::Done {
                     finish,
@@ -555,27 +594,38 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                     completion_tokens,
                     cached_tokens,
                 } => {
-                    record(&st, prompt_tokens, completion_tokens, cached_tokens);
-                    let choice = if chat {
-                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish_reason(finish)})
-                    } else {
-                        json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason(finish)})
-                    };
-                    return Json(json!({"id": id, "object": object, "created": created, "model": w.id,
-                        "system_fingerprint": st.fingerprint, "choices": [choice],
-                        "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}))
-                    .into_response();
+                    finishes[i] = Some(finish);
+                    pt = prompt_tokens;
+                    ct += completion_tokens;
+                    cached = cached.max(cached_tokens);
                 }
             }
         }
-        return ApiError::internal("the engine stopped before finishing").into_response();
+        if finishes.iter().any(Option::is_none) {
+            return ApiError::internal("the engine stopped before finishing").into_response();
+        }
+        record(&st, pt, ct, cached);
+        let choices: Vec<Value> = (0..p.n)
+            .map(|i| {
+                let fin = finish_reason(finishes[i].unwrap_or(Finish::Stop));
+                let logprobs = if want_logprobs { json!({"content": lps[i]}) } else { Value::Null };
+                if chat {
+                    json!({"index": i, "message": {"role": "assistant", "content": texts[i]}, "logprobs": logprobs, "finish_reason": fin})
+                } else {
+                    json!({"index": i, "text": texts[i], "logprobs": null, "finish_reason": fin})
+                }
+            })
+            .collect();
+        return Json(json!({"id": id, "object": object, "created": created, "model": w.id,
+            "system_fingerprint": st.fingerprint, "choices": choices, "usage": usage(pt, ct, cached)}))
+        .into_response();
     }
     let chunk_object = if chat {
         "chat.completion.chunk"
     } else {
         "text_completion"
     };
-    let (model, fp, include_usage) = (w.id.clone(), st.fingerprint.clone(), p.include_usage);
+    let (model, fp, include_usage, n) = (w.id.clone(), st.fingerprint.clone(), p.include_usage, p.n);
     let chunk = move |choice: Value, usage_v: Option<Value>| {
         let mut c = json!({"id": id, "object": chunk_object, "created": created, "model": model,
                            "system_fingerprint": fp, "choices": [choice]});
@@ -587,48 +637,62 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
         }
         SseEvent::default().data(c.to_string())
     };
-    let stream = async_stream(rx, move |ev, first| -> Vec<SseEvent> {
+    let mut started = vec![false; n];
+    let mut done = 0usize;
+    let (mut ct, mut cached) = (0, 0);
+    let stream = async_stream(rx, move |ev| -> (Vec<SseEvent>, bool) {
         let mut out = Vec::new();
-        if first && chat {
-            out.push(chunk(json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}), None));
+        let Some((i, ev)) = ev else { return (out, true) };
+        if chat && !started[i] {
+            started[i] = true;
+            out.push(chunk(json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}), None));
         }
         match ev {
-            Some(Event::Text(t)) => {
+            Event::Token(t, lp) => {
+                let logprobs = match lp {
+                    Some(lp) => json!({"content": [logprob_json(&tokz.tokenizer, &lp)]}),
+                    None => Value::Null,
+                };
                 let choice = if chat {
-                    json!({"index": 0, "delta": {"content": t}, "logprobs": null, "finish_reason": null})
+                    json!({"index": i, "delta": {"content": t}, "logprobs": logprobs, "finish_reason": null})
                 } else {
-                    json!({"index": 0, "text": t, "logprobs": null, "finish_reason": null})
+                    json!({"index": i, "text": t, "logprobs": null, "finish_reason": null})
                 };
                 out.push(chunk(choice, None));
+                (out, false)
             }
-            Some(Event::Done {
+            Event::Done {
                 finish,
                 prompt_tokens,
                 completion_tokens,
                 cached_tokens,
-            }) => {
-                record(&st, prompt_tokens, completion_tokens, cached_tokens);
+            } => {
+                let pt = prompt_tokens;
+                ct += completion_tokens;
+                cached = cached.max(cached_tokens);
                 let choice = if chat {
-                    json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish_reason(finish)})
+                    json!({"index": i, "delta": {}, "logprobs": null, "finish_reason": finish_reason(finish)})
                 } else {
-                    json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish_reason(finish)})
+                    json!({"index": i, "text": "", "logprobs": null, "finish_reason": finish_reason(finish)})
                 };
                 out.push(chunk(choice, None));
-                if include_usage {
-                    out.push(chunk(
-                        Value::Null,
-                        Some(usage(prompt_tokens, completion_tokens, cached_tokens)),
-                    ));
+                done += 1;
+                let last = done == n;
+                if last {
+                    record(&st, pt, ct, cached);
+                    if include_usage {
+                        out.push(chunk(Value::Null, Some(usage(pt, ct, cached))));
+                    }
+                    out.push(SseEvent::default().data("[DONE]"));
                 }
-                out.push(SseEvent::default().data("[DONE]"));
+                (out, last)
             }
-            Some(Event::Error(e)) => {
+            Event::Error(e) => {
                 out.push(SseEvent::default().data(e.body().to_string()));
                 out.push(SseEvent::default().data("[DONE]"));
+                (out, true)
             }
-            None => {}
         }
-        out
     });
     Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }
@@ -639,30 +703,27 @@ fn record(st: &AppState, p: usize, c: usize, cached: usize) {
     st.metrics.cached_tokens.fetch_add(cached as u64, Ordering::Relaxed);
 }
 
-/// Turn engine events into SSE events; the stream ends after the final event. When the client goes
+/// Turn engine events into SSE events until `f` says the stream is complete. When the client goes
 /// away the SSE stream is dropped, the forwarding task's next send fails and it drops the engine's
-/// receiver, which stops the generation at its next token.
-fn async_stream(
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
-    mut f: impl FnMut(Option<Event>, bool) -> Vec<SseEvent> + Send + 'static,
+/// receivers, which stops the generations at their next token.
+fn async_stream<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+    mut f: impl FnMut(Option<T>) -> (Vec<SseEvent>, bool) + Send + 'static,
 ) -> impl tokio_stream::Stream<Item = Result<SseEvent, std::convert::Infallible>> + Send {
     let (otx, orx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        let mut first = true;
-        while let Some(ev) = rx.recv().await {
-            let end = matches!(ev, Event::Done { .. } | Event::Error(_));
-            for e in f(Some(ev), first) {
+        loop {
+            let ev = rx.recv().await;
+            let end_of_input = ev.is_none();
+            let (events, complete) = f(ev);
+            for e in events {
                 if otx.send(Ok(e)).is_err() {
                     return;
                 }
             }
-            first = false;
-            if end {
+            if complete || end_of_input {
                 return;
             }
-        }
-        for e in f(None, first) {
-            let _ = otx.send(Ok(e));
         }
     });
     tokio_stream::wrappers::UnboundedReceiverStream::new(orx)

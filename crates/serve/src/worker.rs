@@ -16,7 +16,8 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 pub enum Event {
-    Text(String),
+    /// Text that became final with a token, and that token's log-probability when asked for.
+    Token(String, Option<engine::generate::TokenLogprob>),
     Done {
         finish: Finish,
         prompt_tokens: usize,
@@ -269,12 +270,13 @@ fn step(
         }
         let mut logits = out.next().unwrap_or_default();
         let st = a.decoding.step(m, &mut logits);
-        let mut gone = !st.text.is_empty() && a.job.events.send(Event::Text(st.text)).is_err();
+        let mut gone = (!st.text.is_empty() || st.logprob.is_some())
+            && a.job.events.send(Event::Token(st.text, st.logprob)).is_err();
         // No room for the sampled token: the context is full, the answer ends here.
         let full = st.finish.is_none() && s.tokens.len() >= s.n_ctx;
         if full && !gone {
             let rest = a.decoding.flush();
-            gone = !rest.is_empty() && a.job.events.send(Event::Text(rest)).is_err();
+            gone = !rest.is_empty() && a.job.events.send(Event::Token(rest, None)).is_err();
         }
         let finish = if gone {
             Some(Finish::Cancelled)

@@ -154,6 +154,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
         n_batch: args.batch,
+        logprobs: None,
     };
     if !args.chat {
         let text = match prompt {
