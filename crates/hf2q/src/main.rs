@@ -56,6 +56,8 @@ enum Command {
     Perplexity(cmd::perplexity::PerplexityArgs),
     /// Serve GGUF models over an OpenAI-compatible HTTP API.
     Serve(cmd::serve::ServeArgs),
+    /// Embedding vectors from a BERT / Nomic-BERT GGUF.
+    Embed(cmd::embed::EmbedArgs),
     /// Print a shell completion script.
     Completions {
         /// Shell to generate completions for.
@@ -95,6 +97,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Perplexity(args) => cmd::perplexity::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::Embed(args) => cmd::embed::run(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "hf2q", &mut std::io::stdout());
             Ok(())

@@ -30,9 +30,16 @@ struct Server {
 
 impl Server {
     fn start(extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hf2q"))
-            .args(["serve", "-m"])
-            .arg(smollm2())
+        Server::start_with(&[smollm2()], extra)
+    }
+
+    fn start_with(models: &[PathBuf], extra: &[&str]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hf2q"));
+        cmd.arg("serve");
+        for m in models {
+            cmd.arg("-m").arg(m);
+        }
+        let mut child = cmd
             .args(["--port", "0", "-t", "2"])
             .args(extra)
             .stderr(Stdio::piped())
@@ -377,4 +384,101 @@ fn n_choices_and_logprobs() {
     }
     assert_eq!(texts, [want.clone(), want]);
     assert_eq!(n_lp, [64, 64]);
+}
+
+/// `/v1/embeddings` with all-MiniLM-L6-v2 (converted by hf2q) served next to the chat model:
+/// strings, arrays, token ids, base64, Matryoshka `dimensions`, length limit and truncation.
+#[test]
+fn embeddings_route() {
+    let tmp = tempfile::tempdir().unwrap();
+    let minilm = tmp.path().join("minilm.gguf");
+    let dir = smollm2().parent().unwrap().join("all-MiniLM-L6-v2");
+    let st = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+        .arg("convert")
+        .arg(&dir)
+        .args(["--quant", "f16", "-o"])
+        .arg(&minilm)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let s = Server::start_with(&[smollm2(), minilm], &[]);
+    let emb = |body: Value| s.json("POST", "/v1/embeddings", body, None);
+    let (st, r) = emb(json!({"model": "minilm", "input": ["Hello", "The sky is blue."]}));
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["object"], "list");
+    let v0: Vec<f64> = r["data"][0]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(v0.len(), 384);
+    assert_eq!(r["data"][1]["index"], 1);
+    assert!(r["usage"]["prompt_tokens"].as_u64().unwrap() >= 5);
+    // A single string equals the first element of the batch.
+    let (_, one) = emb(json!({"model": "minilm", "input": "Hello"}));
+    assert_eq!(one["data"][0]["embedding"], r["data"][0]["embedding"]);
+    // base64 carries the same f32 values.
+    let (_, b) = emb(json!({"model": "minilm", "input": "Hello", "encoding_format": "base64"}));
+    let bytes = unb64(b["data"][0]["embedding"].as_str().unwrap());
+    let fv: Vec<f32> = bytes
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(fv, v0.iter().map(|&x| x as f32).collect::<Vec<_>>());
+    // dimensions: the leading 64 values, back to unit length.
+    let (_, d) = emb(json!({"model": "minilm", "input": "Hello", "dimensions": 64}));
+    let dv: Vec<f64> = d["data"][0]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(dv.len(), 64);
+    let norm: f64 = v0[..64].iter().map(|x| x * x).sum::<f64>().sqrt();
+    for (a, b) in dv.iter().zip(&v0[..64]) {
+        assert!((a - b / norm).abs() < 1e-6);
+    }
+    let (st, r) = emb(json!({"model": "minilm", "input": "Hello", "dimensions": 999}));
+    assert_eq!(st, 400, "{r}");
+    assert_eq!(r["error"]["param"], "dimensions");
+    // Token ids work as input.
+    let (st, _) = emb(json!({"model": "minilm", "input": [101, 7592, 102]}));
+    assert_eq!(st, 200);
+    // Too long: 400 naming the limit, or truncation when asked.
+    let long = "word ".repeat(600);
+    let (st, r) = emb(json!({"model": "minilm", "input": long}));
+    assert_eq!(st, 400, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("at most 512"));
+    let (st, _) = emb(json!({"model": "minilm", "input": long, "truncate": true}));
+    assert_eq!(st, 200);
+    // The chat model is not an embedding model.
+    let (st, r) = emb(json!({"model": "SmolLM2-135M-Instruct.Q4_1", "input": "x"}));
+    assert_eq!(st, 400, "{r}");
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not an embedding model"));
+    let (_, models) = s.json("GET", "/v1/models", json!({}), None);
+    assert_eq!(models["data"].as_array().unwrap().len(), 2);
+}
+
+fn unb64(s: &str) -> Vec<u8> {
+    const T: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let vals: Vec<u32> = s
+        .bytes()
+        .filter(|&c| c != b'=')
+        .map(|c| T.find(c as char).unwrap() as u32)
+        .collect();
+    for ch in vals.chunks(4) {
+        let mut n = 0u32;
+        for (i, v) in ch.iter().enumerate() {
+            n |= v << (18 - 6 * i);
+        }
+        for i in 0..ch.len() - 1 {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    out
 }

@@ -9,6 +9,7 @@
 //! answered with a clear 400 until they exist.
 
 pub mod api;
+pub mod embed;
 pub mod error;
 pub mod routes;
 pub mod worker;
@@ -58,6 +59,7 @@ struct AppState {
     cfg: ServeConfig,
     ready: AtomicBool,
     workers: RwLock<Vec<Arc<Worker>>>,
+    embedders: RwLock<Vec<Arc<embed::Embedder>>>,
     metrics: Metrics,
     fingerprint: String,
 }
@@ -76,6 +78,7 @@ pub async fn run(cfg: ServeConfig) -> Result<(), String> {
         cfg: cfg.clone(),
         ready: AtomicBool::new(false),
         workers: RwLock::new(Vec::new()),
+        embedders: RwLock::new(Vec::new()),
         metrics: Metrics::default(),
         fingerprint: format!("hf2q-{}", env!("CARGO_PKG_VERSION")),
     });
@@ -101,10 +104,28 @@ pub async fn run(cfg: ServeConfig) -> Result<(), String> {
 fn load_models(state: &AppState) -> Result<(), String> {
     let cpu = Arc::new(Cpu::new(state.cfg.threads).map_err(|e| e.to_string())?);
     for path in &state.cfg.models {
-        let m = LoadedModel::load(cpu.clone(), path).map_err(|e| e.to_string())?;
         let id = path
             .file_stem()
             .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+        let gguf = engine::model::open_gguf(path).map_err(|e| e.to_string())?;
+        if matches!(gguf.metadata().architecture(), Some("bert" | "nomic-bert")) {
+            // Encoders multiply by unquantized activations (their vectors are compared directly).
+            let exact = Arc::new(
+                Cpu::new(state.cfg.threads)
+                    .map_err(|e| e.to_string())?
+                    .with_exact_activations(),
+            );
+            let e = embed::Embedder::start(id.clone(), exact, &gguf, path, state.cfg.queue_capacity)
+                .map_err(|e| e.to_string())?;
+            state
+                .embedders
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Arc::new(e));
+            eprintln!("hf2q serve: embedding model {id} ready");
+            continue;
+        }
+        let m = LoadedModel::load(cpu.clone(), path).map_err(|e| e.to_string())?;
         let n_ctx = if state.cfg.ctx == 0 {
             m.model.params.n_ctx_train
         } else {
@@ -251,11 +272,29 @@ fn model_object(w: &Worker) -> Value {
 }
 
 async fn list_models(State(st): State<Shared>) -> Response {
-    let ws = st.workers.read().unwrap_or_else(|e| e.into_inner());
-    Json(json!({"object": "list", "data": ws.iter().map(|w| model_object(w)).collect::<Vec<_>>()})).into_response()
+    let mut data: Vec<Value> = st
+        .workers
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|w| model_object(w))
+        .collect();
+    for e in st.embedders.read().unwrap_or_else(|e| e.into_inner()).iter() {
+        data.push(json!({"id": e.id, "object": "model", "created": e.created, "owned_by": "hf2q"}));
+    }
+    Json(json!({"object": "list", "data": data})).into_response()
 }
 
 async fn get_model(State(st): State<Shared>, Path(id): Path<String>) -> Response {
+    if let Some(e) = st
+        .embedders
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|e| e.id == id)
+    {
+        return Json(json!({"id": e.id, "object": "model", "created": e.created, "owned_by": "hf2q"})).into_response();
+    }
     match worker(&st, Some(&id)) {
         Ok(w) => Json(model_object(&w)).into_response(),
         Err(e) => e.into_response(),
@@ -263,19 +302,38 @@ async fn get_model(State(st): State<Shared>, Path(id): Path<String>) -> Response
 }
 
 async fn embeddings(State(st): State<Shared>, body: Bytes) -> Response {
-    let r = (|| {
-        let b = body_object(&st, &body)?;
-        let model = b.get("model").and_then(Value::as_str);
-        let w = worker(&st, model)?;
-        Err::<Response, _>(ApiError::invalid(
-            "model",
-            format!(
-                "{} is not an embedding model (architecture {})",
-                w.id, w.model.model.params.arch
-            ),
-        ))
-    })();
-    r.unwrap_or_else(|e| e.into_response())
+    let b = match body_object(&st, &body) {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    if !st.ready.load(Ordering::Acquire) {
+        return ApiError::unavailable("the model is still loading").into_response();
+    }
+    let model = b.get("model").and_then(Value::as_str);
+    let emb = {
+        let es = st.embedders.read().unwrap_or_else(|e| e.into_inner());
+        match model {
+            None => es.first().cloned(),
+            Some(id) => es.iter().find(|e| e.id == id).cloned(),
+        }
+    };
+    let Some(emb) = emb else {
+        return match worker(&st, model) {
+            Ok(w) => ApiError::invalid(
+                "model",
+                format!(
+                    "{} is not an embedding model (architecture {})",
+                    w.id, w.model.model.params.arch
+                ),
+            )
+            .into_response(),
+            Err(e) => e.into_response(),
+        };
+    };
+    match emb.request(&b).await {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn tokenize(State(st): State<Shared>, body: Bytes) -> Response {

@@ -97,10 +97,16 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Rows of an embedding table (any weight type), one per id.
     fn get_rows(&self, table: &Self::Weight, ids: &[u32], out: &mut Self::Buf) -> crate::Result<()>;
+    /// Column slices: `outs[i].1 = x[:, outs[i].0 .. outs[i].0 + width]` (fused QKV split).
+    fn split_cols(&self, x: &Self::Buf, outs: &mut [(usize, &mut Self::Buf)], width: usize);
     /// Copy rows `rows` of `x` into `out`.
     fn select_rows(&self, x: &Self::Buf, rows: &[usize], out: &mut Self::Buf);
     /// `out = x / rms(x) * w` per row (ggml_rms_norm then ggml_mul).
     fn rms_norm(&self, x: &Self::Buf, w: &Self::Weight, eps: f32, out: &mut Self::Buf);
+    /// `out = (x - mean) / sqrt(var + eps) * w + b` per row (ggml_norm, then mul and add).
+    fn layer_norm(&self, x: &Self::Buf, w: &Self::Weight, b: &Self::Weight, eps: f32, out: &mut Self::Buf);
+    /// GELU in place, the exact form `x/2 · (1 + erf(x/√2))` (transformers' "gelu").
+    fn gelu(&self, x: &mut Self::Buf);
     /// The same per head: each row of `x` holds heads of `head_dim` values, normalised in place.
     fn head_rms_norm(&self, x: &mut Self::Buf, w: &Self::Weight, head_dim: usize, eps: f32);
     /// `out = x · Wᵀ`: x is (rows, n_in), W holds n_out rows of n_in values, out is (rows, n_out).

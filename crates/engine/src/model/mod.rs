@@ -1,6 +1,7 @@
 //! Model graphs, one file per architecture family, and the table that maps a GGUF
 //! `general.architecture` to its graph.
 
+pub mod bert;
 pub mod llama;
 
 use crate::backend::{Backend, KvType, Rope, WeightSource};

@@ -1,6 +1,7 @@
 pub mod bench;
 pub mod convert;
 pub mod doctor;
+pub mod embed;
 pub mod generate;
 pub mod info;
 pub mod patch;

@@ -120,6 +120,23 @@ pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
     })
 }
 
+/// A kernel that multiplies weights of type `w` by unquantized f32 activations (the weight row is
+/// dequantized; slower, and more accurate than ggml's quantized activations). `None` when `w`
+/// has no decoder.
+pub fn kernel_f32(w: GgmlType) -> Option<Kernel> {
+    crate::codec(w)?;
+    if w == GgmlType::F32 {
+        return kernel(w, KernelPath::detect());
+    }
+    Some(Kernel {
+        weight: w,
+        act: GgmlType::F32,
+        dot: scalar::dequant_f32,
+        dot2: None,
+        path: KernelPath::Scalar,
+    })
+}
+
 /// Bytes of one activation row of `n` values converted to `act`. Q8_0 and Q8_1 activations use
 /// hf2q's own block layout with f32 scales (see [`quantize_act`]); the others are ggml's.
 pub fn act_row_bytes(act: GgmlType, n: usize) -> usize {

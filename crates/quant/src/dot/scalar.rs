@@ -317,3 +317,22 @@ fn generic(wt: GgmlType, n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
         }
     })
 }
+
+/// Any weight type by f32 activations: the weight row is dequantized and multiplied in f32 with
+/// an f64 sum (no activation quantization; the accurate path for encoders).
+pub(super) fn dequant_f32(wt: GgmlType, n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    let wc = crate::codec(wt).expect("checked by kernel_f32");
+    let wbytes = wt.row_bytes(n as u64).expect("row of whole blocks") as usize;
+    SCRATCH.with(|s| {
+        let (xw, _) = &mut *s.borrow_mut();
+        xw.resize(n, 0.0);
+        (wc.dequantize)(&w[..wbytes], xw);
+        for (o, a) in out.iter_mut().zip(acts) {
+            let mut sum = 0f64;
+            for (x, y) in xw.iter().zip(a.chunks_exact(4)) {
+                sum += (*x * f32::from_le_bytes([y[0], y[1], y[2], y[3]])) as f64;
+            }
+            *o = sum as f32;
+        }
+    })
+}

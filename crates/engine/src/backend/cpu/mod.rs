@@ -18,6 +18,8 @@ pub struct Cpu {
     pool: rayon::ThreadPool,
     threads: usize,
     path: KernelPath,
+    /// Multiply by f32 activations and dequantized weights instead of ggml's quantized activations.
+    exact_activations: bool,
     /// Activation scratch of matmul (converted rows, one buffer per activation type), reused.
     scratch: Mutex<Vec<Vec<u8>>>,
 }
@@ -39,8 +41,17 @@ impl Cpu {
             pool,
             threads,
             path: KernelPath::detect(),
+            exact_activations: false,
             scratch: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Weights loaded from now on are multiplied by unquantized f32 activations (their rows
+    /// dequantized on the fly): for encoders, whose outputs are compared as vectors, this removes
+    /// the activation-rounding error of ggml's quantized dot products at some speed.
+    pub fn with_exact_activations(mut self) -> Cpu {
+        self.exact_activations = true;
+        self
     }
 
     pub fn threads(&self) -> usize {
@@ -172,7 +183,11 @@ impl Backend for Cpu {
         } else {
             None
         };
-        let kernel = dot::kernel(src.ty, self.path);
+        let kernel = if self.exact_activations && src.ty != GgmlType::F32 {
+            dot::kernel_f32(src.ty)
+        } else {
+            dot::kernel(src.ty, self.path)
+        };
         Ok(CpuWeight {
             ptr: src.data.as_ptr(),
             len: src.data.len(),
@@ -255,6 +270,21 @@ impl Backend for Cpu {
         Ok(())
     }
 
+    fn split_cols(&self, x: &CpuBuf, outs: &mut [(usize, &mut CpuBuf)], width: usize) {
+        for (off, out) in outs.iter_mut() {
+            assert!(
+                *off + width <= x.cols,
+                "split_cols: columns {off}..{} of {}",
+                *off + width,
+                x.cols
+            );
+            out.set_shape(x.rows, width);
+            for r in 0..x.rows {
+                out.data[r * width..(r + 1) * width].copy_from_slice(&x.row(r)[*off..*off + width]);
+            }
+        }
+    }
+
     fn select_rows(&self, x: &CpuBuf, rows: &[usize], out: &mut CpuBuf) {
         out.set_shape(rows.len(), x.cols);
         for (i, &r) in rows.iter().enumerate() {
@@ -282,6 +312,40 @@ impl Backend for Cpu {
                 .for_each(body);
         } else {
             x.view().chunks(n).zip(out.view_mut().chunks_mut(n)).for_each(body);
+        }
+    }
+
+    // ggml-cpu/ops.cpp ggml_compute_forward_norm_f32: mean, then variance of the centred row, both
+    // summed in double
+    fn layer_norm(&self, x: &CpuBuf, w: &CpuWeight, b: &CpuWeight, eps: f32, out: &mut CpuBuf) {
+        let n = x.cols;
+        out.set_shape(x.rows, n);
+        let (wv, bv) = (w.vector(), b.vector());
+        let body = |(xr, yr): (&[f32], &mut [f32])| {
+            let mean = (xr.iter().map(|&v| v as f64).sum::<f64>() / n as f64) as f32;
+            let mut var = 0f64;
+            for (y, &v) in yr.iter_mut().zip(xr) {
+                *y = v - mean;
+                var += (*y * *y) as f64;
+            }
+            let scale = 1.0 / ((var / n as f64) as f32 + eps).sqrt();
+            for ((y, &g), &c) in yr.iter_mut().zip(wv).zip(bv) {
+                *y = (*y * scale) * g + c;
+            }
+        };
+        if x.rows > 1 {
+            x.view()
+                .par_chunks(n)
+                .zip(out.view_mut().par_chunks_mut(n))
+                .for_each(body);
+        } else {
+            x.view().chunks(n).zip(out.view_mut().chunks_mut(n)).for_each(body);
+        }
+    }
+
+    fn gelu(&self, x: &mut CpuBuf) {
+        for v in x.view_mut() {
+            *v = 0.5 * *v * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2));
         }
     }
 

@@ -1,0 +1,111 @@
+//! `hf2q embed`: one vector per input from a BERT / Nomic-BERT GGUF, pooled as the model says and
+//! L2-normalised (as sentence-transformers does for these models) unless `--no-normalize`. Weights
+//! are multiplied by unquantized activations unless `--fast` (see `Cpu::with_exact_activations`).
+
+use super::runtime::ModelArgs;
+use crate::error::{CliError, CliResult};
+use clap::Args;
+use engine::model::bert::Bert;
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct EmbedArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Texts to embed (one vector each).
+    pub texts: Vec<String>,
+    /// Read inputs from a file, one per line (`-` for stdin).
+    #[arg(short = 'f', long = "file", conflicts_with = "texts")]
+    pub file: Option<PathBuf>,
+    /// Print a JSON array of vectors instead of one line of numbers per input.
+    #[arg(long)]
+    pub json: bool,
+    /// Skip the L2 normalisation.
+    #[arg(long)]
+    pub no_normalize: bool,
+    /// Cut inputs longer than the model's maximum instead of failing.
+    #[arg(long)]
+    pub truncate: bool,
+    /// Multiply by ggml-style quantized activations (faster, less accurate for quantized models)
+    /// instead of dequantized weights × f32 activations.
+    #[arg(long)]
+    pub fast: bool,
+    /// Inputs per forward step.
+    #[arg(short = 'b', long = "batch", default_value_t = 32)]
+    pub batch: usize,
+}
+
+pub fn run(args: EmbedArgs) -> CliResult {
+    let mut texts = args.texts.clone();
+    if let Some(f) = &args.file {
+        let mut s = String::new();
+        if f.as_os_str() == "-" {
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| CliError::input(format!("reading stdin: {e}")))?;
+        } else {
+            s = std::fs::read_to_string(f).map_err(|e| CliError::input(format!("{}: {e}", f.display())))?;
+        }
+        texts = s.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
+    } else if texts.is_empty() && !std::io::stdin().is_terminal() {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| CliError::input(format!("reading stdin: {e}")))?;
+        texts = s.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
+    }
+    if texts.is_empty() {
+        return Err(CliError::input(
+            "nothing to embed: give texts, -f FILE, or lines on stdin",
+        ));
+    }
+    if !args.model.model.is_file() {
+        return Err(CliError::input(format!(
+            "{}: no such model file",
+            args.model.model.display()
+        )));
+    }
+    args.model.backend()?; // validates --device
+    let cpu = engine::backend::cpu::Cpu::new(args.model.threads)?;
+    let cpu = std::sync::Arc::new(if args.fast { cpu } else { cpu.with_exact_activations() });
+    let gguf = engine::model::open_gguf(&args.model.model)?;
+    let m = Bert::load(cpu, &gguf, &args.model.model)?;
+    let tok = engine::tokenizer::Tokenizer::from_gguf(gguf.metadata())
+        .map_err(|e| CliError::input(format!("{}: tokenizer: {e}", args.model.model.display())))?;
+    let mut inputs = Vec::with_capacity(texts.len());
+    for (i, t) in texts.iter().enumerate() {
+        let mut ids = tok
+            .encode(t, true, false)
+            .map_err(|e| CliError::input(format!("input {i}: {e}")))?;
+        if ids.len() > m.n_ctx_train {
+            if !args.truncate {
+                return Err(CliError::input(format!(
+                    "input {i} has {} tokens; the model takes at most {} (use --truncate)",
+                    ids.len(),
+                    m.n_ctx_train
+                )));
+            }
+            let last = *ids.last().unwrap_or(&0);
+            ids.truncate(m.n_ctx_train);
+            if let Some(l) = ids.last_mut() {
+                *l = last; // keep the closing separator
+            }
+        }
+        inputs.push(ids);
+    }
+    let mut vectors = Vec::with_capacity(inputs.len());
+    for chunk in inputs.chunks(args.batch.max(1)) {
+        vectors.extend(m.embed(chunk, !args.no_normalize)?);
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let _ = writeln!(out, "{}", serde_json::to_string(&vectors).unwrap_or_default());
+    } else {
+        for v in &vectors {
+            let line: Vec<String> = v.iter().map(|x| format!("{x:.7}")).collect();
+            let _ = writeln!(out, "{}", line.join(" "));
+        }
+    }
+    Ok(())
+}
