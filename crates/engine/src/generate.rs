@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 pub struct LoadedModel<B: Backend> {
     pub path: PathBuf,
     pub model: Llama<B>,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
 }
 
@@ -40,7 +40,7 @@ impl<B: Backend> LoadedModel<B> {
         Ok(LoadedModel {
             path: path.to_path_buf(),
             model,
-            tokenizer,
+            tokenizer: Arc::new(tokenizer),
             template,
         })
     }
@@ -178,6 +178,7 @@ impl<B: Backend> Session<B> {
 /// sequence ended. Used by [`generate`] and by the server's scheduler.
 pub struct Decoding {
     logprobs: Option<usize>,
+    constraint: Option<crate::grammar::Constraint>,
     sampler: Sampler,
     dec: StreamDecoder,
     stop: Vec<String>,
@@ -218,6 +219,7 @@ impl Decoding {
         }
         Ok(Decoding {
             logprobs: params.logprobs,
+            constraint: None,
             sampler,
             dec: StreamDecoder::new(false),
             stop: params.stop.clone(),
@@ -230,6 +232,12 @@ impl Decoding {
         })
     }
 
+    /// Constrain the output with a grammar (structured output).
+    pub fn with_constraint(mut self, c: crate::grammar::Constraint) -> Decoding {
+        self.constraint = Some(c);
+        self
+    }
+
     /// The whole text so far (including text held back for a possible stop string).
     pub fn text(&self) -> &str {
         &self.text
@@ -240,6 +248,11 @@ impl Decoding {
             return self.finish(Finish::Length, None);
         }
         let lp = self.logprobs.map(|k| (crate::sampler::log_softmax(logits), k));
+        if let Some(c) = &mut self.constraint {
+            if c.mask(logits).is_err() {
+                return self.finish(Finish::Stop, None);
+            }
+        }
         let tok = self.sampler.sample(logits);
         let logprob = lp.map(|(lp, k)| TokenLogprob {
             token: tok,
@@ -255,6 +268,15 @@ impl Decoding {
         self.tokens.push(tok);
         self.sampler.accept(tok);
         self.text.push_str(&self.dec.push(&m.tokenizer, tok));
+        if let Some(c) = &mut self.constraint {
+            // The grammar is complete: nothing may follow, the sequence ends here.
+            if c.accept(tok).is_err() || c.is_stopped() {
+                return Step {
+                    logprob,
+                    ..self.finish(Finish::Stop, None)
+                };
+            }
+        }
         let from = self.emitted.min(self.text.len());
         if let Some(at) = self
             .stop

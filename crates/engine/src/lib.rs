@@ -7,6 +7,7 @@ pub mod chat;
 pub mod debug;
 pub mod device;
 pub mod generate;
+pub mod grammar;
 pub mod model;
 pub mod sampler;
 pub mod tokenizer;

@@ -482,3 +482,37 @@ fn unb64(s: &str) -> Vec<u8> {
     }
     out
 }
+
+/// `response_format`: json_schema and json_object replies always parse and validate, also when
+/// sampling at temperature 1 (llguidance masks every step).
+#[test]
+fn structured_output() {
+    let s = Server::start(&["--parallel", "4"]);
+    let schema = json!({"type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+        "required": ["name", "age"], "additionalProperties": false});
+    let req = json!({"messages": [{"role": "user", "content": "Give me a person as JSON."}],
+        "temperature": 1.0, "seed": 11, "n": 4, "max_tokens": 120,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "person", "strict": true, "schema": schema}}});
+    let (st, r) = s.json("POST", "/v1/chat/completions", req, None);
+    assert_eq!(st, 200, "{r}");
+    for c in r["choices"].as_array().unwrap() {
+        assert_eq!(c["finish_reason"], "stop", "{c}");
+        let text = c["message"]["content"].as_str().unwrap();
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+        let o = v.as_object().unwrap();
+        assert_eq!(o.len(), 2, "{text}");
+        assert!(o["name"].as_str().is_some_and(|n| n.chars().count() <= 20), "{text}");
+        assert!(o["age"].as_u64().is_some_and(|a| a <= 150), "{text}");
+    }
+    let req = json!({"messages": [{"role": "user", "content": "List three colors."}], "temperature": 0,
+        "max_tokens": 100, "response_format": {"type": "json_object"}});
+    let (st, r) = s.json("POST", "/v1/chat/completions", req, None);
+    assert_eq!(st, 200, "{r}");
+    let text = r["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(serde_json::from_str::<Value>(text).unwrap().is_object(), "{text}");
+    let bad = json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}});
+    let (st, r) = s.json("POST", "/v1/chat/completions", bad, None);
+    assert_eq!(st, 400, "{r}");
+    assert_eq!(r["error"]["param"], "response_format");
+}

@@ -19,6 +19,8 @@ pub struct Valid {
     pub n: usize,
     /// `top_logprobs` when `logprobs` is on.
     pub logprobs: Option<usize>,
+    /// Structured output: `Some(None)` any JSON object, `Some(Some(schema))` a JSON schema.
+    pub format: Option<Option<Value>>,
 }
 
 fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
@@ -114,15 +116,29 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
         }
         None
     };
-    if let Some(rf) = field(body, "response_format") {
-        let ty = rf.get("type").and_then(Value::as_str).unwrap_or("");
-        if ty != "text" {
-            return Err(ApiError::invalid(
-                "response_format",
-                format!("response_format {ty:?} is not supported by this server yet"),
-            ));
-        }
-    }
+    let format = match field(body, "response_format") {
+        None => None,
+        Some(rf) => match rf.get("type").and_then(Value::as_str).unwrap_or("") {
+            "text" => None,
+            "json_object" => Some(None),
+            "json_schema" => {
+                let schema = rf
+                    .get("json_schema")
+                    .and_then(|j| j.get("schema"))
+                    .filter(|s| s.is_object())
+                    .ok_or_else(|| {
+                        ApiError::invalid("response_format", "json_schema needs a 'json_schema.schema' object")
+                    })?;
+                Some(Some(schema.clone()))
+            }
+            ty => {
+                return Err(ApiError::invalid(
+                    "response_format",
+                    format!("response_format type {ty:?} is not text, json_object or json_schema"),
+                ))
+            }
+        },
+    };
     // OpenAI defaults: temperature 1, top_p 1; llama.cpp's server extensions top_k, min_p,
     // repetition_penalty default off.
     let mut s = SamplingParams {
@@ -208,6 +224,7 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
         include_usage,
         n,
         logprobs,
+        format,
     })
 }
 

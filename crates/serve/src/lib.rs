@@ -456,6 +456,7 @@ struct Prepared {
     stream: bool,
     include_usage: bool,
     n: usize,
+    format: Option<Option<Value>>,
 }
 
 fn prepare(w: Arc<Worker>, prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
@@ -499,6 +500,7 @@ fn prepare(w: Arc<Worker>, prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, 
         stream: v.stream,
         include_usage: v.include_usage,
         n: v.n,
+        format: v.format,
     })
 }
 
@@ -606,7 +608,18 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
         let mut params = p.params.clone();
         params.sampling.seed = params.sampling.seed.wrapping_add(i as u64);
         let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
+        let constraint = match &p.format {
+            None => None,
+            Some(schema) => match w
+                .grammar()
+                .and_then(|g| g.json(schema.as_ref()).map_err(ApiError::from))
+            {
+                Ok(c) => Some(c),
+                Err(e) => return e.into_response(),
+            },
+        };
         if let Err(e) = w.submit(Job {
+            constraint,
             prompt: p.prompt.clone(),
             params,
             events: etx,

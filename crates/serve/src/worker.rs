@@ -30,6 +30,8 @@ pub enum Event {
 pub struct Job {
     pub prompt: Vec<u32>,
     pub params: GenerateParams,
+    /// Structured output: the grammar the reply must follow.
+    pub constraint: Option<engine::grammar::Constraint>,
     pub events: UnboundedSender<Event>,
 }
 
@@ -46,6 +48,8 @@ pub struct Limits {
 pub struct Worker {
     pub id: String,
     pub model: Arc<LoadedModel<Cpu>>,
+    /// Built on first use (structured output).
+    pub grammar: std::sync::OnceLock<Result<Arc<engine::grammar::GrammarFactory>, String>>,
     pub n_ctx: usize,
     pub created: u64,
     tx: SyncSender<Job>,
@@ -96,12 +100,25 @@ impl Worker {
         Ok(Worker {
             id,
             model,
+            grammar: std::sync::OnceLock::new(),
             n_ctx: limits.n_ctx,
             created,
             tx,
             queued,
             active,
         })
+    }
+
+    /// The model's structured-output factory (built on first use, ~once per model).
+    pub fn grammar(&self) -> Result<Arc<engine::grammar::GrammarFactory>, ApiError> {
+        self.grammar
+            .get_or_init(|| {
+                engine::grammar::GrammarFactory::new(self.model.tokenizer.clone())
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(ApiError::internal)
     }
 
     /// Queue a job; a full queue is a 429.
@@ -170,9 +187,12 @@ fn schedule(
 }
 
 /// Put a job in the idle slot sharing the longest prefix with its prompt.
-fn admit(slots: &mut [Slot], job: Job) {
+fn admit(slots: &mut [Slot], mut job: Job) {
     let decoding = match Decoding::new(&job.params, &job.prompt) {
-        Ok(d) => d,
+        Ok(d) => match job.constraint.take() {
+            Some(c) => d.with_constraint(c),
+            None => d,
+        },
         Err(e) => {
             let _ = job.events.send(Event::Error(e.into()));
             return;
