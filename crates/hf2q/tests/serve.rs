@@ -203,6 +203,9 @@ fn completions_tokenize_models_metrics() {
         "{m}"
     );
     assert!(m.contains("hf2q_completion_tokens_total 8"), "{m}");
+    assert!(m.contains("hf2q_time_to_first_token_seconds_count 1"), "{m}");
+    assert!(m.contains("hf2q_request_duration_seconds_count 1"), "{m}");
+    assert!(m.contains("hf2q_inter_token_latency_seconds_count"), "{m}");
 }
 
 #[test]
@@ -262,6 +265,15 @@ fn errors_are_openai_shaped() {
     );
     err(st, &r, 400, "context");
     assert_eq!(r["error"]["code"], "context_length_exceeded");
+    // Left truncation when the request asks for it.
+    let (st, r) = s.json(
+        "POST",
+        "/v1/completions",
+        json!({"prompt": long, "truncate_prompt_tokens": 32, "max_tokens": 4}),
+        key,
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["usage"]["prompt_tokens"], 32);
     let (st, r) = s.json("POST", "/v1/embeddings", json!({"input": "x"}), key);
     err(st, &r, 400, "not an embedding model");
     let (st, r) = s.json("GET", "/nope", json!({}), key);
@@ -515,4 +527,26 @@ fn structured_output() {
     let (st, r) = s.json("POST", "/v1/chat/completions", bad, None);
     assert_eq!(st, 400, "{r}");
     assert_eq!(r["error"]["param"], "response_format");
+}
+
+#[test]
+fn cors_preflight_and_headers() {
+    let s = Server::start(&["--cors-origin", "http://app.example"]);
+    let req = |method: &str, origin: &str| {
+        let mut c = TcpStream::connect(&s.addr).unwrap();
+        write!(c, "{method} /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: POST\r\n\r\n").unwrap();
+        let mut raw = String::new();
+        c.read_to_string(&mut raw).unwrap();
+        raw.to_ascii_lowercase()
+    };
+    let pre = req("OPTIONS", "http://app.example");
+    assert!(pre.starts_with("http/1.1 204"), "{pre}");
+    assert!(pre.contains("access-control-allow-origin: http://app.example"), "{pre}");
+    let get = req("GET", "http://app.example");
+    assert!(
+        get.starts_with("http/1.1 200") && get.contains("access-control-allow-origin"),
+        "{get}"
+    );
+    let other = req("GET", "http://evil.example");
+    assert!(!other.contains("access-control-allow-origin"), "{other}");
 }

@@ -21,6 +21,8 @@ pub struct Valid {
     pub logprobs: Option<usize>,
     /// Structured output: `Some(None)` any JSON object, `Some(Some(schema))` a JSON schema.
     pub format: Option<Option<Value>>,
+    /// Left-truncate the prompt to its last N tokens (vLLM's `truncate_prompt_tokens`).
+    pub truncate_prompt_tokens: Option<usize>,
 }
 
 fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
@@ -225,6 +227,7 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
         n,
         logprobs,
         format,
+        truncate_prompt_tokens: integer(body, "truncate_prompt_tokens", 1)?.map(|k| k as usize),
     })
 }
 

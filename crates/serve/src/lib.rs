@@ -45,14 +45,77 @@ pub struct ServeConfig {
     pub parallel: usize,
     /// Most prompt tokens prefilled per step.
     pub prefill_chunk: usize,
+    /// Origins allowed by CORS (`*` for any); empty: no CORS headers.
+    pub cors_origins: Vec<String>,
 }
 
-#[derive(Default)]
 struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
     cached_tokens: AtomicU64,
+    ttft: Histogram,
+    itl: Histogram,
+    e2e: Histogram,
+    prompt_len: Histogram,
+    completion_len: Histogram,
+}
+
+/// A Prometheus histogram with fixed upper bounds.
+struct Histogram {
+    bounds: &'static [f64],
+    state: Mutex<(Vec<u64>, f64, u64)>,
+}
+
+const SECONDS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+const TOKENS: &[f64] = &[1.0, 8.0, 32.0, 128.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 32768.0];
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            state: Mutex::new((vec![0; bounds.len()], 0.0, 0)),
+        }
+    }
+    fn observe(&self, v: f64) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for (b, c) in self.bounds.iter().zip(st.0.iter_mut()) {
+            if v <= *b {
+                *c += 1;
+            }
+        }
+        st.1 += v;
+        st.2 += 1;
+    }
+    fn render(&self, name: &str, help: &str, out: &mut String) {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
+        for (b, c) in self.bounds.iter().zip(&st.0) {
+            out.push_str(&format!("{name}_bucket{{le=\"{b}\"}} {c}\n"));
+        }
+        out.push_str(&format!(
+            "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}\n",
+            st.2, st.1, st.2
+        ));
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            requests: Mutex::new(BTreeMap::new()),
+            prompt_tokens: AtomicU64::new(0),
+            completion_tokens: AtomicU64::new(0),
+            cached_tokens: AtomicU64::new(0),
+            ttft: Histogram::new(SECONDS),
+            itl: Histogram::new(SECONDS),
+            e2e: Histogram::new(SECONDS),
+            prompt_len: Histogram::new(TOKENS),
+            completion_len: Histogram::new(TOKENS),
+        }
+    }
 }
 
 struct AppState {
@@ -185,9 +248,52 @@ fn router(state: Shared) -> Router {
 
 /// API key, body size limit and per-route request counting around every handler.
 async fn guard(State(st): State<Shared>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let origin = req
+        .headers()
+        .get("origin")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let allowed = origin
+        .as_deref()
+        .filter(|o| st.cfg.cors_origins.iter().any(|a| a == "*" || a == o))
+        .map(|o| {
+            if st.cfg.cors_origins.iter().any(|a| a == "*") {
+                "*".to_string()
+            } else {
+                o.to_string()
+            }
+        });
+    if req.method() == axum::http::Method::OPTIONS && allowed.is_some() {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        cors_headers(&mut r, allowed.as_deref());
+        return r;
+    }
+    let mut resp = guarded(&st, req, next).await;
+    cors_headers(&mut resp, allowed.as_deref());
+    resp
+}
+
+fn cors_headers(r: &mut Response, allowed: Option<&str>) {
+    let Some(origin) = allowed else { return };
+    let h = r.headers_mut();
+    if let Ok(v) = axum::http::HeaderValue::from_str(origin) {
+        h.insert("access-control-allow-origin", v);
+    }
+    h.insert("vary", axum::http::HeaderValue::from_static("Origin"));
+    h.insert(
+        "access-control-allow-methods",
+        axum::http::HeaderValue::from_static("GET, POST, OPTIONS"),
+    );
+    h.insert(
+        "access-control-allow-headers",
+        axum::http::HeaderValue::from_static("authorization, content-type"),
+    );
+}
+
+async fn guarded(st: &Shared, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let path = req.uri().path().to_string();
     let open = path == routes::HEALTH || path == routes::READYZ;
-    let resp = if !open && !authorized(&st, req.headers()) {
+    let resp = if !open && !authorized(st, req.headers()) {
         ApiError::unauthorized().into_response()
     } else if req
         .headers()
@@ -412,6 +518,26 @@ async fn metrics(State(st): State<Shared>) -> Response {
             v.load(Ordering::Relaxed)
         ));
     }
+    let m = &st.metrics;
+    m.ttft.render(
+        "hf2q_time_to_first_token_seconds",
+        "Request arrival to first generated token.",
+        &mut out,
+    );
+    m.itl.render(
+        "hf2q_inter_token_latency_seconds",
+        "Time between generated tokens of a stream.",
+        &mut out,
+    );
+    m.e2e.render(
+        "hf2q_request_duration_seconds",
+        "Request arrival to the last token.",
+        &mut out,
+    );
+    m.prompt_len
+        .render("hf2q_prompt_tokens", "Prompt length per request.", &mut out);
+    m.completion_len
+        .render("hf2q_completion_tokens", "Generated tokens per request.", &mut out);
     out.push_str("# HELP hf2q_queue_depth Requests waiting for a slot.\n# TYPE hf2q_queue_depth gauge\n");
     for w in st.workers.read().unwrap_or_else(|e| e.into_inner()).iter() {
         out.push_str(&format!("hf2q_queue_depth{{model=\"{}\"}} {}\n", w.id, w.queue_depth()));
@@ -459,7 +585,13 @@ struct Prepared {
     format: Option<Option<Value>>,
 }
 
-fn prepare(w: Arc<Worker>, prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
+fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
+    if let Some(keep) = v.truncate_prompt_tokens {
+        // vLLM's extension: keep the last `keep` tokens of the prompt.
+        if prompt.len() > keep {
+            prompt.drain(..prompt.len() - keep);
+        }
+    }
     if prompt.is_empty() {
         return Err(ApiError::bad_request("the prompt is empty"));
     }
@@ -603,7 +735,7 @@ fn logprob_json(tok: &engine::tokenizer::Tokenizer, lp: &engine::generate::Token
 /// stream whose chunks carry the choice index.
 async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     let w = p.worker.clone();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
+    let (tx, mut raw_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
     for i in 0..p.n {
         let mut params = p.params.clone();
         params.sampling.seed = params.sampling.seed.wrapping_add(i as u64);
@@ -636,6 +768,41 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
         });
     }
     drop(tx);
+    // Latency metrics: observe every event on its way to the response.
+    let (ttx, timed_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
+    {
+        let st = st.clone();
+        let t0 = std::time::Instant::now();
+        tokio::spawn(async move {
+            let mut last: Option<std::time::Instant> = None;
+            while let Some((i, ev)) = raw_rx.recv().await {
+                let now = std::time::Instant::now();
+                match &ev {
+                    Event::Token(..) => {
+                        match last {
+                            None => st.metrics.ttft.observe((now - t0).as_secs_f64()),
+                            Some(l) => st.metrics.itl.observe((now - l).as_secs_f64()),
+                        }
+                        last = Some(now);
+                    }
+                    Event::Done {
+                        prompt_tokens,
+                        completion_tokens,
+                        ..
+                    } => {
+                        st.metrics.e2e.observe((now - t0).as_secs_f64());
+                        st.metrics.prompt_len.observe(*prompt_tokens as f64);
+                        st.metrics.completion_len.observe(*completion_tokens as f64);
+                    }
+                    Event::Error(_) => {}
+                }
+                if ttx.send((i, ev)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let mut rx = timed_rx;
     let id = new_id(if chat { "chatcmpl" } else { "cmpl" });
     let created = now();
     let object = if chat { "chat.completion" } else { "text_completion" };

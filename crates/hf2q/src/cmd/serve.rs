@@ -32,6 +32,9 @@ pub struct ServeArgs {
     /// Most prompt tokens prefilled per step, interleaved with the decode steps of active streams.
     #[arg(long, default_value_t = 256)]
     pub prefill_chunk: usize,
+    /// Allow browser requests from this origin (repeatable; `*` for any): CORS headers and preflight.
+    #[arg(long = "cors-origin")]
+    pub cors_origins: Vec<String>,
     /// Largest accepted request body.
     #[arg(long, default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -57,6 +60,7 @@ pub fn run(args: ServeArgs) -> CliResult {
         max_body_bytes: args.max_body_bytes,
         parallel: args.parallel,
         prefill_chunk: args.prefill_chunk,
+        cors_origins: args.cors_origins,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
