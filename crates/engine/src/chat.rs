@@ -68,6 +68,7 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    source: String,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -101,6 +102,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        let source_owned = source.to_string();
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| ChatError::Syntax {
                 line: e.line(),
@@ -110,7 +112,13 @@ impl ChatTemplate {
             env,
             bos: bos.to_string(),
             eos: eos.to_string(),
+            source: source_owned,
         })
+    }
+
+    /// The template's Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// The prompt text for `messages`. `tools` is the OpenAI `tools` array; `kwargs` become

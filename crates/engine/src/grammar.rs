@@ -74,6 +74,19 @@ impl GrammarFactory {
     }
 }
 
+impl GrammarFactory {
+    /// A constraint from a Lark grammar (llguidance's dialect, `%json { schema }` included).
+    pub fn lark(&self, grammar: &str) -> Result<Constraint> {
+        let parser = self
+            .factory
+            .create_parser(TopLevelGrammar::from_lark(grammar.to_string()))
+            .map_err(|e| EngineError::Input(format!("invalid grammar: {e}")))?;
+        Ok(Constraint {
+            m: Matcher::new(Ok(parser)),
+        })
+    }
+}
+
 /// One sequence's grammar state.
 pub struct Constraint {
     m: Matcher,

@@ -550,3 +550,63 @@ fn cors_preflight_and_headers() {
     let other = req("GET", "http://evil.example");
     assert!(!other.contains("access-control-allow-origin"), "{other}");
 }
+
+/// Tools: `tool_choice` required / named constrain the reply to one call whose arguments validate
+/// against the tool's schema (plain and streamed); bad tool specs are 400s.
+#[test]
+fn tool_calls() {
+    let s = Server::start(&[]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"], "additionalProperties": false}}}]);
+    let msgs = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    let check_args = |a: &str| {
+        let v: Value = serde_json::from_str(a).unwrap_or_else(|e| panic!("arguments not JSON ({e}): {a}"));
+        assert!(v["city"].as_str().is_some_and(|c| c.chars().count() <= 30), "{a}");
+        assert!(
+            ["celsius", "fahrenheit"].contains(&v["unit"].as_str().unwrap_or("")),
+            "{a}"
+        );
+        assert_eq!(v.as_object().unwrap().len(), 2, "{a}");
+    };
+    for (choice, temp) in [
+        (json!("required"), 0.0),
+        (json!({"type": "function", "function": {"name": "get_weather"}}), 1.0),
+    ] {
+        let req = json!({"messages": msgs, "tools": tools, "tool_choice": choice, "temperature": temp, "seed": 3, "max_tokens": 100});
+        let (st, r) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+        assert_eq!(st, 200, "{r}");
+        let c = &r["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "{r}");
+        let call = &c["message"]["tool_calls"][0];
+        assert_eq!(call["type"], "function");
+        assert!(call["id"].as_str().unwrap().starts_with("call-"));
+        assert_eq!(call["function"]["name"], "get_weather");
+        check_args(call["function"]["arguments"].as_str().unwrap());
+
+        let mut sreq = req;
+        sreq["stream"] = json!(true);
+        let (st, _, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), None);
+        assert_eq!(st, 200);
+        let chunks: Vec<Value> = body
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .filter(|e| *e != "[DONE]")
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect();
+        let call = chunks
+            .iter()
+            .find_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0).cloned())
+            .expect("a tool_calls delta");
+        assert_eq!(call["index"], 0);
+        check_args(call["function"]["arguments"].as_str().unwrap());
+        assert!(chunks.iter().any(|c| c["choices"][0]["finish_reason"] == "tool_calls"));
+    }
+    let bad =
+        json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}});
+    let (st, r) = s.json("POST", "/v1/chat/completions", bad, None);
+    assert_eq!((st, r["error"]["param"].as_str()), (400, Some("tool_choice")), "{r}");
+    let bad = json!({"messages": msgs, "tools": [{"type": "retrieval"}]});
+    let (st, r) = s.json("POST", "/v1/chat/completions", bad, None);
+    assert_eq!((st, r["error"]["param"].as_str()), (400, Some("tools")), "{r}");
+}

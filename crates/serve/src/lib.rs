@@ -12,6 +12,7 @@ pub mod api;
 pub mod embed;
 pub mod error;
 pub mod routes;
+pub mod tools;
 pub mod worker;
 
 use axum::body::Bytes;
@@ -583,6 +584,10 @@ struct Prepared {
     include_usage: bool,
     n: usize,
     format: Option<Option<Value>>,
+    /// Parse replies for tool calls.
+    tools: bool,
+    /// A Lark grammar every reply must follow (forced tool call).
+    grammar: Option<String>,
 }
 
 fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
@@ -633,6 +638,8 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         include_usage: v.include_usage,
         n: v.n,
         format: v.format,
+        tools: false,
+        grammar: None,
     })
 }
 
@@ -640,11 +647,12 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
     let prepared = (|| {
         let b = body_object(&st, &body)?;
         let v = api::common(&b, true)?;
-        let msgs = api::messages(&b)?;
-        if b.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
+        let mut msgs = api::messages(&b)?;
+        let tools = tools::parse(&b)?;
+        if tools.as_ref().is_some_and(|t| t.forced.is_some()) && v.format.is_some() {
             return Err(ApiError::invalid(
-                "tools",
-                "tool calling is not supported by this server yet",
+                "response_format",
+                "response_format cannot be combined with a forced tool_choice",
             ));
         }
         let w = worker(&st, v.model.as_deref())?;
@@ -657,8 +665,16 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
         if let Some(Value::Object(k)) = b.get("chat_template_kwargs") {
             kwargs = k.clone();
         }
+        let mut template_tools = None;
+        if let Some(t) = &tools {
+            if tools::template_knows_tools(tpl.source()) {
+                template_tools = Some(&t.tools);
+            } else {
+                tools::inline_tools(&mut msgs, t);
+            }
+        }
         let text = tpl
-            .render(&msgs, None, true, &kwargs)
+            .render(&msgs, template_tools, true, &kwargs)
             .map_err(|e| ApiError::bad_request(format!("chat template: {e}")))?;
         let mut prompt = w
             .model
@@ -670,7 +686,12 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
                 prompt.remove(0);
             }
         }
-        prepare(w, prompt, v)
+        let mut p = prepare(w, prompt, v)?;
+        if let Some(t) = &tools {
+            p.tools = true;
+            p.grammar = tools::forced_grammar(t);
+        }
+        Ok(p)
     })();
     match prepared {
         Ok(p) => respond(st, p, true).await,
@@ -731,6 +752,24 @@ fn logprob_json(tok: &engine::tokenizer::Tokenizer, lp: &engine::generate::Token
     e
 }
 
+/// OpenAI `tool_calls` entries (with `index` in stream deltas).
+fn tool_calls_json(calls: &[tools::Call], with_index: bool) -> Value {
+    Value::Array(
+        calls
+            .iter()
+            .enumerate()
+            .map(|(k, c)| {
+                let mut v = json!({"id": new_id("call"), "type": "function",
+                                   "function": {"name": c.name, "arguments": c.arguments}});
+                if with_index {
+                    v["index"] = json!(k);
+                }
+                v
+            })
+            .collect(),
+    )
+}
+
 /// Queue one job per choice (`n`; seeds `seed + i`) and answer with one JSON object or an SSE
 /// stream whose chunks carry the choice index.
 async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
@@ -740,15 +779,18 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
         let mut params = p.params.clone();
         params.sampling.seed = params.sampling.seed.wrapping_add(i as u64);
         let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
-        let constraint = match &p.format {
+        let built = match (&p.grammar, &p.format) {
+            (Some(lark), _) => Some(w.grammar().and_then(|g| g.lark(lark).map_err(ApiError::from))),
+            (None, Some(schema)) => Some(
+                w.grammar()
+                    .and_then(|g| g.json(schema.as_ref()).map_err(ApiError::from)),
+            ),
+            (None, None) => None,
+        };
+        let constraint = match built {
             None => None,
-            Some(schema) => match w
-                .grammar()
-                .and_then(|g| g.json(schema.as_ref()).map_err(ApiError::from))
-            {
-                Ok(c) => Some(c),
-                Err(e) => return e.into_response(),
-            },
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => return e.into_response(),
         };
         if let Err(e) = w.submit(Job {
             constraint,
@@ -807,6 +849,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     let created = now();
     let object = if chat { "chat.completion" } else { "text_completion" };
     let want_logprobs = p.params.logprobs.is_some();
+    let with_tools = p.tools;
     let usage = |pt: usize, ct: usize, cached: usize| {
         json!({"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
                "prompt_tokens_details": {"cached_tokens": cached}})
@@ -847,7 +890,12 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
             .map(|i| {
                 let fin = finish_reason(finishes[i].unwrap_or(Finish::Stop));
                 let logprobs = if want_logprobs { json!({"content": lps[i]}) } else { Value::Null };
-                if chat {
+                let calls = if with_tools { tools::parse_reply(&texts[i]) } else { (String::new(), Vec::new()) };
+                if chat && !calls.1.is_empty() {
+                    let content = if calls.0.is_empty() { Value::Null } else { Value::String(calls.0) };
+                    json!({"index": i, "message": {"role": "assistant", "content": content, "tool_calls": tool_calls_json(&calls.1, false)},
+                           "logprobs": logprobs, "finish_reason": "tool_calls"})
+                } else if chat {
                     json!({"index": i, "message": {"role": "assistant", "content": texts[i]}, "logprobs": logprobs, "finish_reason": fin})
                 } else {
                     json!({"index": i, "text": texts[i], "logprobs": null, "finish_reason": fin})
@@ -876,6 +924,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
         SseEvent::default().data(c.to_string())
     };
     let mut started = vec![false; n];
+    let mut held = vec![String::new(); n];
     let mut done = 0usize;
     let (mut ct, mut cached) = (0, 0);
     let stream = async_stream(rx, move |ev| -> (Vec<SseEvent>, bool) {
@@ -886,6 +935,11 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
             out.push(chunk(json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}), None));
         }
         match ev {
+            Event::Token(t, _) if with_tools => {
+                // Tool calls are parsed from the whole reply; it is sent when complete.
+                held[i].push_str(&t);
+                (out, false)
+            }
             Event::Token(t, lp) => {
                 let logprobs = match lp {
                     Some(lp) => json!({"content": [logprob_json(&tokz.tokenizer, &lp)]}),
@@ -908,8 +962,27 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                 let pt = prompt_tokens;
                 ct += completion_tokens;
                 cached = cached.max(cached_tokens);
+                let mut reason = finish_reason(finish);
+                if with_tools {
+                    let (content, calls) = tools::parse_reply(&held[i]);
+                    if !content.is_empty() || calls.is_empty() {
+                        let c = if calls.is_empty() {
+                            std::mem::take(&mut held[i])
+                        } else {
+                            content
+                        };
+                        out.push(chunk(
+                            json!({"index": i, "delta": {"content": c}, "logprobs": null, "finish_reason": null}),
+                            None,
+                        ));
+                    }
+                    if !calls.is_empty() {
+                        reason = "tool_calls";
+                        out.push(chunk(json!({"index": i, "delta": {"tool_calls": tool_calls_json(&calls, true)}, "logprobs": null, "finish_reason": null}), None));
+                    }
+                }
                 let choice = if chat {
-                    json!({"index": i, "delta": {}, "logprobs": null, "finish_reason": finish_reason(finish)})
+                    json!({"index": i, "delta": {}, "logprobs": null, "finish_reason": reason})
                 } else {
                     json!({"index": i, "text": "", "logprobs": null, "finish_reason": finish_reason(finish)})
                 };
