@@ -11,6 +11,7 @@
 pub mod api;
 pub mod embed;
 pub mod error;
+pub mod reasoning;
 pub mod routes;
 pub mod tools;
 pub mod worker;
@@ -588,6 +589,8 @@ struct Prepared {
     tools: bool,
     /// A Lark grammar every reply must follow (forced tool call).
     grammar: Option<String>,
+    /// Thinking model: split `<think>` text into `reasoning_content` (`Some(starts inside)`).
+    reasoning: Option<bool>,
 }
 
 fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
@@ -640,6 +643,7 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         format: v.format,
         tools: false,
         grammar: None,
+        reasoning: None,
     })
 }
 
@@ -686,7 +690,9 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
                 prompt.remove(0);
             }
         }
+        let thinks = reasoning::template_thinks(tpl.source()).then(|| reasoning::prompt_opens(&text));
         let mut p = prepare(w, prompt, v)?;
+        p.reasoning = thinks;
         if let Some(t) = &tools {
             p.tools = true;
             p.grammar = tools::forced_grammar(t);
@@ -850,6 +856,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     let object = if chat { "chat.completion" } else { "text_completion" };
     let want_logprobs = p.params.logprobs.is_some();
     let with_tools = p.tools;
+    let reasoning_mode = p.reasoning;
     let usage = |pt: usize, ct: usize, cached: usize| {
         json!({"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
                "prompt_tokens_details": {"cached_tokens": cached}})
@@ -890,16 +897,24 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
             .map(|i| {
                 let fin = finish_reason(finishes[i].unwrap_or(Finish::Stop));
                 let logprobs = if want_logprobs { json!({"content": lps[i]}) } else { Value::Null };
-                let calls = if with_tools { tools::parse_reply(&texts[i]) } else { (String::new(), Vec::new()) };
-                if chat && !calls.1.is_empty() {
+                let (thought, text) = match reasoning_mode {
+                    Some(inside) => reasoning::split(&texts[i], inside),
+                    None => (String::new(), texts[i].clone()),
+                };
+                let calls = if with_tools { tools::parse_reply(&text) } else { (String::new(), Vec::new()) };
+                let mut choice = if chat && !calls.1.is_empty() {
                     let content = if calls.0.is_empty() { Value::Null } else { Value::String(calls.0) };
                     json!({"index": i, "message": {"role": "assistant", "content": content, "tool_calls": tool_calls_json(&calls.1, false)},
                            "logprobs": logprobs, "finish_reason": "tool_calls"})
                 } else if chat {
-                    json!({"index": i, "message": {"role": "assistant", "content": texts[i]}, "logprobs": logprobs, "finish_reason": fin})
+                    json!({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": logprobs, "finish_reason": fin})
                 } else {
                     json!({"index": i, "text": texts[i], "logprobs": null, "finish_reason": fin})
+                };
+                if chat && !thought.is_empty() {
+                    choice["message"]["reasoning_content"] = Value::String(thought);
                 }
+                choice
             })
             .collect();
         return Json(json!({"id": id, "object": object, "created": created, "model": w.id,
@@ -925,6 +940,8 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     };
     let mut started = vec![false; n];
     let mut held = vec![String::new(); n];
+    let mut splitters: Vec<Option<reasoning::Splitter>> =
+        (0..n).map(|_| reasoning_mode.map(reasoning::Splitter::new)).collect();
     let mut done = 0usize;
     let (mut ct, mut cached) = (0, 0);
     let stream = async_stream(rx, move |ev| -> (Vec<SseEvent>, bool) {
@@ -935,9 +952,27 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
             out.push(chunk(json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}), None));
         }
         match ev {
-            Event::Token(t, _) if with_tools => {
-                // Tool calls are parsed from the whole reply; it is sent when complete.
-                held[i].push_str(&t);
+            Event::Token(t, lp) if splitters[i].is_some() || with_tools => {
+                let (thought, text) = match &mut splitters[i] {
+                    Some(sp) => sp.push(&t),
+                    None => (String::new(), t),
+                };
+                if !thought.is_empty() {
+                    out.push(chunk(json!({"index": i, "delta": {"reasoning_content": thought}, "logprobs": null, "finish_reason": null}), None));
+                }
+                if with_tools {
+                    // Tool calls are parsed from the whole reply; it is sent when complete.
+                    held[i].push_str(&text);
+                } else if !text.is_empty() || lp.is_some() {
+                    let logprobs = match lp {
+                        Some(lp) => json!({"content": [logprob_json(&tokz.tokenizer, &lp)]}),
+                        None => Value::Null,
+                    };
+                    out.push(chunk(
+                        json!({"index": i, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": null}),
+                        None,
+                    ));
+                }
                 (out, false)
             }
             Event::Token(t, lp) => {
@@ -963,6 +998,20 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                 ct += completion_tokens;
                 cached = cached.max(cached_tokens);
                 let mut reason = finish_reason(finish);
+                if let Some(sp) = &mut splitters[i] {
+                    let (thought, text) = sp.finish();
+                    if !thought.is_empty() {
+                        out.push(chunk(json!({"index": i, "delta": {"reasoning_content": thought}, "logprobs": null, "finish_reason": null}), None));
+                    }
+                    if with_tools {
+                        held[i].push_str(&text);
+                    } else if !text.is_empty() {
+                        out.push(chunk(
+                            json!({"index": i, "delta": {"content": text}, "logprobs": null, "finish_reason": null}),
+                            None,
+                        ));
+                    }
+                }
                 if with_tools {
                     let (content, calls) = tools::parse_reply(&held[i]);
                     if !content.is_empty() || calls.is_empty() {
