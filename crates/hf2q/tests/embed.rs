@@ -3,25 +3,15 @@
 //! (`data/embeddings`, made by `make_reference.py`): cosine ≥ 0.9999 for F32/F16, ≥ 0.999 for Q8_0.
 //! Also `hf2q embed` on the command line.
 
+mod common;
+
+use common::minilm_dir;
 use engine::backend::cpu::Cpu;
 use engine::model::bert::Bert;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
-
-fn minilm_dir() -> PathBuf {
-    let dir = std::env::var_os("HF2Q_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/hf2q/models"))
-        .join("all-MiniLM-L6-v2");
-    assert!(
-        dir.join("config.json").is_file(),
-        "{} is missing: run scripts/fetch-models first",
-        dir.display()
-    );
-    dir
-}
 
 fn hf2q() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hf2q"))

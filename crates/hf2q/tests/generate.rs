@@ -4,24 +4,11 @@
 //! The Q8_0 and Q4_K_M models are made here from the fetched Q4_1 with `hf2q quantize`
 //! (byte-identical to llama-quantize's output, checked by `tests/quantize.rs`).
 
+mod common;
+
+use common::{models_dir, smollm2};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn models_dir() -> PathBuf {
-    std::env::var_os("HF2Q_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/hf2q/models"))
-}
-
-fn smollm2() -> PathBuf {
-    let p = models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/fetch-models first",
-        p.display()
-    );
-    p
-}
 
 fn hf2q() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hf2q"))

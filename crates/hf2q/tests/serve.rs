@@ -3,25 +3,15 @@
 //! `cached_tokens`, auth, OpenAI-shaped errors, tokenize/detokenize, metrics, graceful SIGTERM.
 //! The client is a few lines of HTTP/1.1 over a TCP socket (no client library needed).
 
+mod common;
+
+use common::smollm2;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn smollm2() -> PathBuf {
-    let dir = std::env::var_os("HF2Q_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/hf2q/models"));
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/fetch-models first",
-        p.display()
-    );
-    p
-}
 
 struct Server {
     child: Child,

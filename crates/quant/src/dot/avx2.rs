@@ -415,94 +415,72 @@ unsafe fn q4k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     dispatch_cols!(q4k_cols, n, w, acts, out)
 }
 
-/// Q4_K: d, dmin (f16), 12 bytes of scales/mins, 128 bytes of nibbles.
+/// Q4_K: d, dmin (f16), 12 bytes of scales/mins, 128 bytes of nibbles. One body, two
+/// instantiations that differ only in how scaled products are accumulated (the same integers).
 // quants.c: ggml_vec_dot_q4_K_q8_K
-#[inline(always)]
-unsafe fn q4k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    let nb = n / 256;
-    assert!(w.len() >= nb * 144 && out.len() >= C);
-    for a in &acts[..C] {
-        assert!(a.len() >= nb * Q8K);
-    }
-    let mut acc = [_mm256_setzero_ps(); C];
-    let mut accm = [_mm_setzero_ps(); C];
-    let m4 = _mm256_set1_epi8(0xF);
-    for b in 0..nb {
-        let x = w.as_ptr().add(b * 144);
-        let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
-        let (sc, mins) = unpack_scales_k4(x.add(4));
-        let mut sumi = [_mm256_setzero_si256(); C];
-        for j in 0..4 {
-            let bits = _mm256_loadu_si256(x.add(16 + 32 * j) as *const __m256i);
-            let lo = _mm256_and_si256(bits, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            let sl = _mm256_set1_epi16(sc[2 * j] as i16);
-            let sh = _mm256_set1_epi16(sc[2 * j + 1] as i16);
+macro_rules! q4k_kernel {
+    ($(#[$m:meta])* $name:ident, $acc:expr) => {
+        $(#[$m])*
+                unsafe fn $name<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+            let nb = n / 256;
+            assert!(w.len() >= nb * 144 && out.len() >= C);
+            for a in &acts[..C] {
+                assert!(a.len() >= nb * Q8K);
+            }
+            let mut acc = [_mm256_setzero_ps(); C];
+            let mut accm = [_mm_setzero_ps(); C];
+            let m4 = _mm256_set1_epi8(0xF);
+            for b in 0..nb {
+                let x = w.as_ptr().add(b * 144);
+                let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
+                let (sc, mins) = unpack_scales_k4(x.add(4));
+                let mut sumi = [_mm256_setzero_si256(); C];
+                for j in 0..4 {
+                    let bits = _mm256_loadu_si256(x.add(16 + 32 * j) as *const __m256i);
+                    let lo = _mm256_and_si256(bits, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                    let sl = _mm256_set1_epi16(sc[2 * j] as i16);
+                    let sh = _mm256_set1_epi16(sc[2 * j + 1] as i16);
+                    for c in 0..C {
+                        let y = acts[c].as_ptr().add(b * Q8K + 4 + 64 * j);
+                        let pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(y as *const __m256i));
+                        let ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(y.add(32) as *const __m256i));
+                        sumi[c] = $acc(sumi[c], pl, sl, ph, sh);
+                    }
+                }
+                for c in 0..C {
+                    let y = acts[c].as_ptr().add(b * Q8K);
+                    let dy = std::ptr::read_unaligned(y as *const f32);
+                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+                    accm[c] = _mm_fmadd_ps(_mm_set1_ps(dy * dmx), _mm_cvtepi32_ps(mins_prod(&mins, y)), accm[c]);
+                }
+            }
             for c in 0..C {
-                let y = acts[c].as_ptr().add(b * Q8K + 4 + 64 * j);
-                let pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(y as *const __m256i));
-                let ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(y.add(32) as *const __m256i));
-                let p = _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh));
-                sumi[c] = _mm256_add_epi32(sumi[c], p);
+                out[c] = hsum_f32_8(acc[c]) - hsum_f32_4(accm[c]);
             }
         }
-        for c in 0..C {
-            let y = acts[c].as_ptr().add(b * Q8K);
-            let dy = std::ptr::read_unaligned(y as *const f32);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            accm[c] = _mm_fmadd_ps(_mm_set1_ps(dy * dmx), _mm_cvtepi32_ps(mins_prod(&mins, y)), accm[c]);
-        }
-    }
-    for c in 0..C {
-        out[c] = hsum_f32_8(acc[c]) - hsum_f32_4(accm[c]);
-    }
+    };
 }
+
+q4k_kernel!(
+    #[inline(always)]
+    q4k_cols,
+    |s, pl, sl, ph, sh| _mm256_add_epi32(
+        s,
+        _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh))
+    )
+);
+q4k_kernel!(
+    /// [`q4k_cols`] with `vpdpwssd` folding the scale multiply and the accumulation.
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    #[inline]
+    q4k_vnni_cols,
+    |s, pl, sl, ph, sh| _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(s, pl, sl), ph, sh)
+);
 
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 unsafe fn q4k_vnni(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     dispatch_cols!(q4k_vnni_cols, n, w, acts, out)
-}
-
-/// [`q4k_cols`] with `vpdpwssd` folding the scale multiply and the accumulation (same integers).
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-#[inline]
-unsafe fn q4k_vnni_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    let nb = n / 256;
-    assert!(w.len() >= nb * 144 && out.len() >= C);
-    for a in &acts[..C] {
-        assert!(a.len() >= nb * Q8K);
-    }
-    let mut acc = [_mm256_setzero_ps(); C];
-    let mut accm = [_mm_setzero_ps(); C];
-    let m4 = _mm256_set1_epi8(0xF);
-    for b in 0..nb {
-        let x = w.as_ptr().add(b * 144);
-        let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
-        let (sc, mins) = unpack_scales_k4(x.add(4));
-        let mut sumi = [_mm256_setzero_si256(); C];
-        for j in 0..4 {
-            let bits = _mm256_loadu_si256(x.add(16 + 32 * j) as *const __m256i);
-            let lo = _mm256_and_si256(bits, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            let sl = _mm256_set1_epi16(sc[2 * j] as i16);
-            let sh = _mm256_set1_epi16(sc[2 * j + 1] as i16);
-            for c in 0..C {
-                let y = acts[c].as_ptr().add(b * Q8K + 4 + 64 * j);
-                let pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(y as *const __m256i));
-                let ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(y.add(32) as *const __m256i));
-                sumi[c] = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(sumi[c], pl, sl), ph, sh);
-            }
-        }
-        for c in 0..C {
-            let y = acts[c].as_ptr().add(b * Q8K);
-            let dy = std::ptr::read_unaligned(y as *const f32);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            accm[c] = _mm_fmadd_ps(_mm_set1_ps(dy * dmx), _mm_cvtepi32_ps(mins_prod(&mins, y)), accm[c]);
-        }
-    }
-    for c in 0..C {
-        out[c] = hsum_f32_8(acc[c]) - hsum_f32_4(accm[c]);
-    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -569,143 +547,89 @@ unsafe fn q6k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
 // quants.c: ggml_vec_dot_q6_K_q8_K — unsigned 6-bit quants times activations, scaled per 16, and
 // the offset 32 removed at the end as 32 × Σ scale × bsum, lane by lane as ggml does (the lane
 // split decides the f32 rounding).
-#[inline(always)]
-unsafe fn q6k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    let nb = n / 256;
-    assert!(w.len() >= nb * 210 && out.len() >= C);
-    for a in &acts[..C] {
-        assert!(a.len() >= nb * Q8K);
-    }
-    let mut acc = [_mm256_setzero_ps(); C];
-    let m4 = _mm256_set1_epi8(0xF);
-    let m2 = _mm256_set1_epi8(3);
-    for b in 0..nb {
-        let x = w.as_ptr().add(b * 210);
-        let dx = f16_at(x.add(208));
-        let sc = x.add(192) as *const i8;
-        let scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc as *const __m128i));
-        let mut sumi = [_mm256_setzero_si256(); C];
-        for half in 0..2 {
-            let b1 = _mm256_loadu_si256(x.add(64 * half) as *const __m256i);
-            let b2 = _mm256_loadu_si256(x.add(64 * half + 32) as *const __m256i);
-            let bh = _mm256_loadu_si256(x.add(128 + 32 * half) as *const __m256i);
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4)),
-                _mm256_or_si256(
-                    _mm256_and_si256(b2, m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4),
-                ),
-            ];
-            let mut scv = [_mm256_setzero_si256(); 4];
-            for (k, s) in scv.iter_mut().enumerate() {
-                let lo = *sc.add(8 * half + 2 * k) as i16;
-                let hi = *sc.add(8 * half + 2 * k + 1) as i16;
-                *s = _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
+macro_rules! q6k_kernel {
+    ($(#[$m:meta])* $name:ident, $acc:expr) => {
+        $(#[$m])*
+                unsafe fn $name<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+            let nb = n / 256;
+            assert!(w.len() >= nb * 210 && out.len() >= C);
+            for a in &acts[..C] {
+                assert!(a.len() >= nb * Q8K);
+            }
+            let mut acc = [_mm256_setzero_ps(); C];
+            let m4 = _mm256_set1_epi8(0xF);
+            let m2 = _mm256_set1_epi8(3);
+            for b in 0..nb {
+                let x = w.as_ptr().add(b * 210);
+                let dx = f16_at(x.add(208));
+                let sc = x.add(192) as *const i8;
+                let scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc as *const __m128i));
+                let mut sumi = [_mm256_setzero_si256(); C];
+                for half in 0..2 {
+                    let b1 = _mm256_loadu_si256(x.add(64 * half) as *const __m256i);
+                    let b2 = _mm256_loadu_si256(x.add(64 * half + 32) as *const __m256i);
+                    let bh = _mm256_loadu_si256(x.add(128 + 32 * half) as *const __m256i);
+                    let q = [
+                        _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4)),
+                        _mm256_or_si256(
+                            _mm256_and_si256(b2, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4),
+                        ),
+                    ];
+                    let mut scv = [_mm256_setzero_si256(); 4];
+                    for (k, s) in scv.iter_mut().enumerate() {
+                        let lo = *sc.add(8 * half + 2 * k) as i16;
+                        let hi = *sc.add(8 * half + 2 * k + 1) as i16;
+                        *s = _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
+                    }
+                    for c in 0..C {
+                        let y = acts[c].as_ptr().add(b * Q8K + 4 + 128 * half);
+                        for k in 0..4 {
+                            let q8 = _mm256_loadu_si256(y.add(32 * k) as *const __m256i);
+                            sumi[c] = $acc(sumi[c], _mm256_maddubs_epi16(q[k], q8), scv[k]);
+                        }
+                    }
+                }
+                for c in 0..C {
+                    let y = acts[c].as_ptr().add(b * Q8K);
+                    let bsums = _mm256_loadu_si256(y.add(260) as *const __m256i);
+                    let corr = _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5);
+                    let dy = std::ptr::read_unaligned(y as *const f32);
+                    let si = _mm256_sub_epi32(sumi[c], corr);
+                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(si), acc[c]);
+                }
             }
             for c in 0..C {
-                let y = acts[c].as_ptr().add(b * Q8K + 4 + 128 * half);
-                let mut p = [_mm256_setzero_si256(); 4];
-                for k in 0..4 {
-                    let q8 = _mm256_loadu_si256(y.add(32 * k) as *const __m256i);
-                    p[k] = _mm256_madd_epi16(scv[k], _mm256_maddubs_epi16(q[k], q8));
-                }
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p[0], p[1]));
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p[2], p[3]));
+                out[c] = hsum_f32_8(acc[c]);
             }
         }
-        for c in 0..C {
-            let y = acts[c].as_ptr().add(b * Q8K);
-            let bsums = _mm256_loadu_si256(y.add(260) as *const __m256i);
-            let corr = _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5);
-            let dy = std::ptr::read_unaligned(y as *const f32);
-            let si = _mm256_sub_epi32(sumi[c], corr);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(si), acc[c]);
-        }
-    }
-    for c in 0..C {
-        out[c] = hsum_f32_8(acc[c]);
-    }
+    };
 }
+
+q6k_kernel!(
+    #[inline(always)]
+    q6k_cols,
+    |s, p, sc| _mm256_add_epi32(s, _mm256_madd_epi16(sc, p))
+);
+q6k_kernel!(
+    /// [`q6k_cols`] with `vpdpwssd` (the same integers in the same lanes).
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    #[inline]
+    q6k_vnni_cols,
+    |s, p, sc| _mm256_dpwssd_epi32(s, p, sc)
+);
 
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 unsafe fn q6k_vnni(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     dispatch_cols!(q6k_vnni_cols, n, w, acts, out)
-}
-
-/// [`q6k_cols`] with `vpdpwssd` (same integers, same lanes).
-// quants.c: ggml_vec_dot_q6_K_q8_K — unsigned 6-bit quants times activations, scaled per 16, and
-// the offset 32 removed at the end as 32 × Σ scale × bsum, lane by lane as ggml does (the lane
-// split decides the f32 rounding).
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-#[inline]
-unsafe fn q6k_vnni_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    let nb = n / 256;
-    assert!(w.len() >= nb * 210 && out.len() >= C);
-    for a in &acts[..C] {
-        assert!(a.len() >= nb * Q8K);
-    }
-    let mut acc = [_mm256_setzero_ps(); C];
-    let m4 = _mm256_set1_epi8(0xF);
-    let m2 = _mm256_set1_epi8(3);
-    for b in 0..nb {
-        let x = w.as_ptr().add(b * 210);
-        let dx = f16_at(x.add(208));
-        let sc = x.add(192) as *const i8;
-        let scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc as *const __m128i));
-        let mut sumi = [_mm256_setzero_si256(); C];
-        for half in 0..2 {
-            let b1 = _mm256_loadu_si256(x.add(64 * half) as *const __m256i);
-            let b2 = _mm256_loadu_si256(x.add(64 * half + 32) as *const __m256i);
-            let bh = _mm256_loadu_si256(x.add(128 + 32 * half) as *const __m256i);
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4)),
-                _mm256_or_si256(
-                    _mm256_and_si256(b2, m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4),
-                ),
-            ];
-            let mut scv = [_mm256_setzero_si256(); 4];
-            for (k, s) in scv.iter_mut().enumerate() {
-                let lo = *sc.add(8 * half + 2 * k) as i16;
-                let hi = *sc.add(8 * half + 2 * k + 1) as i16;
-                *s = _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
-            }
-            for c in 0..C {
-                let y = acts[c].as_ptr().add(b * Q8K + 4 + 128 * half);
-                for k in 0..4 {
-                    let q8 = _mm256_loadu_si256(y.add(32 * k) as *const __m256i);
-                    sumi[c] = _mm256_dpwssd_epi32(sumi[c], _mm256_maddubs_epi16(q[k], q8), scv[k]);
-                }
-            }
-        }
-        for c in 0..C {
-            let y = acts[c].as_ptr().add(b * Q8K);
-            let bsums = _mm256_loadu_si256(y.add(260) as *const __m256i);
-            let corr = _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5);
-            let dy = std::ptr::read_unaligned(y as *const f32);
-            let si = _mm256_sub_epi32(sumi[c], corr);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(si), acc[c]);
-        }
-    }
-    for c in 0..C {
-        out[c] = hsum_f32_8(acc[c]);
-    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

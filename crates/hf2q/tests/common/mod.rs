@@ -1,0 +1,32 @@
+//! Paths shared by the integration tests that use the real models (fetched by scripts/fetch-models
+//! into `$HF2Q_MODELS`, default `~/.cache/hf2q/models`; a missing model fails the test).
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub fn models_dir() -> PathBuf {
+    std::env::var_os("HF2Q_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/hf2q/models"))
+}
+
+pub fn smollm2() -> PathBuf {
+    let p = models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/fetch-models first",
+        p.display()
+    );
+    p
+}
+
+pub fn minilm_dir() -> PathBuf {
+    let dir = models_dir().join("all-MiniLM-L6-v2");
+    assert!(
+        dir.join("config.json").is_file(),
+        "{} is missing: run scripts/fetch-models first",
+        dir.display()
+    );
+    dir
+}
