@@ -13,7 +13,7 @@ use std::process::ExitCode;
 #[command(
     name = "hf2q",
     version,
-    about = "Convert HuggingFace models to GGUF; inspect, edit and quantize GGUF files; check this machine",
+    about = "Convert HuggingFace models to GGUF; inspect, edit and quantize GGUF files; generate, embed and serve (OpenAI API) on the CPU",
     propagate_version = true
 )]
 struct Cli {
