@@ -264,6 +264,8 @@ fn errors_are_openai_shaped() {
     );
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["usage"]["prompt_tokens"], 32);
+    let (st, r) = s.json("POST", "/v1/completions", json!({"prompt": [1, 999999]}), key);
+    err(st, &r, 400, "999999");
     let (st, r) = s.json("POST", "/v1/embeddings", json!({"input": "x"}), key);
     err(st, &r, 400, "not an embedding model");
     let (st, r) = s.json("GET", "/nope", json!({}), key);
