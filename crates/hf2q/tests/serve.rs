@@ -196,6 +196,15 @@ fn completions_tokenize_models_metrics() {
     assert!(m.contains("hf2q_time_to_first_token_seconds_count 1"), "{m}");
     assert!(m.contains("hf2q_request_duration_seconds_count 1"), "{m}");
     assert!(m.contains("hf2q_inter_token_latency_seconds_count"), "{m}");
+    // The completion's 5 prompt + 8 generated tokens (minus the last, never fed) stay cached.
+    assert!(
+        m.contains("hf2q_kv_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 12"),
+        "{m}"
+    );
+    assert!(
+        m.contains("hf2q_kv_capacity_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 16384"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -598,6 +607,13 @@ fn tool_calls() {
         json!({"messages": msgs, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}});
     let (st, r) = s.json("POST", "/v1/chat/completions", bad, None);
     assert_eq!((st, r["error"]["param"].as_str()), (400, Some("tool_choice")), "{r}");
+    let bad = json!({"messages": msgs, "tools": tools, "parallel_tool_calls": "yes"});
+    let (st, r) = s.json("POST", "/v1/chat/completions", bad, None);
+    assert_eq!(
+        (st, r["error"]["param"].as_str()),
+        (400, Some("parallel_tool_calls")),
+        "{r}"
+    );
     let bad = json!({"messages": msgs, "tools": [{"type": "retrieval"}]});
     let (st, r) = s.json("POST", "/v1/chat/completions", bad, None);
     assert_eq!((st, r["error"]["param"].as_str()), (400, Some("tools")), "{r}");

@@ -552,6 +552,19 @@ async fn metrics(State(st): State<Shared>) -> Response {
             w.active_slots()
         ));
     }
+    out.push_str(
+        "# HELP hf2q_kv_tokens KV cache positions in use (cached prefixes included).\n# TYPE hf2q_kv_tokens gauge\n",
+    );
+    out.push_str(
+        "# HELP hf2q_kv_capacity_tokens KV cache positions allocated.\n# TYPE hf2q_kv_capacity_tokens gauge\n",
+    );
+    for w in st.workers.read().unwrap_or_else(|e| e.into_inner()).iter() {
+        out.push_str(&format!("hf2q_kv_tokens{{model=\"{}\"}} {}\n", w.id, w.kv_used()));
+        out.push_str(&format!(
+            "hf2q_kv_capacity_tokens{{model=\"{}\"}} {}\n",
+            w.id, w.kv_capacity
+        ));
+    }
     ([("content-type", "text/plain; version=0.0.4")], out).into_response()
 }
 
@@ -587,6 +600,8 @@ struct Prepared {
     format: Option<Option<Value>>,
     /// Parse replies for tool calls.
     tools: bool,
+    /// Return every parsed call (`parallel_tool_calls`), or only the first.
+    tools_parallel: bool,
     /// A Lark grammar every reply must follow (forced tool call).
     grammar: Option<String>,
     /// Thinking model: split `<think>` text into `reasoning_content` (`Some(starts inside)`).
@@ -642,6 +657,7 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         n: v.n,
         format: v.format,
         tools: false,
+        tools_parallel: true,
         grammar: None,
         reasoning: None,
     })
@@ -695,6 +711,7 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
         p.reasoning = thinks;
         if let Some(t) = &tools {
             p.tools = true;
+            p.tools_parallel = t.parallel;
             p.grammar = tools::forced_grammar(t);
         }
         Ok(p)
@@ -856,6 +873,13 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     let object = if chat { "chat.completion" } else { "text_completion" };
     let want_logprobs = p.params.logprobs.is_some();
     let with_tools = p.tools;
+    let parse_calls = move |text: &str| {
+        let (content, mut calls) = tools::parse_reply(text);
+        if !p.tools_parallel {
+            calls.truncate(1);
+        }
+        (content, calls)
+    };
     let reasoning_mode = p.reasoning;
     let usage = |pt: usize, ct: usize, cached: usize| {
         json!({"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
@@ -901,7 +925,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                     Some(inside) => reasoning::split(&texts[i], inside),
                     None => (String::new(), texts[i].clone()),
                 };
-                let calls = if with_tools { tools::parse_reply(&text) } else { (String::new(), Vec::new()) };
+                let calls = if with_tools { parse_calls(&text) } else { (String::new(), Vec::new()) };
                 let mut choice = if chat && !calls.1.is_empty() {
                     let content = if calls.0.is_empty() { Value::Null } else { Value::String(calls.0) };
                     json!({"index": i, "message": {"role": "assistant", "content": content, "tool_calls": tool_calls_json(&calls.1, false)},
@@ -1013,7 +1037,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                     }
                 }
                 if with_tools {
-                    let (content, calls) = tools::parse_reply(&held[i]);
+                    let (content, calls) = parse_calls(&held[i]);
                     if !content.is_empty() || calls.is_empty() {
                         let c = if calls.is_empty() {
                             std::mem::take(&mut held[i])

@@ -19,6 +19,8 @@ pub struct ToolRequest {
     /// Constrain to a call: `None` (auto), `Some(None)` (any tool, required), `Some(Some(name))`.
     pub forced: Option<Option<String>>,
     pub schemas: Vec<(String, Value)>,
+    /// `parallel_tool_calls` (default true): several calls may be returned at once.
+    pub parallel: bool,
 }
 
 /// `tools` + `tool_choice` (`None` when there are no tools or `tool_choice` is `none`).
@@ -91,11 +93,22 @@ pub fn parse(body: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiError>
             Some(Some(name.to_string()))
         }
     };
+    let parallel = match body.get("parallel_tool_calls") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "parallel_tool_calls",
+                "'parallel_tool_calls' must be a boolean",
+            ))
+        }
+    };
     Ok(Some(ToolRequest {
         tools: tools.clone(),
         names,
         forced,
         schemas,
+        parallel,
     }))
 }
 

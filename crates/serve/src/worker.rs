@@ -55,6 +55,9 @@ pub struct Worker {
     tx: SyncSender<Job>,
     queued: Arc<AtomicUsize>,
     active: Arc<AtomicUsize>,
+    /// KV positions held by all slots (cached prefixes included) and their total capacity.
+    kv_used: Arc<AtomicUsize>,
+    pub kv_capacity: usize,
 }
 
 struct Active {
@@ -89,10 +92,17 @@ impl Worker {
                 active: None,
             });
         }
-        let (m, q, a) = (model.clone(), queued.clone(), active.clone());
+        let kv_used = Arc::new(AtomicUsize::new(0));
+        let kv_capacity = slots.len() * limits.n_ctx;
+        let gauges = Gauges {
+            queued: queued.clone(),
+            active: active.clone(),
+            kv_used: kv_used.clone(),
+        };
+        let m = model.clone();
         std::thread::Builder::new()
             .name(format!("hf2q-engine-{id}"))
-            .spawn(move || schedule(&m, slots, rx, &q, &a, limits))
+            .spawn(move || schedule(&m, slots, rx, &gauges, limits))
             .map_err(|e| engine::EngineError::Backend(format!("cannot start the engine thread: {e}")))?;
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -106,6 +116,8 @@ impl Worker {
             tx,
             queued,
             active,
+            kv_used,
+            kv_capacity,
         })
     }
 
@@ -147,20 +159,24 @@ impl Worker {
     pub fn active_slots(&self) -> usize {
         self.active.load(Ordering::Relaxed)
     }
+
+    pub fn kv_used(&self) -> usize {
+        self.kv_used.load(Ordering::Relaxed)
+    }
+}
+
+/// What the engine thread reports to `/metrics`.
+struct Gauges {
+    queued: Arc<AtomicUsize>,
+    active: Arc<AtomicUsize>,
+    kv_used: Arc<AtomicUsize>,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-fn schedule(
-    m: &LoadedModel<Cpu>,
-    mut slots: Vec<Slot>,
-    rx: Receiver<Job>,
-    queued: &AtomicUsize,
-    active: &AtomicUsize,
-    limits: Limits,
-) {
+fn schedule(m: &LoadedModel<Cpu>, mut slots: Vec<Slot>, rx: Receiver<Job>, gauges: &Gauges, limits: Limits) {
     let mut scratch = m.model.scratch(limits.prefill_chunk + slots.len());
     loop {
         // Admit queued jobs into idle slots (block only when nothing is running).
@@ -178,11 +194,16 @@ fn schedule(
                     Err(_) => return,
                 }
             };
-            queued.fetch_sub(1, Ordering::Relaxed);
+            gauges.queued.fetch_sub(1, Ordering::Relaxed);
             admit(&mut slots, job);
         }
-        active.store(slots.iter().filter(|s| s.active.is_some()).count(), Ordering::Relaxed);
+        gauges
+            .active
+            .store(slots.iter().filter(|s| s.active.is_some()).count(), Ordering::Relaxed);
         step(m, &mut slots, &mut scratch, limits.prefill_chunk);
+        gauges
+            .kv_used
+            .store(slots.iter().map(|s| s.tokens.len()).sum(), Ordering::Relaxed);
     }
 }
 
