@@ -74,9 +74,13 @@ unsafe fn f16_at(p: *const u8) -> f32 {
     )))
 }
 
+/// Sum of the eight lanes in ggml's order.
+///
+/// # Safety
+/// AVX must be available (call it from AVX2 code).
 // ggml-cpu/arch/x86/quants.c: hsum_float_8
 #[inline(always)]
-unsafe fn hsum_f32_8(x: __m256) -> f32 {
+pub unsafe fn hsum_f32_8(x: __m256) -> f32 {
     let mut res = _mm256_extractf128_ps(x, 1);
     res = _mm_add_ps(res, _mm256_castps256_ps128(x));
     res = _mm_add_ps(res, _mm_movehl_ps(res, res));

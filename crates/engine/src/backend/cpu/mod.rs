@@ -22,6 +22,8 @@ pub struct Cpu {
     exact_activations: bool,
     /// Activation scratch of matmul (converted rows, one buffer per activation type), reused.
     scratch: Mutex<Vec<Vec<u8>>>,
+    /// The last step's rotary tables (see `rope_caches`).
+    rope_memo: Mutex<Option<(Rope, Vec<usize>, RopeCaches)>>,
 }
 
 impl Cpu {
@@ -43,6 +45,7 @@ impl Cpu {
             path: KernelPath::detect(),
             exact_activations: false,
             scratch: Mutex::new(Vec::new()),
+            rope_memo: Mutex::new(None),
         })
     }
 
@@ -52,6 +55,24 @@ impl Cpu {
     pub fn with_exact_activations(mut self) -> Cpu {
         self.exact_activations = true;
         self
+    }
+
+    /// Rotary tables for `positions`: computed once and reused while the same positions and rope
+    /// parameters come back (Q and K of every layer of a step share them).
+    fn rope_caches(&self, rope: &Rope, positions: &[usize]) -> RopeCaches {
+        let mut memo = self.rope_memo.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((r, p, c)) = &*memo {
+            if r == rope && p.as_slice() == positions {
+                return c.clone();
+            }
+        }
+        let caches: RopeCaches = Arc::new(if positions.len() > 1 {
+            positions.par_iter().map(|&p| rope::cache(rope, p as f32)).collect()
+        } else {
+            positions.iter().map(|&p| rope::cache(rope, p as f32)).collect()
+        });
+        *memo = Some((rope.clone(), positions.to_vec(), caches.clone()));
+        caches
     }
 
     pub fn threads(&self) -> usize {
@@ -132,6 +153,26 @@ pub struct CpuKv {
     k: Vec<Vec<u8>>,
     v: Vec<Vec<u8>>,
 }
+
+/// `body(x_row, out_row)` for every row, on the pool when there is more than one row.
+fn map_rows(x: &CpuBuf, out: &mut CpuBuf, body: impl Fn(&[f32], &mut [f32]) + Send + Sync) {
+    let n = x.cols;
+    out.set_shape(x.rows, n);
+    if x.rows > 1 {
+        x.view()
+            .par_chunks(n)
+            .zip(out.view_mut().par_chunks_mut(n))
+            .for_each(|(a, b)| body(a, b));
+    } else {
+        x.view()
+            .chunks(n)
+            .zip(out.view_mut().chunks_mut(n))
+            .for_each(|(a, b)| body(a, b));
+    }
+}
+
+/// The rotary (cos, sin) tables of one step's positions.
+type RopeCaches = Arc<Vec<Vec<(f32, f32)>>>;
 
 /// A raw pointer for disjoint parallel writes.
 #[derive(Clone, Copy)]
@@ -295,9 +336,8 @@ impl Backend for Cpu {
     // ggml-cpu/ops.cpp ggml_compute_forward_rms_norm_f32: sum of squares in double, scale in f32
     fn rms_norm(&self, x: &CpuBuf, w: &CpuWeight, eps: f32, out: &mut CpuBuf) {
         let n = x.cols;
-        out.set_shape(x.rows, n);
         let wv = w.vector();
-        let body = |(xr, yr): (&[f32], &mut [f32])| {
+        let body = |xr: &[f32], yr: &mut [f32]| {
             let sum: f64 = xr.iter().map(|&v| (v * v) as f64).sum();
             let mean = (sum / n as f64) as f32;
             let scale = 1.0 / (mean + eps).sqrt();
@@ -305,23 +345,15 @@ impl Backend for Cpu {
                 *y = (v * scale) * g;
             }
         };
-        if x.rows > 1 {
-            x.view()
-                .par_chunks(n)
-                .zip(out.view_mut().par_chunks_mut(n))
-                .for_each(body);
-        } else {
-            x.view().chunks(n).zip(out.view_mut().chunks_mut(n)).for_each(body);
-        }
+        map_rows(x, out, body);
     }
 
     // ggml-cpu/ops.cpp ggml_compute_forward_norm_f32: mean, then variance of the centred row, both
     // summed in double
     fn layer_norm(&self, x: &CpuBuf, w: &CpuWeight, b: &CpuWeight, eps: f32, out: &mut CpuBuf) {
         let n = x.cols;
-        out.set_shape(x.rows, n);
         let (wv, bv) = (w.vector(), b.vector());
-        let body = |(xr, yr): (&[f32], &mut [f32])| {
+        let body = |xr: &[f32], yr: &mut [f32]| {
             let mean = (xr.iter().map(|&v| v as f64).sum::<f64>() / n as f64) as f32;
             let mut var = 0f64;
             for (y, &v) in yr.iter_mut().zip(xr) {
@@ -333,14 +365,7 @@ impl Backend for Cpu {
                 *y = (*y * scale) * g + c;
             }
         };
-        if x.rows > 1 {
-            x.view()
-                .par_chunks(n)
-                .zip(out.view_mut().par_chunks_mut(n))
-                .for_each(body);
-        } else {
-            x.view().chunks(n).zip(out.view_mut().chunks_mut(n)).for_each(body);
-        }
+        map_rows(x, out, body);
     }
 
     fn gelu(&self, x: &mut CpuBuf) {
@@ -472,10 +497,10 @@ impl Backend for Cpu {
     fn rope(&self, x: &mut CpuBuf, head_dim: usize, positions: &[usize], rope: &Rope) {
         let cols = x.cols;
         assert_eq!(positions.len(), x.rows);
+        let caches = self.rope_caches(rope, positions);
         let body = |(i, row): (usize, &mut [f32])| {
-            let cache = rope::cache(rope, positions[i] as f32);
             for h in row.chunks_mut(head_dim) {
-                rope::rotate(h, &cache, rope);
+                rope::rotate(h, &caches[i], rope);
             }
         };
         if x.rows > 1 {

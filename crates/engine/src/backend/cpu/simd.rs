@@ -5,6 +5,8 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+#[cfg(target_arch = "x86_64")]
+use quant::dot::avx2::hsum_f32_8 as hsum;
 use quant::fp::{f16_to_f32, f32_to_f16};
 
 /// Whether the AVX2 helpers may run (checked once).
@@ -127,16 +129,6 @@ pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = g / (1.0 + (-g).exp()) * u;
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn hsum(v: __m256) -> f32 {
-    let mut r = _mm256_extractf128_ps(v, 1);
-    r = _mm_add_ps(r, _mm256_castps256_ps128(v));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    _mm_cvtss_f32(r)
 }
 
 #[cfg(target_arch = "x86_64")]
