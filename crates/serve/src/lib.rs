@@ -375,8 +375,9 @@ async fn readyz(State(st): State<Shared>) -> Response {
     }
 }
 
-fn model_object(w: &Worker) -> Value {
-    json!({"id": w.id, "object": "model", "created": w.created, "owned_by": "hf2q"})
+/// OpenAI's model object.
+fn model_object(id: &str, created: u64) -> Value {
+    json!({"id": id, "object": "model", "created": created, "owned_by": "hf2q"})
 }
 
 async fn list_models(State(st): State<Shared>) -> Response {
@@ -385,10 +386,10 @@ async fn list_models(State(st): State<Shared>) -> Response {
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .map(|w| model_object(w))
+        .map(|w| model_object(&w.id, w.created))
         .collect();
     for e in st.embedders.read().unwrap_or_else(|e| e.into_inner()).iter() {
-        data.push(json!({"id": e.id, "object": "model", "created": e.created, "owned_by": "hf2q"}));
+        data.push(model_object(&e.id, e.created));
     }
     Json(json!({"object": "list", "data": data})).into_response()
 }
@@ -401,10 +402,10 @@ async fn get_model(State(st): State<Shared>, Path(id): Path<String>) -> Response
         .iter()
         .find(|e| e.id == id)
     {
-        return Json(json!({"id": e.id, "object": "model", "created": e.created, "owned_by": "hf2q"})).into_response();
+        return Json(model_object(&e.id, e.created)).into_response();
     }
     match worker(&st, Some(&id)) {
-        Ok(w) => Json(model_object(&w)).into_response(),
+        Ok(w) => Json(model_object(&w.id, w.created)).into_response(),
         Err(e) => e.into_response(),
     }
 }
