@@ -419,30 +419,28 @@ unsafe fn q4k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     dispatch_cols!(q4k_cols, n, w, acts, out)
 }
 
-/// Q4_K: d, dmin (f16), 12 bytes of scales/mins, 128 bytes of nibbles. One body, two
-/// instantiations that differ only in how scaled products are accumulated (the same integers).
-// quants.c: ggml_vec_dot_q4_K_q8_K
-macro_rules! q4k_kernel {
-    ($(#[$m:meta])* $name:ident, $acc:expr) => {
+/// Q4_K (d, dmin, 12 bytes of scales/mins, 128 bytes of nibbles) and Q5_K (the same plus 32 bytes
+/// of fifth bits before the nibbles): one body; instantiations differ in how a block's 32-value
+/// chunks unpack and how scaled products accumulate (the same integers either way).
+// quants.c: ggml_vec_dot_q4_K_q8_K, ggml_vec_dot_q5_K_q8_K
+macro_rules! k4_kernel {
+    ($(#[$m:meta])* $name:ident, $bytes:expr, $unpack:expr, $acc:expr) => {
         $(#[$m])*
-                unsafe fn $name<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+        unsafe fn $name<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
             let nb = n / 256;
-            assert!(w.len() >= nb * 144 && out.len() >= C);
+            assert!(w.len() >= nb * $bytes && out.len() >= C);
             for a in &acts[..C] {
                 assert!(a.len() >= nb * Q8K);
             }
             let mut acc = [_mm256_setzero_ps(); C];
             let mut accm = [_mm_setzero_ps(); C];
-            let m4 = _mm256_set1_epi8(0xF);
             for b in 0..nb {
-                let x = w.as_ptr().add(b * 144);
+                let x = w.as_ptr().add(b * $bytes);
                 let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
                 let (sc, mins) = unpack_scales_k4(x.add(4));
                 let mut sumi = [_mm256_setzero_si256(); C];
                 for j in 0..4 {
-                    let bits = _mm256_loadu_si256(x.add(16 + 32 * j) as *const __m256i);
-                    let lo = _mm256_and_si256(bits, m4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                    let (lo, hi): (__m256i, __m256i) = $unpack(x, j);
                     let sl = _mm256_set1_epi16(sc[2 * j] as i16);
                     let sh = _mm256_set1_epi16(sc[2 * j + 1] as i16);
                     for c in 0..C {
@@ -466,19 +464,63 @@ macro_rules! q4k_kernel {
     };
 }
 
-q4k_kernel!(
+/// Chunk `j` of a Q4_K block: low and high nibbles.
+#[inline(always)]
+unsafe fn q4k_chunk(x: *const u8, j: usize) -> (__m256i, __m256i) {
+    let m4 = _mm256_set1_epi8(0xF);
+    let bits = _mm256_loadu_si256(x.add(16 + 32 * j) as *const __m256i);
+    (
+        _mm256_and_si256(bits, m4),
+        _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+    )
+}
+
+/// Chunk `j` of a Q5_K block: nibbles with their fifth bits (bits 2j and 2j+1 of each byte).
+#[inline(always)]
+unsafe fn q5k_chunk(x: *const u8, j: usize) -> (__m256i, __m256i) {
+    let (m4, one) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(1));
+    let hbits = _mm256_loadu_si256(x.add(16) as *const __m256i);
+    let bits = _mm256_loadu_si256(x.add(48 + 32 * j) as *const __m256i);
+    let hl = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * j as i32)), one);
+    let hh = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * j as i32 + 1)), one);
+    let lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(hl, 4));
+    let hi = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+        _mm256_slli_epi16(hh, 4),
+    );
+    (lo, hi)
+}
+
+/// `s + pl·sl + ph·sh` in i32 lanes (madd).
+#[inline(always)]
+unsafe fn scaled_add(s: __m256i, pl: __m256i, sl: __m256i, ph: __m256i, sh: __m256i) -> __m256i {
+    _mm256_add_epi32(
+        s,
+        _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh)),
+    )
+}
+
+k4_kernel!(
     #[inline(always)]
     q4k_cols,
-    |s, pl, sl, ph, sh| _mm256_add_epi32(
-        s,
-        _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh))
-    )
+    144,
+    q4k_chunk,
+    scaled_add
 );
-q4k_kernel!(
+k4_kernel!(
+    #[inline(always)]
+    q5k_cols,
+    176,
+    q5k_chunk,
+    scaled_add
+);
+k4_kernel!(
     /// [`q4k_cols`] with `vpdpwssd` folding the scale multiply and the accumulation.
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
     #[inline]
     q4k_vnni_cols,
+    144,
+    q4k_chunk,
     |s, pl, sl, ph, sh| _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(s, pl, sl), ph, sh)
 );
 
@@ -490,56 +532,6 @@ unsafe fn q4k_vnni(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     dispatch_cols!(q5k_cols, n, w, acts, out)
-}
-
-/// Q5_K: d, dmin, 12 bytes scales/mins, 32 bytes of high bits, 128 bytes of nibbles.
-// quants.c: ggml_vec_dot_q5_K_q8_K
-#[inline(always)]
-unsafe fn q5k_cols<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    let nb = n / 256;
-    assert!(w.len() >= nb * 176 && out.len() >= C);
-    for a in &acts[..C] {
-        assert!(a.len() >= nb * Q8K);
-    }
-    let mut acc = [_mm256_setzero_ps(); C];
-    let mut accm = [_mm_setzero_ps(); C];
-    let m4 = _mm256_set1_epi8(0xF);
-    let one = _mm256_set1_epi8(1);
-    for b in 0..nb {
-        let x = w.as_ptr().add(b * 176);
-        let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
-        let (sc, mins) = unpack_scales_k4(x.add(4));
-        let hbits = _mm256_loadu_si256(x.add(16) as *const __m256i);
-        let mut sumi = [_mm256_setzero_si256(); C];
-        for j in 0..4 {
-            let bits = _mm256_loadu_si256(x.add(48 + 32 * j) as *const __m256i);
-            let hl = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * j as i32)), one);
-            let hh = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * j as i32 + 1)), one);
-            let lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(hl, 4));
-            let hi = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
-                _mm256_slli_epi16(hh, 4),
-            );
-            let sl = _mm256_set1_epi16(sc[2 * j] as i16);
-            let sh = _mm256_set1_epi16(sc[2 * j + 1] as i16);
-            for c in 0..C {
-                let y = acts[c].as_ptr().add(b * Q8K + 4 + 64 * j);
-                let pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(y as *const __m256i));
-                let ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(y.add(32) as *const __m256i));
-                let p = _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh));
-                sumi[c] = _mm256_add_epi32(sumi[c], p);
-            }
-        }
-        for c in 0..C {
-            let y = acts[c].as_ptr().add(b * Q8K);
-            let dy = std::ptr::read_unaligned(y as *const f32);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            accm[c] = _mm_fmadd_ps(_mm_set1_ps(dy * dmx), _mm_cvtepi32_ps(mins_prod(&mins, y)), accm[c]);
-        }
-    }
-    for c in 0..C {
-        out[c] = hsum_f32_8(acc[c]) - hsum_f32_4(accm[c]);
-    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
