@@ -318,6 +318,182 @@ pub(crate) unsafe fn make_qkx_quants<const GUARD: bool, const MAD: bool>(
     (scale, -min)
 }
 
+/// [`make_qkx_quants`] on eight groups of `n <= 32` values at once (`x`, `weights` and `levels`
+/// hold the groups one after another), one group per vector lane.
+///
+/// Each lane runs its group's whole search, candidate after candidate, with the same f32
+/// operations in the same order as the scalar code: the groups are independent, so unlike
+/// [`make_qkx_quants`] no lane's work is ever discarded when a candidate is accepted. The
+/// per-group `(scale, the_min)` results go to `scales` and `mins`.
+// ggml-quants.c: make_qkx2_quants / make_qkx3_quants
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn make_qkx_quants_x8<const GUARD: bool, const MAD: bool>(
+    nmax: i32,
+    n: usize,
+    x: &[f32],
+    weights: &[f32],
+    levels: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    scales: &mut [f32],
+    mins: &mut [f32],
+) {
+    assert!(n > 0 && n <= MAX_QKX_GROUP);
+    assert!(x.len() == 8 * n && weights.len() == 8 * n && levels.len() == 8 * n);
+    assert!(scales.len() == 8 && mins.len() == 8);
+    // Transposed: element i of every group in one vector.
+    let mut xt = [_mm256_setzero_ps(); MAX_QKX_GROUP];
+    let mut wt = [_mm256_setzero_ps(); MAX_QKX_GROUP];
+    let mut buf = [[0f32; 8]; MAX_QKX_GROUP];
+    let mut wbuf = [[0f32; 8]; MAX_QKX_GROUP];
+    for g in 0..8 {
+        for i in 0..n {
+            buf[i][g] = x[g * n + i];
+            wbuf[i][g] = weights[g * n + i];
+        }
+    }
+    for i in 0..n {
+        xt[i] = _mm256_loadu_ps(buf[i].as_ptr());
+        wt[i] = _mm256_loadu_ps(wbuf[i].as_ptr());
+    }
+    let xt = &xt[..n];
+    let wt = &wt[..n];
+
+    let zero = _mm256_setzero_ps();
+    let mut min = xt[0];
+    let mut max = xt[0];
+    let sum_w = {
+        let mut s = wt[0];
+        for &w in &wt[1..] {
+            s = _mm256_add_ps(s, w);
+        }
+        s
+    };
+    let sum_x = {
+        let mut s = _mm256_mul_ps(wt[0], xt[0]);
+        for i in 1..n {
+            s = _mm256_add_ps(s, _mm256_mul_ps(wt[i], xt[i]));
+        }
+        s
+    };
+    for &v in &xt[1..] {
+        // `if x < min { min = x }`: minps returns its second operand unless the first is smaller.
+        min = _mm256_min_ps(v, min);
+        max = _mm256_max_ps(v, max);
+    }
+    min = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(min, zero), min);
+    let empty = if GUARD {
+        _mm256_cmp_ps::<_CMP_LE_OQ>(max, min)
+    } else {
+        _mm256_cmp_ps::<_CMP_EQ_OQ>(max, min)
+    };
+    let empty_min = min;
+
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let err = |d: __m256| {
+        if MAD {
+            _mm256_and_ps(d, abs_mask)
+        } else {
+            _mm256_mul_ps(d, d)
+        }
+    };
+    let lo = _mm256_setzero_si256();
+    let hi = _mm256_set1_epi32(nmax);
+    let nmaxf = nmax as f32;
+    let nmaxv = _mm256_set1_ps(nmaxf);
+
+    let mut best_l = [_mm256_setzero_si256(); MAX_QKX_GROUP];
+    let best_l = &mut best_l[..n];
+    let iscale = _mm256_div_ps(nmaxv, _mm256_sub_ps(max, min));
+    let mut scale = _mm256_div_ps(_mm256_set1_ps(1.0), iscale);
+    let mut best_error = zero;
+    for i in 0..n {
+        let l = clamp_v(nearest_int_v(_mm256_mul_ps(iscale, _mm256_sub_ps(xt[i], min))), lo, hi);
+        best_l[i] = l;
+        let d = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(l)), min), xt[i]);
+        best_error = _mm256_add_ps(best_error, _mm256_mul_ps(wt[i], err(d)));
+    }
+
+    if nstep >= 1 {
+        let mut cand = [_mm256_setzero_si256(); MAX_QKX_GROUP];
+        let mut lf = [_mm256_setzero_ps(); MAX_QKX_GROUP];
+        let cand = &mut cand[..n];
+        let lf = &mut lf[..n];
+        for is in 0..=nstep {
+            let num = _mm256_set1_ps(rmin + rdelta * is as f32 + nmaxf);
+            let iscale = _mm256_div_ps(num, _mm256_sub_ps(max, min));
+            let mut sum_l = zero;
+            let mut sum_l2 = zero;
+            let mut sum_xl = zero;
+            for i in 0..n {
+                let v = _mm256_mul_ps(iscale, _mm256_sub_ps(xt[i], min));
+                let l = if GUARD {
+                    let l = nearest_int_v(_mm256_min_ps(v, nmaxv));
+                    _mm256_and_si256(l, _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(v, zero)))
+                } else {
+                    clamp_v(nearest_int_v(v), lo, hi)
+                };
+                cand[i] = l;
+                let f = _mm256_cvtepi32_ps(l);
+                lf[i] = f;
+                let wl = _mm256_mul_ps(wt[i], f);
+                sum_l = _mm256_add_ps(sum_l, wl);
+                sum_l2 = _mm256_add_ps(sum_l2, _mm256_mul_ps(wl, f));
+                sum_xl = _mm256_add_ps(sum_xl, _mm256_mul_ps(wl, xt[i]));
+            }
+            let det = _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_l2), _mm256_mul_ps(sum_l, sum_l));
+            let ts = _mm256_div_ps(
+                _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_xl), _mm256_mul_ps(sum_x, sum_l)),
+                det,
+            );
+            let tm = _mm256_div_ps(
+                _mm256_sub_ps(_mm256_mul_ps(sum_l2, sum_x), _mm256_mul_ps(sum_l, sum_xl)),
+                det,
+            );
+            let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(tm, zero);
+            let tm = _mm256_andnot_ps(pos, tm);
+            let ts = _mm256_blendv_ps(ts, _mm256_div_ps(sum_xl, sum_l2), pos);
+            let mut cur = zero;
+            for i in 0..n {
+                let d = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(ts, lf[i]), tm), xt[i]);
+                cur = _mm256_add_ps(cur, _mm256_mul_ps(wt[i], err(d)));
+            }
+            let take = _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_GT_OQ>(det, zero),
+                _mm256_cmp_ps::<_CMP_LT_OQ>(cur, best_error),
+            );
+            if _mm256_movemask_ps(take) != 0 {
+                let takei = _mm256_castps_si256(take);
+                for (b, &c) in best_l.iter_mut().zip(cand.iter()) {
+                    *b = _mm256_blendv_epi8(*b, c, takei);
+                }
+                best_error = _mm256_blendv_ps(best_error, cur, take);
+                scale = _mm256_blendv_ps(scale, ts, take);
+                min = _mm256_blendv_ps(min, tm, take);
+            }
+        }
+    }
+
+    // Empty groups: all-zero levels, scale 0 and the clamped min.
+    let keep = _mm256_castps_si256(empty);
+    let mut lt = [[0i32; 8]; MAX_QKX_GROUP];
+    for i in 0..n {
+        _mm256_storeu_si256(lt[i].as_mut_ptr() as *mut __m256i, _mm256_andnot_si256(keep, best_l[i]));
+    }
+    for g in 0..8 {
+        for i in 0..n {
+            levels[g * n + i] = lt[i][g] as u8;
+        }
+    }
+    let scale = _mm256_andnot_ps(empty, scale);
+    let min = _mm256_blendv_ps(min, empty_min, empty);
+    let neg = _mm256_xor_ps(min, _mm256_set1_ps(-0.0));
+    _mm256_storeu_ps(scales.as_mut_ptr(), scale);
+    _mm256_storeu_ps(mins.as_mut_ptr(), neg);
+}
+
 /// `levels[i] = clamp(nearest_int((x[i] + dm) / d), 0, nmax)` for `x.len()` a multiple of 8.
 // ggml-quants.c: the requantization loops of quantize_row_q2_K/q4_K/q5_K (ref and impl)
 #[target_feature(enable = "avx2")]

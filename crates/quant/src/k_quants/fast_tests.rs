@@ -195,6 +195,55 @@ fn search_routines_fast_equals_scalar() {
     }
 }
 
+/// The eight-groups-per-vector search against the scalar one group at a time, with every group
+/// of a different kind (so empty, constant and huge groups share a vector with ordinary ones).
+#[test]
+fn grouped_qkx_search_equals_scalar() {
+    let mut rng = Rng(0x0dd_c0ffee);
+    let params = [
+        (false, true, 3, -0.5, 0.1, 15),
+        (false, false, 15, -1.0, 0.1, 20),
+        (false, false, 31, -0.5, 0.1, 15),
+        (true, false, 3, -0.9, 0.05, 36),
+        (true, false, 15, -0.9, 0.05, 36),
+        (true, true, 31, -0.9, 0.05, 36),
+        (false, false, 7, -0.5, 0.1, 0),
+    ];
+    for r in 0..3000 {
+        let group = if r % 2 == 0 { 16 } else { 32 };
+        let count = if rng.below(2) == 0 { 8 } else { 16 };
+        let mut x = Vec::new();
+        for _ in 0..count {
+            let kind = rng.below(KINDS);
+            x.extend(row(&mut rng, 32, kind).into_iter().take(group));
+        }
+        let w = imatrix_row(&mut rng, x.len());
+        for &(guard, mad, nmax, rmin, rdelta, nstep) in &params {
+            let run = || {
+                let mut levels = vec![0u8; x.len()];
+                let (mut s, mut m) = (vec![0f32; count], vec![0f32; count]);
+                helpers::make_qkx_groups(
+                    guard,
+                    mad,
+                    nmax,
+                    group,
+                    &x,
+                    &w,
+                    &mut levels,
+                    (rmin, rdelta, nstep),
+                    &mut s,
+                    &mut m,
+                );
+                let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                (levels, bits(s), bits(m))
+            };
+            let fast = run();
+            let slow = scalar(run);
+            assert_eq!(fast, slow, "case {r} group {group} guard {guard} mad {mad} nmax {nmax}");
+        }
+    }
+}
+
 type Dequantize = fn(&[u8], &mut [f32]);
 
 #[test]

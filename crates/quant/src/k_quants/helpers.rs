@@ -194,6 +194,59 @@ pub(crate) fn make_qkx3_quants(
     make_qkx3_quants_scalar(nmax, x, weights, levels, rmin, rdelta, nstep, use_mad)
 }
 
+/// The search of [`make_qkx2_quants`] (`guard == false`) or [`make_qkx3_quants`] (`guard ==
+/// true`, weights given) run on each of the consecutive groups of `group` values in `x`, with
+/// each group's `(scale, the_min)` written to `scales[g]` and `mins[g]`. Same results as calling
+/// them group by group; with AVX2 eight groups are searched at once, one per vector lane.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn make_qkx_groups(
+    guard: bool,
+    use_mad: bool,
+    nmax: i32,
+    group: usize,
+    x: &[f32],
+    weights: &[f32],
+    levels: &mut [u8],
+    (rmin, rdelta, nstep): (f32, f32, i32),
+    scales: &mut [f32],
+    mins: &mut [f32],
+) {
+    let count = scales.len();
+    assert!(x.len() == group * count && weights.len() == x.len() && levels.len() == x.len() && mins.len() == count);
+    #[cfg(target_arch = "x86_64")]
+    if count.is_multiple_of(8) && group > 0 && group <= MAX_QKX_GROUP && super::fast::has_avx2() {
+        let f = match (guard, use_mad) {
+            (false, false) => super::fast::make_qkx_quants_x8::<false, false>,
+            (false, true) => super::fast::make_qkx_quants_x8::<false, true>,
+            (true, false) => super::fast::make_qkx_quants_x8::<true, false>,
+            (true, true) => super::fast::make_qkx_quants_x8::<true, true>,
+        };
+        let span = 8 * group;
+        for (((x, w), l), (s, m)) in x
+            .chunks_exact(span)
+            .zip(weights.chunks_exact(span))
+            .zip(levels.chunks_exact_mut(span))
+            .zip(scales.chunks_exact_mut(8).zip(mins.chunks_exact_mut(8)))
+        {
+            // SAFETY: AVX2 is available.
+            unsafe { f(nmax, group, x, w, l, rmin, rdelta, nstep, s, m) };
+        }
+        return;
+    }
+    for (g, ((x, w), l)) in x
+        .chunks_exact(group)
+        .zip(weights.chunks_exact(group))
+        .zip(levels.chunks_exact_mut(group))
+        .enumerate()
+    {
+        (scales[g], mins[g]) = if guard {
+            make_qkx3_quants(nmax, x, Some(w), l, rmin, rdelta, nstep, use_mad)
+        } else {
+            make_qkx2_quants(nmax, x, w, l, rmin, rdelta, nstep, use_mad)
+        };
+    }
+}
+
 /// Symmetric quantization for Q3_K without an importance matrix: levels `nmax + l`, with an
 /// optional x²-weighted coordinate-descent refinement (`do_rmse`). Returns the scale.
 // ggml-quants.c: make_q3_quants

@@ -1,6 +1,6 @@
 //! Q2_K: 2-bit quants in 16 sub-blocks of 16, with 4-bit sub-block scales and mins.
 
-use super::helpers::{make_qkx2_quants, make_qkx3_quants, make_qp_quants, pack_2bit, requant_asym, QK_K};
+use super::helpers::{make_qkx_groups, make_qp_quants, pack_2bit, requant_asym, QK_K};
 use super::{for_each_block, for_each_dequant, BlockQ2K};
 use crate::fp::{get_f16, nearest_int, put_f16};
 
@@ -16,20 +16,24 @@ pub(super) fn quantize_row(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>)
 fn quantize_block_ref(x: &[f32; QK_K], y: &mut BlockQ2K) {
     const Q4SCALE: f32 = 15.0;
     let mut levels = [0u8; QK_K];
-    let mut weights = [0f32; 16];
+    let weights = x.map(f32::abs);
     let mut mins = [0f32; QK_K / 16];
     let mut scales = [0f32; QK_K / 16];
-
+    make_qkx_groups(
+        false,
+        true,
+        3,
+        16,
+        x,
+        &weights,
+        &mut levels,
+        (-0.5, 0.1, 15),
+        &mut scales,
+        &mut mins,
+    );
     let mut max_scale = 0f32;
     let mut max_min = 0f32;
-    for j in 0..QK_K / 16 {
-        let xs = &x[16 * j..16 * (j + 1)];
-        for (w, &v) in weights.iter_mut().zip(xs) {
-            *w = v.abs();
-        }
-        let (scale, min) = make_qkx2_quants(3, xs, &weights, &mut levels[16 * j..16 * (j + 1)], -0.5, 0.1, 15, true);
-        scales[j] = scale;
-        mins[j] = min;
+    for (&scale, &min) in scales.iter().zip(&mins) {
         if scale > max_scale {
             max_scale = scale;
         }
@@ -67,7 +71,7 @@ fn quantize_block_impl(x: &[f32; QK_K], y: &mut BlockQ2K, qw: &[f32; QK_K]) {
     let mut mins = [0f32; QK_K / 16];
     let mut scales = [0f32; QK_K / 16];
     let mut sw = [0f32; QK_K / 16];
-    let mut weight = [0f32; 16];
+    let mut weight = [0f32; QK_K];
     let mut ls = [0u8; QK_K / 16];
     let mut lm = [0u8; QK_K / 16];
 
@@ -76,27 +80,26 @@ fn quantize_block_impl(x: &[f32; QK_K], y: &mut BlockQ2K, qw: &[f32; QK_K]) {
         sumx2 += v * v;
     }
     let sigma2 = sumx2 / QK_K as f32;
-    for j in 0..QK_K / 16 {
-        let xs = &x[16 * j..16 * (j + 1)];
-        for l in 0..16 {
-            weight[l] = qw[16 * j + l] * (sigma2 + xs[l] * xs[l]).sqrt();
-        }
-        for &w in &weight {
-            sw[j] += w;
-        }
-        let (scale, min) = make_qkx3_quants(
-            3,
-            xs,
-            Some(&weight),
-            &mut levels[16 * j..16 * (j + 1)],
-            -0.9,
-            0.05,
-            36,
-            false,
-        );
-        scales[j] = scale;
-        mins[j] = min;
+    for (w, (&q, &v)) in weight.iter_mut().zip(qw.iter().zip(x)) {
+        *w = q * (sigma2 + v * v).sqrt();
     }
+    for (s, ws) in sw.iter_mut().zip(weight.chunks_exact(16)) {
+        for &w in ws {
+            *s += w;
+        }
+    }
+    make_qkx_groups(
+        true,
+        false,
+        3,
+        16,
+        x,
+        &weight,
+        &mut levels,
+        (-0.9, 0.05, 36),
+        &mut scales,
+        &mut mins,
+    );
 
     let dm = make_qp_quants(15, &scales, &mut ls, &sw);
     let mm = make_qp_quants(15, &mins, &mut lm, &sw);

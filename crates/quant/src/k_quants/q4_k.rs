@@ -2,9 +2,7 @@
 //! search and requantization here are shared with Q5_K, which differs only in `nmax` and the
 //! search parameters.
 
-use super::helpers::{
-    get_scale_min_k4, make_qkx2_quants, make_qkx3_quants, make_qp_quants, pack_scale_min_k4, requant_asym, QK_K,
-};
+use super::helpers::{get_scale_min_k4, make_qkx_groups, make_qp_quants, pack_scale_min_k4, requant_asym, QK_K};
 use super::{for_each_block, for_each_dequant, BlockQ4K};
 use crate::fp::{get_f16, nearest_int, put_f16};
 
@@ -21,34 +19,34 @@ pub(super) struct ScaledLevels {
 // ggml-quants.c: quantize_row_q4_K_ref / quantize_row_q5_K_ref (scale part)
 pub(super) fn search_ref(x: &[f32; QK_K], nmax: i32, rmin: f32, rdelta: f32, nstep: i32) -> ScaledLevels {
     let mut levels = [0u8; QK_K];
-    let mut weights = [0f32; 32];
+    let mut weights = [0f32; QK_K];
     let mut mins = [0f32; QK_K / 32];
     let mut scales = [0f32; QK_K / 32];
-
-    let mut max_scale = 0f32;
-    let mut max_min = 0f32;
-    for j in 0..QK_K / 32 {
-        let xs = &x[32 * j..32 * (j + 1)];
+    for (xs, ws) in x.chunks_exact(32).zip(weights.chunks_exact_mut(32)) {
         let mut sum_x2 = 0f32;
         for &v in xs {
             sum_x2 += v * v;
         }
         let av_x = (sum_x2 / 32.0).sqrt();
-        for (w, &v) in weights.iter_mut().zip(xs) {
+        for (w, &v) in ws.iter_mut().zip(xs) {
             *w = av_x + v.abs();
         }
-        let (scale, min) = make_qkx2_quants(
-            nmax,
-            xs,
-            &weights,
-            &mut levels[32 * j..32 * (j + 1)],
-            rmin,
-            rdelta,
-            nstep,
-            false,
-        );
-        scales[j] = scale;
-        mins[j] = min;
+    }
+    make_qkx_groups(
+        false,
+        false,
+        nmax,
+        32,
+        x,
+        &weights,
+        &mut levels,
+        (rmin, rdelta, nstep),
+        &mut scales,
+        &mut mins,
+    );
+    let mut max_scale = 0f32;
+    let mut max_min = 0f32;
+    for (&scale, &min) in scales.iter().zip(&mins) {
         if scale > max_scale {
             max_scale = scale;
         }
@@ -75,7 +73,7 @@ pub(super) fn search_ref(x: &[f32; QK_K], nmax: i32, rmin: f32, rdelta: f32, nst
 // ggml-quants.c: quantize_row_q4_K_impl / quantize_row_q5_K_impl (scale part)
 pub(super) fn search_impl(x: &[f32; QK_K], qw: &[f32; QK_K], nmax: i32, clamp_63: bool) -> ScaledLevels {
     let mut levels = [0u8; QK_K];
-    let mut weights = [0f32; 32];
+    let mut weights = [0f32; QK_K];
     let mut sw = [0f32; QK_K / 32];
     let mut mins = [0f32; QK_K / 32];
     let mut scales = [0f32; QK_K / 32];
@@ -87,29 +85,28 @@ pub(super) fn search_impl(x: &[f32; QK_K], qw: &[f32; QK_K], nmax: i32, clamp_63
         sum_x2 += v * v;
     }
     let sigma2 = 2.0 * sum_x2 / QK_K as f32;
-    for j in 0..QK_K / 32 {
-        let xs = &x[32 * j..32 * (j + 1)];
-        for l in 0..32 {
-            weights[l] = qw[32 * j + l] * (sigma2 + xs[l] * xs[l]).sqrt();
-        }
+    for (w, (&q, &v)) in weights.iter_mut().zip(qw.iter().zip(x)) {
+        *w = q * (sigma2 + v * v).sqrt();
+    }
+    for (s, ws) in sw.iter_mut().zip(weights.chunks_exact(32)) {
         let mut sumw = 0f32;
-        for &w in &weights {
+        for &w in ws {
             sumw += w;
         }
-        sw[j] = sumw;
-        let (scale, min) = make_qkx3_quants(
-            nmax,
-            xs,
-            Some(&weights),
-            &mut levels[32 * j..32 * (j + 1)],
-            -0.9,
-            0.05,
-            36,
-            false,
-        );
-        scales[j] = scale;
-        mins[j] = min;
+        *s = sumw;
     }
+    make_qkx_groups(
+        true,
+        false,
+        nmax,
+        32,
+        x,
+        &weights,
+        &mut levels,
+        (-0.9, 0.05, 36),
+        &mut scales,
+        &mut mins,
+    );
 
     let d_block = make_qp_quants(63, &scales, &mut ls, &sw);
     let m_block = make_qp_quants(63, &mins, &mut lm, &sw);
