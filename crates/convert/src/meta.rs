@@ -254,7 +254,11 @@ pub fn model_id_components(
 
 /// Naming from `_name_or_path` (when it is a model id, not a path) and then the directory name.
 pub fn naming(dir_name: &str, name_or_path: Option<&str>, total_params: i64) -> Naming {
-    let mut n = Naming::default();
+    naming_from(Naming::default(), dir_name, name_or_path, total_params)
+}
+
+/// [`naming`] filling only the fields `n` (from the model card) leaves unset.
+pub fn naming_from(mut n: Naming, dir_name: &str, name_or_path: Option<&str>, total_params: i64) -> Naming {
     let mut apply = |id: &str| {
         let (full, org, basename, finetune, version, size_label) = model_id_components(id, total_params);
         if n.name.is_none() {
@@ -300,138 +304,225 @@ mod naming_tests {
     }
 }
 
-/// A value of the model card's YAML front matter, as far as the converter uses it.
+/// A value of the model card's YAML front matter.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CardValue {
+    Null,
+    Bool(bool),
+    /// An integer or float, as written.
+    Number(String),
     Str(String),
-    List(Vec<String>),
+    List(Vec<CardValue>),
+    Map(Vec<(String, CardValue)>),
 }
 
-fn unquote(s: &str) -> String {
-    let s = s.trim();
-    let s = s
-        .strip_prefix('"')
-        .and_then(|x| x.strip_suffix('"'))
-        .or_else(|| s.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')))
-        .unwrap_or(s);
-    s.to_string()
-}
-
-/// The YAML front matter of `README.md` (metadata.py: `load_model_card`), for the flat keys model
-/// cards use: `key: value`, `key: [a, b]` and block lists (`key:` then `- item` lines). Nested
-/// mappings are skipped.
-pub fn load_model_card(dir: &std::path::Path) -> Vec<(String, CardValue)> {
-    let Ok(text) = std::fs::read_to_string(dir.join("README.md")) else {
-        return Vec::new();
-    };
-    let mut lines = text.lines();
-    if lines.next() != Some("---") {
-        return Vec::new();
-    }
-    let body: Vec<String> = lines
-        .take_while(|l| *l != "---")
-        .map(|l| l.replace('\t', "  "))
-        .collect();
-    let mut out: Vec<(String, CardValue)> = Vec::new();
-    let mut i = 0;
-    while i < body.len() {
-        let line = &body[i];
-        i += 1;
-        if line.trim().is_empty()
-            || line.trim_start().starts_with('#')
-            || line.starts_with(' ')
-            || line.starts_with('-')
-        {
-            continue;
+impl CardValue {
+    fn from_yaml(y: &yaml_rust2::Yaml) -> CardValue {
+        use yaml_rust2::Yaml;
+        match y {
+            Yaml::String(s) => CardValue::Str(s.clone()),
+            Yaml::Integer(i) => CardValue::Number(i.to_string()),
+            Yaml::Real(r) => CardValue::Number(r.clone()),
+            Yaml::Boolean(b) => CardValue::Bool(*b),
+            Yaml::Array(a) => CardValue::List(a.iter().map(CardValue::from_yaml).collect()),
+            Yaml::Hash(h) => CardValue::Map(
+                h.iter()
+                    .filter_map(|(k, v)| Some((CardValue::from_yaml(k).text()?, CardValue::from_yaml(v))))
+                    .collect(),
+            ),
+            Yaml::Null | Yaml::BadValue | Yaml::Alias(_) => CardValue::Null,
         }
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
+    }
+
+    /// The text of a string or number value (what gguf-py would write as a string).
+    pub fn text(&self) -> Option<String> {
+        match self {
+            CardValue::Str(s) | CardValue::Number(s) => Some(s.clone()),
+            CardValue::Bool(b) => Some(if *b { "True" } else { "False" }.to_string()),
+            _ => None,
+        }
+    }
+
+    /// A list's elements, or a single value as a list of one (`use_array_model_card_metadata`).
+    fn items(&self) -> Vec<CardValue> {
+        match self {
+            CardValue::List(l) => l.clone(),
+            CardValue::Null | CardValue::Map(_) => Vec::new(),
+            v => vec![v.clone()],
+        }
+    }
+}
+
+/// The YAML front matter of a model directory's `README.md` (metadata.py: `load_model_card`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelCard(pub Vec<(String, CardValue)>);
+
+impl ModelCard {
+    /// Reads the front matter between a first line `---` and the next `---` line, with the two
+    /// textual fixes gguf-py applies before parsing (`- no` quoted, tabs as two spaces). A card
+    /// that is not YAML is ignored with a warning.
+    pub fn load(dir: &std::path::Path) -> ModelCard {
+        let path = dir.join("README.md");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return ModelCard::default();
         };
-        let (key, value) = (key.trim().to_string(), value.trim());
-        if value.is_empty() {
-            let mut items = Vec::new();
-            while i < body.len() {
-                let l = body[i].trim_start();
-                if let Some(item) = l.strip_prefix("- ") {
-                    items.push(unquote(item));
-                    i += 1;
-                } else if l.is_empty() {
-                    i += 1;
-                } else {
-                    break;
-                }
+        let mut lines = text.lines();
+        if lines.next() != Some("---") {
+            return ModelCard::default();
+        }
+        let mut yaml = String::new();
+        for l in lines.take_while(|l| *l != "---") {
+            yaml.push_str(l);
+            yaml.push('\n');
+        }
+        let yaml = yaml.replace("- no\n", "- \"no\"\n").replace('\t', "  ");
+        match ModelCard::parse(&yaml) {
+            Ok(card) => card,
+            Err(e) => {
+                tracing::warn!("{}: model card front matter ignored: {e}", path.display());
+                ModelCard::default()
             }
-            // Indented mappings (not lists) are not used by the converter's card fields here.
-            while i < body.len() && body[i].starts_with(' ') {
-                i += 1;
-            }
-            if !items.is_empty() {
-                out.push((key, CardValue::List(items)));
-            }
-        } else if let Some(inner) = value.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
-            out.push((
-                key,
-                CardValue::List(inner.split(',').map(unquote).filter(|s| !s.is_empty()).collect()),
-            ));
-        } else {
-            out.push((key, CardValue::Str(unquote(value))));
         }
     }
-    out
+
+    /// Parses YAML front matter (without the `---` lines); anything but a mapping is empty.
+    pub fn parse(yaml: &str) -> Result<ModelCard, String> {
+        let docs = yaml_rust2::YamlLoader::load_from_str(yaml).map_err(|e| e.to_string())?;
+        Ok(match docs.first().map(CardValue::from_yaml) {
+            Some(CardValue::Map(m)) => ModelCard(m),
+            _ => ModelCard::default(),
+        })
+    }
+
+    /// The value of `key` when the card has it (possibly null).
+    pub fn get(&self, key: &str) -> Option<&CardValue> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The first of `keys` with a non-null value, as text (`use_model_card_metadata` applied
+    /// to each key in turn).
+    fn first_text(&self, keys: &[&str]) -> Option<String> {
+        keys.iter()
+            .filter_map(|k| self.get(k))
+            .find(|v| **v != CardValue::Null)
+            .and_then(CardValue::text)
+    }
 }
 
-/// The `general.*` keys gguf-py's `Metadata.set_gguf_meta_model` writes after the size label:
-/// license, base models, datasets, tags, languages (from the model card).
-pub fn card_metadata(card: &[(String, CardValue)], total_params: i64) -> Vec<(String, gguf::Value)> {
+/// The naming fields a model card sets itself (metadata.py: `apply_metadata_heuristic`, before
+/// the `_name_or_path` and directory-name heuristics, which only fill what is left unset).
+pub fn card_naming(card: &ModelCard) -> Naming {
+    Naming {
+        name: card.first_text(&["name", "model_name"]),
+        organization: card.first_text(&["organization", "model_organization"]),
+        basename: card.first_text(&["basename", "model_basename", "model_type"]),
+        finetune: card.first_text(&["finetune", "model_finetune"]),
+        version: card.first_text(&["version", "model_version"]),
+        size_label: card.first_text(&["size_label", "model_size_label"]),
+    }
+}
+
+/// The `general.*` keys gguf-py's `Metadata.set_gguf_meta_model` writes, in its order, from the
+/// naming (card first, then heuristics), the size label and the model card. Empty strings and
+/// empty lists are left out, as `GGUFWriter.add_string` / `add_array` do.
+pub fn general_metadata(
+    card: &ModelCard,
+    naming: &Naming,
+    size_label: Option<String>,
+    total_params: i64,
+) -> Vec<(String, gguf::Value)> {
     use gguf::{Array, Value};
-    let get = |k: &str| card.iter().find(|(key, _)| key == k).map(|(_, v)| v);
-    let list = |v: Option<&CardValue>| -> Vec<String> {
-        match v {
-            Some(CardValue::Str(s)) => vec![s.clone()],
-            Some(CardValue::List(l)) => l.clone(),
-            None => Vec::new(),
+    let mut out = Vec::new();
+    let put = |out: &mut Vec<(String, Value)>, key: &str, v: Option<String>| {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            out.push((key.to_string(), Value::String(v)));
         }
     };
-    let mut out = Vec::new();
-    match get("license") {
-        Some(CardValue::Str(s)) => out.push(("general.license".to_string(), Value::String(s.clone()))),
-        Some(CardValue::List(l)) => out.push(("general.license".to_string(), Value::String(l.join(",")))),
-        None => {}
-    }
-    for (k, field) in [
-        ("license_name", "general.license.name"),
-        ("license_link", "general.license.link"),
+    put(&mut out, "general.name", naming.name.clone());
+    put(
+        &mut out,
+        "general.author",
+        card.first_text(&["author", "model_author", "model_creator"]),
+    );
+    put(&mut out, "general.version", naming.version.clone());
+    put(&mut out, "general.organization", naming.organization.clone());
+    put(&mut out, "general.finetune", naming.finetune.clone());
+    put(&mut out, "general.basename", naming.basename.clone());
+    put(
+        &mut out,
+        "general.description",
+        card.first_text(&["description", "model_description"]),
+    );
+    put(&mut out, "general.size_label", size_label);
+    let license = card
+        .0
+        .iter()
+        .find(|(k, v)| k == "license" && *v != CardValue::Null)
+        .map(|(_, v)| v);
+    let license = match license {
+        Some(CardValue::List(l)) => Some(l.iter().filter_map(CardValue::text).collect::<Vec<_>>().join(",")),
+        Some(v) => v.text(),
+        None => None,
+    };
+    put(&mut out, "general.license", license);
+    put(&mut out, "general.license.name", card.first_text(&["license_name"]));
+    put(&mut out, "general.license.link", card.first_text(&["license_link"]));
+    for (key, fields) in [
+        ("general.source.url", ["url", "model_url"]),
+        ("general.source.doi", ["doi", "model_doi"]),
+        ("general.source.uuid", ["uuid", "model_uuid"]),
+        ("general.source.repo_url", ["repo_url", "model_repo_url"]),
     ] {
-        if let Some(CardValue::Str(s)) = get(k) {
-            out.push((field.to_string(), Value::String(s.clone())));
-        }
+        put(&mut out, key, card.first_text(&fields));
     }
-    // Base models and datasets: "org/name" ids become name, organization and a Hub URL.
-    let entries = |ids: Vec<String>| -> Vec<Vec<(&'static str, String)>> {
-        ids.into_iter()
-            .map(|id| {
-                let mut e = Vec::new();
-                if id.starts_with("http://") || id.starts_with("https://") || id.starts_with("ssh://") {
-                    e.push(("repo_url", id));
-                    return e;
+
+    // Base models and datasets: ids become name, organization, version and a Hub URL; Hub URLs
+    // are parsed the same way; mappings are taken as they are.
+    let hub_url = regex::Regex::new(r"^https?://huggingface.co/([^/]+/[^/]+)$").expect("valid pattern");
+    let entry = |v: &CardValue, is_dataset: bool| -> Vec<(String, String)> {
+        let mut e: Vec<(String, String)> = Vec::new();
+        let id_fields = |e: &mut Vec<(String, String)>, id: &str, with_url: bool| {
+            let (full, org, _, _, version, _) = model_id_components(id, total_params);
+            if let Some(f) = &full {
+                e.push(("name".into(), id_to_title(f)));
+            }
+            if let Some(o) = &org {
+                e.push(("organization".into(), id_to_title(o)));
+            }
+            if let Some(v) = version {
+                e.push(("version".into(), v));
+            }
+            if let (true, Some(o), Some(f)) = (with_url, org, full) {
+                // (sic: the converter writes the model URL form for datasets too)
+                e.push(("repo_url".into(), format!("https://huggingface.co/{o}/{f}")));
+            }
+        };
+        match v {
+            CardValue::Str(id) => {
+                if ["http://", "https://", "ssh://"].iter().any(|p| id.starts_with(p)) {
+                    e.push(("repo_url".into(), id.clone()));
+                    if id.contains("huggingface.co") {
+                        if let Some(c) = hub_url.captures(id) {
+                            id_fields(&mut e, &c[1], false);
+                        }
+                    }
+                } else {
+                    id_fields(&mut e, id, true);
                 }
-                let (full, org, _, _, version, _) = model_id_components(&id, total_params);
-                if let Some(f) = &full {
-                    e.push(("name", id_to_title(f)));
+            }
+            CardValue::Map(m) => {
+                for (k, v) in m {
+                    if let Some(t) = v.text() {
+                        e.push((k.clone(), t));
+                    }
                 }
-                if let Some(o) = &org {
-                    e.push(("organization", id_to_title(o)));
-                }
-                if let Some(v) = version {
-                    e.push(("version", v));
-                }
-                if let (Some(o), Some(f)) = (org, full) {
-                    // (sic: the converter writes the model URL form for datasets too)
-                    e.push(("repo_url", format!("https://huggingface.co/{o}/{f}")));
-                }
-                e
-            })
-            .collect()
+            }
+            _ => tracing::warn!(
+                "model card: {} entry {v:?} not in a known format",
+                if is_dataset { "dataset" } else { "base model" }
+            ),
+        }
+        e
     };
     let order = [
         "name",
@@ -444,38 +535,85 @@ pub fn card_metadata(card: &[(String, CardValue)], total_params: i64) -> Vec<(St
         "uuid",
         "repo_url",
     ];
-    for (kind, keys) in [
-        ("base_model", ["base_model", "base_models", "base_model_sources"]),
-        ("dataset", ["datasets", "dataset", "dataset_sources"]),
+    for (kind, keys, is_dataset) in [
+        ("base_model", ["base_model", "base_models", "base_model_sources"], false),
+        ("dataset", ["datasets", "dataset", "dataset_sources"], true),
     ] {
-        let Some(v) = keys.iter().find_map(|k| get(k)) else {
+        // The first of the keys that is present, even with a null value.
+        let Some(v) = keys.iter().find_map(|k| card.get(k)) else {
             continue;
         };
-        let es = entries(list(Some(v)));
+        let ids = match v {
+            CardValue::List(l) => l.clone(),
+            CardValue::Str(_) => vec![v.clone()],
+            _ => Vec::new(),
+        };
+        let es: Vec<_> = ids.iter().map(|id| entry(id, is_dataset)).collect();
         out.push((format!("general.{kind}.count"), Value::U32(es.len() as u32)));
         for (i, e) in es.iter().enumerate() {
             for field in order {
-                if let Some((_, val)) = e.iter().find(|(f, _)| *f == field) {
-                    out.push((format!("general.{kind}.{i}.{field}"), Value::String(val.clone())));
-                }
+                let v = e.iter().find(|(f, _)| f == field).map(|(_, v)| v.clone());
+                put(&mut out, &format!("general.{kind}.{i}.{field}"), v);
             }
         }
     }
-    let mut tags = list(get("tags"));
-    tags.extend(list(get("pipeline_tag")));
-    if get("tags").is_some() || get("pipeline_tag").is_some() {
-        out.push((
-            "general.tags".to_string(),
-            Value::Array(Array::String(tags.iter().collect())),
-        ));
+    for (key, fields) in [
+        ("general.tags", ["tags", "pipeline_tag"]),
+        ("general.languages", ["languages", "language"]),
+    ] {
+        let items: Vec<String> = fields
+            .iter()
+            .filter_map(|k| card.get(k))
+            .flat_map(CardValue::items)
+            .filter_map(|v| v.text())
+            .collect();
+        if !items.is_empty() {
+            out.push((key.to_string(), Value::Array(Array::String(items.iter().collect()))));
+        }
     }
-    let mut langs = list(get("languages"));
-    langs.extend(list(get("language")));
-    if get("languages").is_some() || get("language").is_some() {
-        out.push((
-            "general.languages".to_string(),
-            Value::Array(Array::String(langs.iter().collect())),
-        ));
+    out
+}
+
+/// The `general.sampling.*` keys from `generation_config.json` (metadata.py: `Metadata.load`;
+/// the first keys `set_gguf_meta_model` writes). A file that is not valid JSON is ignored, as
+/// there.
+pub fn sampling_metadata(dir: &std::path::Path) -> Vec<(String, gguf::Value)> {
+    use gguf::Value;
+    let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) else {
+        return Vec::new();
+    };
+    let Ok(serde_json::Value::Object(g)) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Vec::new();
+    };
+    let get = |keys: &[&str]| keys.iter().find_map(|k| g.get(*k)).filter(|v| !v.is_null());
+    let mut out = Vec::new();
+    if let Some(s) = get(&["sequence"]).and_then(|v| v.as_str()).filter(|s| !s.is_empty()) {
+        out.push(("general.sampling.sequence".to_string(), Value::String(s.to_string())));
+    }
+    // (gguf key, generation_config keys, integer?) in set_gguf_meta_model's order
+    let fields: [(&str, &[&str], bool); 11] = [
+        ("top_k", &["top_k"], true),
+        ("top_p", &["top_p"], false),
+        ("min_p", &["min_p"], false),
+        ("xtc_probability", &["xtc_probability"], false),
+        ("xtc_threshold", &["xtc_threshold"], false),
+        ("temp", &["temperature"], false),
+        ("penalty_last_n", &["penalty_last_n"], true),
+        ("penalty_repeat", &["penalty_repeat", "repetition_penalty"], false),
+        ("mirostat", &["mirostat"], true),
+        ("mirostat_tau", &["mirostat_tau"], false),
+        ("mirostat_eta", &["mirostat_eta"], false),
+    ];
+    for (name, keys, int) in fields {
+        let Some(v) = get(keys) else { continue };
+        let key = format!("general.sampling.{name}");
+        if int {
+            if let Some(i) = v.as_i64() {
+                out.push((key, Value::I32(i as i32)));
+            }
+        } else if let Some(x) = v.as_f64() {
+            out.push((key, Value::F32(x as f32)));
+        }
     }
     out
 }

@@ -145,31 +145,23 @@ fn metadata(
         .get("_name_or_path")
         .and_then(|v| v.as_str())
         .map(String::from);
-    let card = meta::load_model_card(&ctx.dir);
-    let mut naming = meta::naming(&arch::dir_name(&ctx.dir), name_or_path.as_deref(), total as i64);
-    // The model card's own name fields come first (metadata.py: apply_metadata_heuristic).
-    if let Some((_, meta::CardValue::Str(n))) = card.iter().find(|(k, _)| k == "name" || k == "model_name") {
-        naming.name = Some(n.clone());
-    }
+    // metadata.py: the model card's fields first, then `_name_or_path`, then the directory name.
+    let card = meta::ModelCard::load(&ctx.dir);
+    let naming = meta::naming_from(
+        meta::card_naming(&card),
+        &arch::dir_name(&ctx.dir),
+        name_or_path.as_deref(),
+        total as i64,
+    );
     let size_label = naming
         .size_label
         .clone()
         .or_else(|| (total > 0).then(|| meta::size_label(total, shared, expert, n_expert)));
-    // Metadata.set_gguf_meta_model order
-    let general = [
-        ("general.name", naming.name.clone()),
-        ("general.version", naming.version.clone()),
-        ("general.organization", naming.organization.clone()),
-        ("general.finetune", naming.finetune.clone()),
-        ("general.basename", naming.basename.clone()),
-        ("general.size_label", size_label),
-    ];
-    for (k, v) in general {
-        if let Some(v) = v {
-            m.insert(k, Value::String(v));
-        }
+    // Metadata.set_gguf_meta_model order: sampling defaults, then the general.* fields.
+    for (k, v) in meta::sampling_metadata(&ctx.dir) {
+        m.insert(k, v);
     }
-    for (k, v) in meta::card_metadata(&card, total as i64) {
+    for (k, v) in meta::general_metadata(&card, &naming, size_label, total as i64) {
         m.insert(k, v);
     }
     family.set_parameters(ctx, &mut m, file_type)?;
@@ -218,8 +210,61 @@ pub fn convert(dir: &Path, out: &Path, target: Target, opts: &QuantizeOptions) -
     convert_with(dir, out, target, opts, &ConvertOptions::default())
 }
 
-/// Called before each tensor is written: (index, count, name).
-pub type Progress = Box<dyn Fn(usize, usize, &str) + Send + Sync>;
+/// Where a conversion stands, reported before each tensor is written.
+pub struct ProgressEvent<'a> {
+    /// Index of the tensor about to be written, and the number of tensors.
+    pub tensor: usize,
+    pub tensors: usize,
+    /// Output tensor data written so far, and in all.
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub name: &'a str,
+}
+
+/// Receives a [`ProgressEvent`] before each tensor is written.
+pub type Progress = Box<dyn Fn(&ProgressEvent) + Send + Sync>;
+
+/// Calls `progress` (if any) before each of `specs` is written, with the output bytes so far.
+pub(crate) struct ProgressTracker<'a> {
+    progress: Option<&'a Progress>,
+    sizes: Vec<u64>,
+    total: u64,
+    done: u64,
+}
+
+impl<'a> ProgressTracker<'a> {
+    pub(crate) fn new(progress: Option<&'a Progress>, specs: &[TensorSpec]) -> Self {
+        let sizes: Vec<u64> = specs
+            .iter()
+            .map(|s| {
+                let rows: u64 = s.shape.iter().skip(1).product();
+                let first = s.shape.first().copied().unwrap_or(1);
+                s.ty.row_bytes(first).unwrap_or(0) * rows
+            })
+            .collect();
+        let total = sizes.iter().sum();
+        ProgressTracker {
+            progress,
+            sizes,
+            total,
+            done: 0,
+        }
+    }
+
+    /// Tensor `i` (with the name `name`) is about to be written.
+    pub(crate) fn tensor(&mut self, i: usize, name: &str) {
+        if let Some(p) = self.progress {
+            p(&ProgressEvent {
+                tensor: i,
+                tensors: self.sizes.len(),
+                bytes_done: self.done,
+                bytes_total: self.total,
+                name,
+            });
+        }
+        self.done += self.sizes.get(i).copied().unwrap_or(0);
+    }
+}
 
 /// Options of `hf2q convert` beyond the file type.
 #[derive(Default)]
@@ -530,11 +575,10 @@ fn write_tensors(
             rx.recv()
                 .map_err(|_| ctx.invalid("reading the input stopped unexpectedly"))?
         };
+        let mut tracker = ProgressTracker::new(copts.progress.as_ref(), &specs);
         for (n, item) in items.iter().enumerate() {
             let (t, s) = (item.t, &item.spec);
-            if let Some(p) = &copts.progress {
-                p(n, items.len(), &t.name);
-            }
+            tracker.tensor(n, &t.name);
             let im = match item.intermediate {
                 Some(mid) if s.ty != mid => opts.imatrix.as_ref().and_then(|m| m.get(&t.name)).map(|v| v.as_slice()),
                 _ => None,

@@ -151,6 +151,17 @@ pub fn quantize_file(
     target: Target,
     opts: &QuantizeOptions,
 ) -> Result<Vec<PlanEntry>, QuantizeError> {
+    quantize_file_with(input, output, target, opts, None)
+}
+
+/// [`quantize_file`] reporting its progress to `progress` before each tensor.
+pub fn quantize_file_with(
+    input: &Path,
+    output: &Path,
+    target: Target,
+    opts: &QuantizeOptions,
+    progress: Option<&crate::pipeline::Progress>,
+) -> Result<Vec<PlanEntry>, QuantizeError> {
     let model = GgufModel::open(input)?;
     let entries = plan_model(&model, target, opts)?;
     check_plan(&entries, opts)?;
@@ -171,8 +182,10 @@ pub fn quantize_file(
         })
         .collect();
     let mut w = GgufWriter::create(output, &metadata, &specs)?;
+    let mut tracker = crate::pipeline::ProgressTracker::new(progress, &specs);
     let mut f32_buf = Vec::new();
-    for e in &entries {
+    for (i, e) in entries.iter().enumerate() {
+        tracker.tensor(i, &e.name);
         let (file, t) = model.tensor(&e.name).expect("planned from this model");
         let data = file.tensor_data(t);
         if e.target == e.source {

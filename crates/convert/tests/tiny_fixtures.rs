@@ -451,3 +451,35 @@ fn supported_list_matches_the_architecture_table() {
         assert!(!SUPPORTED.contains(model), "{model} listed twice");
     }
 }
+
+/// The metadata llama.cpp's converter takes from a model card's YAML front matter (nested
+/// mappings, merged base models as ids, Hub URLs, other URLs and mappings, lists in both styles,
+/// the `- no` and tab fixes) and from `generation_config.json`'s sampling defaults: the committed
+/// tiny llama with `tests/data/card/{README.md,generation_config.json}` laid over it, against
+/// llama.cpp b11434's conversion of the same directory (`tests/data/card/make_expected.sh`).
+#[test]
+fn model_card_and_sampling_defaults_match_llama_cpp() {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let tmp = tempfile::tempdir().unwrap();
+    // The directory name takes part in the naming heuristics: the same as make_expected.sh's.
+    let dir = tmp.path().join("card-test");
+    std::fs::create_dir(&dir).unwrap();
+    for e in std::fs::read_dir(data.join("tiny/llama")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    for f in ["README.md", "generation_config.json"] {
+        std::fs::copy(data.join("card").join(f), dir.join(f)).unwrap();
+    }
+    let out = tmp.path().join("out.gguf");
+    convert::pipeline::convert(&dir, &out, Target::parse("bf16").unwrap(), &QuantizeOptions::default()).unwrap();
+    let expected: J = serde_json::from_str(&std::fs::read_to_string(data.join("card/expected.json")).unwrap()).unwrap();
+    let d = diff(&out, &expected);
+    assert!(d.is_empty(), "differences from llama.cpp:\n{}", d.join("\n"));
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&out).unwrap()));
+    assert_eq!(
+        Some(sha.as_str()),
+        expected["file_sha256"].as_str(),
+        "whole-file SHA-256"
+    );
+}

@@ -345,7 +345,17 @@ fn q8_scale(x: &[f32]) -> (f32, f32) {
 }
 
 // ggml-quants.c: quantize_row_q8_0_ref (quantize_q8_0 ignores the importance matrix)
-fn quantize_q8_0(src: &[f32], dst: &mut [u8], _imatrix: Option<&[f32]>) {
+fn quantize_q8_0(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 is available (checked above).
+        return unsafe { x86::quantize_q8_0(src, bytemuck::cast_slice_mut(dst)) };
+    }
+    quantize_q8_0_scalar(src, dst, imatrix)
+}
+
+/// The scalar reference of [`quantize_q8_0`].
+fn quantize_q8_0_scalar(src: &[f32], dst: &mut [u8], _imatrix: Option<&[f32]>) {
     let blocks: &mut [BlockQ8_0] = bytemuck::cast_slice_mut(dst);
     for (y, x) in blocks.iter_mut().zip(src.chunks_exact(QK)) {
         let (d, id) = q8_scale(x);
@@ -640,6 +650,39 @@ pub(crate) mod x86 {
             _mm256_storeu_ps(w.as_mut_ptr().add(j), r);
         }
         w
+    }
+
+    /// `round(x * id) as i8` per value, `round` rounding halves away from zero as C's `roundf`:
+    /// truncate, then step away from zero when the exact remainder is at least one half. With
+    /// `|x| * id` within rounding of 127 the result is in range; NaN lanes become 0 as with `as`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_q8_0(src: &[f32], blocks: &mut [BlockQ8_0]) {
+        let (half, one, sign) = (_mm256_set1_ps(0.5), _mm256_set1_ps(1.0), _mm256_set1_ps(-0.0));
+        for (y, x) in blocks.iter_mut().zip(src.chunks_exact(QK)) {
+            let x: &[f32; QK] = x.try_into().unwrap();
+            let v = load32(x);
+            let amax = abs_max(&v);
+            if !(SAFE_MIN..=f32::MAX).contains(&amax) {
+                let y: &mut [BlockQ8_0] = std::slice::from_mut(y);
+                quantize_q8_0_scalar(x, bytemuck::cast_slice_mut(y), None);
+                continue;
+            }
+            let d = amax / 127.0;
+            y.d = put_f16(d);
+            let idv = _mm256_set1_ps(1.0 / d);
+            let mut l = [_mm256_setzero_si256(); 4];
+            for (l, &x) in l.iter_mut().zip(&v) {
+                let p = _mm256_mul_ps(x, idv);
+                let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(p);
+                let away = _mm256_cmp_ps::<_CMP_GE_OQ>(abs_ps(_mm256_sub_ps(p, t)), half);
+                let step = _mm256_and_ps(away, _mm256_or_ps(one, _mm256_and_ps(p, sign)));
+                let r = _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+                *l = _mm256_and_si256(r, _mm256_castps_si256(_mm256_cmp_ps::<_CMP_ORD_Q>(p, p)));
+            }
+            let b = _mm256_packs_epi16(_mm256_packs_epi32(l[0], l[1]), _mm256_packs_epi32(l[2], l[3]));
+            let b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(y.qs.as_mut_ptr().cast(), b);
+        }
     }
 
     #[target_feature(enable = "avx2")]
@@ -1055,6 +1098,11 @@ mod tests {
     fn q5_1_fast_path_matches_scalar() {
         check_quantize("q5_1", QK, 24, QK, quantize_q5_1, quantize_q5_1_scalar, true);
         check_dequantize("q5_1", QK, 24, dequantize_q5_1, dequantize_q5_1_scalar);
+    }
+
+    #[test]
+    fn q8_0_fast_quantize_matches_scalar() {
+        check_quantize("q8_0", QK, 34, QK, quantize_q8_0, quantize_q8_0_scalar, false);
     }
 
     #[test]

@@ -113,19 +113,16 @@ impl HfTensors {
         };
         let all = self.bytes(t);
         let b = &all[(start * width).min(all.len())..(end * width).min(all.len())];
+        let float = |ty: gguf::GgmlType| {
+            let mut v = vec![0f32; b.len() / width];
+            quant::dequantize_into(ty, b, &mut v).expect("float types have one-value blocks");
+            v
+        };
         let v: Vec<f32> = match t.dtype {
-            Dtype::F32 => b
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            Dtype::F16 => b
-                .chunks_exact(2)
-                .map(|c| quant::fp::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-            Dtype::BF16 => b
-                .chunks_exact(2)
-                .map(|c| quant::fp::bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
+            // Through quant's float conversions (vectorised, same values as the scalar formulas).
+            Dtype::F32 => float(gguf::GgmlType::F32),
+            Dtype::F16 => float(gguf::GgmlType::F16),
+            Dtype::BF16 => float(gguf::GgmlType::BF16),
             Dtype::I64 => b
                 .chunks_exact(8)
                 .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)

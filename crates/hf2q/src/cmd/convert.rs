@@ -85,13 +85,7 @@ pub fn run(args: ConvertArgs) -> CliResult {
     };
     let t0 = std::time::Instant::now();
     let bar = progress_bar();
-    let progress: Option<convert::pipeline::Progress> = bar.clone().map(|b| {
-        Box::new(move |i: usize, n: usize, name: &str| {
-            b.set_length(n as u64);
-            b.set_position(i as u64);
-            b.set_message(name.to_string());
-        }) as convert::pipeline::Progress
-    });
+    let progress = bar.clone().map(progress_callback);
     let copts = convert::pipeline::ConvertOptions {
         no_mtp: args.no_mtp,
         measure_error: args.report.is_some(),
@@ -182,20 +176,28 @@ fn download(repo: &str, revision: &str) -> CliResult<convert::hub::Snapshot> {
     Ok(snap)
 }
 
-/// A progress bar on stderr when it is a terminal; nothing otherwise.
-fn progress_bar() -> Option<indicatif::ProgressBar> {
+/// A progress bar on stderr when it is a terminal; nothing otherwise. Its position is output
+/// bytes (so the rate and ETA follow the data, not the tensor count).
+pub fn progress_bar() -> Option<indicatif::ProgressBar> {
     use std::io::IsTerminal;
     if !std::io::stderr().is_terminal() {
         return None;
     }
     let b = indicatif::ProgressBar::new(0);
     b.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} tensors, {elapsed} elapsed, ETA {eta} {wide_msg}",
-        )
-        .expect("valid template"),
+        indicatif::ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {bytes_per_sec}, ETA {eta} {wide_msg}")
+            .expect("valid template"),
     );
     Some(b)
+}
+
+/// Moves `bar` with the converter's progress events: bytes written, and which tensor of how many.
+pub fn progress_callback(bar: indicatif::ProgressBar) -> convert::pipeline::Progress {
+    Box::new(move |e: &convert::pipeline::ProgressEvent| {
+        bar.set_length(e.bytes_total);
+        bar.set_position(e.bytes_done);
+        bar.set_message(format!("tensor {}/{} {}", e.tensor + 1, e.tensors, e.name));
+    })
 }
 
 fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {

@@ -163,7 +163,13 @@ pub fn run(args: QuantizeArgs) -> CliResult {
         return Ok(());
     }
     let t0 = std::time::Instant::now();
-    let entries = requant::quantize_file(&args.input, &args.output, target, &opts).map_err(to_cli)?;
+    let bar = super::convert::progress_bar();
+    let progress = bar.clone().map(super::convert::progress_callback);
+    let result = requant::quantize_file_with(&args.input, &args.output, target, &opts, progress.as_ref());
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let entries = result.map_err(to_cli)?;
     let changed = entries.iter().filter(|e| e.target != e.source).count();
     eprintln!(
         "hf2q quantize: {} tensors ({} converted) → {} in {:.2}s",
