@@ -618,3 +618,28 @@ fn tool_calls() {
     let (st, r) = s.json("POST", "/v1/chat/completions", bad, None);
     assert_eq!((st, r["error"]["param"].as_str()), (400, Some("tools")), "{r}");
 }
+
+/// The official `openai` Python package (PyPI, unmodified) against the server: models, chat
+/// unary and streamed, tools (forced, streamed, round trip), json_schema output, completions and
+/// the SDK's error classes (tests/openai_sdk.py has the checks).
+#[test]
+fn official_openai_python_sdk() {
+    let s = Server::start(&["--api-key", "sdk-key", "--parallel", "2"]);
+    let model = smollm2().file_stem().unwrap().to_string_lossy().into_owned();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_sdk.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(format!("http://{}/v1", s.addr))
+        .arg("sdk-key")
+        .arg(&model)
+        .env("PYTHONPATH", common::pylib())
+        .env("NO_PROXY", "*")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openai SDK script failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -30,3 +30,14 @@ pub fn minilm_dir() -> PathBuf {
     );
     dir
 }
+
+/// Where scripts/fetch-models installs the `openai` Python package (for `PYTHONPATH`).
+pub fn pylib() -> PathBuf {
+    let dir = models_dir().join("pylib");
+    assert!(
+        dir.join("openai").is_dir(),
+        "{} has no openai package: run scripts/fetch-models first",
+        dir.display()
+    );
+    dir
+}
