@@ -69,7 +69,7 @@ async def one(host, port, path, body):
 async def level(url, model, conc, rounds, max_tokens):
     u = urllib.parse.urlparse(url)
     path = u.path.rstrip("/") + "/chat/completions"
-    ttfts, tokens = [], 0
+    ttfts, tokens, per_round = [], 0, []
 
     async def client(i):
         nonlocal tokens
@@ -80,6 +80,7 @@ async def level(url, model, conc, rounds, max_tokens):
                     "messages": [{"role": "user", "content": f"Write a long story about {topic}."}]}
             t, n = await one(u.hostname, u.port, path, body)
             ttfts.append(t)
+            per_round.append((k, round(t, 4)))
             tokens += n
 
     t0 = time.perf_counter()
@@ -88,7 +89,8 @@ async def level(url, model, conc, rounds, max_tokens):
     ttfts.sort()
     pct = lambda p: ttfts[min(len(ttfts) - 1, int(round(p / 100 * (len(ttfts) - 1))))]
     return {"concurrency": conc, "requests": len(ttfts), "completion_tokens": tokens, "wall_s": wall,
-            "tokens_per_s": tokens / wall, "ttft_p50_s": pct(50), "ttft_p99_s": pct(99)}
+            "tokens_per_s": tokens / wall, "ttft_p50_s": pct(50), "ttft_p99_s": pct(99),
+            "ttft_by_round": [[t for r, t in per_round if r == k] for k in range(rounds)]}
 
 
 def main():

@@ -21,6 +21,7 @@ wait_ready() { # url
   done; echo "server did not become ready: $1" >&2; return 1
 }
 PORT=18431
+NAME=$(basename "$MODEL" .gguf)  # hf2q serves a model under its file stem (llama-server takes any name)
 for C in 1 4 8 16; do
   for engine in llama hf2q; do
     if [ $engine = hf2q ]; then
@@ -35,8 +36,8 @@ for C in 1 4 8 16; do
     pid=$!
     wait_ready "$ready"
     # one untimed warm-up request, then the level
-    python3 "$HERE/load.py" "http://127.0.0.1:$PORT/v1" m 1 1 8 > /dev/null
-    r=$(python3 "$HERE/load.py" "http://127.0.0.1:$PORT/v1" m "$C" "$ROUNDS" "$MAXTOK")
+    python3 "$HERE/load.py" "http://127.0.0.1:$PORT/v1" "$NAME" 1 1 8 > /dev/null
+    r=$(python3 "$HERE/load.py" "http://127.0.0.1:$PORT/v1" "$NAME" "$C" "$ROUNDS" "$MAXTOK")
     echo "{\"engine\":\"$engine\",\"result\":$r}" | tee -a "$OUT/results.jsonl"
     kill $pid; wait $pid 2>/dev/null || true
   done
