@@ -643,3 +643,268 @@ fn official_openai_python_sdk() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A chat request whose prompt is a few hundred tokens long (`topic` makes it distinct).
+fn long_chat(topic: &str, max_tokens: usize) -> Value {
+    let system = format!(
+        "You are a careful assistant for a museum about {topic}. Visitors ask about the exhibits, the \
+         opening hours (nine to five, closed on Mondays), the café on the second floor, the guided tours \
+         every hour on the hour, the accessible entrance on the east side, the cloakroom, the shop, the \
+         library of old maps and letters, and the temporary exhibition about {topic} in the west wing. \
+         Answer in one or two friendly sentences, do not invent prices, and suggest the information desk \
+         for anything you do not know. The museum was founded a long time ago by a society of people who \
+         cared about {topic}, and it keeps growing every year with gifts from the public. \
+         School groups should book a week ahead; the education team runs workshops on weekday mornings. \
+         Photography without flash is allowed everywhere except in the rooms with old paper. Dogs are \
+         welcome in the garden but not inside, except assistance dogs, which are welcome everywhere. \
+         The nearest bus stop is two minutes away and the car park closes an hour after the museum."
+    );
+    json!({"temperature": 0, "max_tokens": max_tokens,
+           "messages": [{"role": "system", "content": system},
+                        {"role": "user", "content": format!("Tell me one thing about {topic}.")}]})
+}
+
+fn reply(r: &Value) -> (String, u64, u64) {
+    (
+        r["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        r["usage"]["prompt_tokens"].as_u64().unwrap(),
+        r["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap(),
+    )
+}
+
+/// The prefix cache across slots and across restarts. With `--prefill-chunk 64` every block of
+/// the prompt is computed exactly as a cached block is later imported, so a reply that uses cached
+/// blocks must equal the first, uncached reply bit for bit.
+#[test]
+fn prefix_cache_is_shared_across_slots_and_persists() {
+    let dir = tempfile::tempdir().unwrap();
+    let persist = dir.path().to_str().unwrap().to_string();
+    let args = [
+        "--parallel",
+        "2",
+        "--prefill-chunk",
+        "64",
+        "--ctx",
+        "1024",
+        "--kv-persist",
+        &persist,
+    ];
+    let req = long_chat("lighthouses", 24);
+    let (first, n_prompt, cached_first) = {
+        let s = std::sync::Arc::new(Server::start(&args));
+        let (st, r) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+        assert_eq!(st, 200, "{r}");
+        let (text, n, cached) = reply(&r);
+        assert!(n > 3 * 64, "the prompt should span several blocks: {n} tokens");
+        // (so that a cached count from the cache's blocks differs from a slot's own n - 1)
+        assert_ne!((n - 1) % 64, 0);
+        // Keep the slot that holds this prompt busy with a longer request (sharing the template's
+        // first tokens, it goes to that slot), so the repeat lands on the other slot.
+        let busy = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let (st, r) = s.json("POST", "/v1/chat/completions", long_chat("volcanoes", 160), None);
+                assert_eq!(st, 200, "{r}");
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let (st, r) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+        assert_eq!(st, 200, "{r}");
+        let (again, _, cached_again) = reply(&r);
+        assert_eq!(again, text, "reply with blocks from the other slot");
+        assert_eq!(cached_again, (n - 1) / 64 * 64, "whole blocks from the prefix cache");
+        busy.join().unwrap();
+        let metrics = s.request("GET", "/metrics", None, None).2;
+        assert!(
+            !metrics.contains("hf2q_prefix_cache_blocks{model=\"SmolLM2-135M-Instruct.Q4_1\"} 0\n"),
+            "{metrics}"
+        );
+        (text, n, cached)
+    };
+    assert_eq!(cached_first, 0);
+    let block_files = |d: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .flat_map(|e| std::fs::read_dir(e.unwrap().path()).unwrap())
+            .map(|e| e.unwrap().path())
+            .collect()
+    };
+    // Blocks are written in the background; they are on disk shortly after.
+    let t = Instant::now();
+    while block_files(dir.path()).len() < (n_prompt as usize - 1) / 64 {
+        assert!(t.elapsed() < Duration::from_secs(20), "blocks not persisted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // A restart: the blocks come back from disk.
+    {
+        let s = Server::start(&args);
+        let (st, r) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+        assert_eq!(st, 200, "{r}");
+        let (text, _, cached) = reply(&r);
+        assert_eq!(cached, (n_prompt - 1) / 64 * 64, "blocks from --kv-persist");
+        assert_eq!(text, first);
+    }
+
+    // Damaged blocks and a half-written leftover: discarded at start, never used.
+    let files = block_files(dir.path());
+    for f in &files {
+        let mut b = std::fs::read(f).unwrap();
+        let mid = b.len() / 2;
+        b[mid] ^= 0x55;
+        std::fs::write(f, b).unwrap();
+    }
+    let leftover = files[0].with_file_name(".tmp-leftover.kvb.1");
+    std::fs::write(&leftover, b"half a block").unwrap();
+    {
+        let s = Server::start(&args);
+        assert!(!leftover.exists(), "temporary leftovers are removed at start");
+        for f in &files {
+            assert!(!f.exists(), "{} was corrupt and should be gone", f.display());
+        }
+        let (st, r) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+        assert_eq!(st, 200, "{r}");
+        let (text, _, cached) = reply(&r);
+        assert_eq!(cached, 0, "nothing usable was left on disk");
+        assert_eq!(text, first);
+    }
+}
+
+/// `kill -9` while blocks are being written: after a restart nothing half-written is served and
+/// replies that use the surviving blocks equal the replies computed without them.
+#[test]
+fn kv_persist_survives_kill_9_during_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let persist = dir.path().to_str().unwrap().to_string();
+    let args = [
+        "--parallel",
+        "4",
+        "--prefill-chunk",
+        "64",
+        "--ctx",
+        "1024",
+        "--kv-persist",
+        &persist,
+    ];
+    let topics = ["rivers", "glaciers", "deserts", "forests", "islands", "canyons"];
+    let mut want = Vec::new();
+    {
+        let s = std::sync::Arc::new(Server::start(&args));
+        // Each request leaves the whole blocks of the tokens it fed (prompt and reply) behind.
+        let mut blocks = 0;
+        for t in &topics[..2] {
+            let (st, r) = s.json("POST", "/v1/chat/completions", long_chat(t, 16), None);
+            assert_eq!(st, 200, "{r}");
+            want.push(reply(&r).0);
+            blocks += (r["usage"]["total_tokens"].as_u64().unwrap() as usize - 1) / 64;
+        }
+        // More prompts at once, each ending right after its prompt, so that all their blocks are
+        // written together; the server is killed as soon as the first of them reaches the disk.
+        let count = |d: &std::path::Path| -> usize {
+            std::fs::read_dir(d)
+                .unwrap()
+                .flat_map(|e| std::fs::read_dir(e.unwrap().path()).unwrap())
+                .count()
+        };
+        let t0 = Instant::now();
+        while count(dir.path()) < blocks {
+            assert!(t0.elapsed() < Duration::from_secs(20), "first blocks not persisted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let before = count(dir.path());
+        let hs: Vec<_> = topics[2..]
+            .iter()
+            .map(|t| {
+                let (s, req) = (s.clone(), long_chat(t, 1));
+                std::thread::spawn(move || {
+                    let _ = std::panic::catch_unwind(|| {
+                        s.request("POST", "/v1/chat/completions", Some(&req.to_string()), None)
+                    });
+                })
+            })
+            .collect();
+        let t0 = Instant::now();
+        while count(dir.path()) == before && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(s.child.id() as i32, libc::SIGKILL) };
+        for h in hs {
+            let _ = h.join();
+        }
+    }
+    let s = Server::start(&args);
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flat_map(|e| std::fs::read_dir(e.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| n.ends_with(".kvb") && !n.starts_with(".tmp-")),
+        "{names:?}"
+    );
+    for (t, w) in topics[..2].iter().zip(&want) {
+        let (st, r) = s.json("POST", "/v1/chat/completions", long_chat(t, 16), None);
+        assert_eq!(st, 200, "{r}");
+        let (text, n, cached) = reply(&r);
+        assert_eq!(cached, (n - 1) / 64 * 64, "{t}: blocks from disk");
+        assert_eq!(&text, w, "{t}");
+    }
+}
+
+/// One KV budget for all slots: a request that can never fit is refused naming the budget; two
+/// that cannot run together run one after the other, each with its own unchanged reply.
+#[test]
+fn kv_budget_is_shared_and_never_truncates() {
+    let s = std::sync::Arc::new(Server::start(&[
+        "--parallel",
+        "2",
+        "--ctx",
+        "512",
+        "--kv-budget",
+        "300",
+    ]));
+    let mut too_big = long_chat("bridges", 400);
+    too_big["max_tokens"] = json!(400);
+    let (st, r) = s.json("POST", "/v1/chat/completions", too_big, None);
+    assert_eq!(st, 400, "{r}");
+    assert_eq!(r["error"]["code"], "kv_budget_exceeded");
+    assert!(r["error"]["message"].as_str().unwrap().contains("--kv-budget"), "{r}");
+
+    let short = |topic: &str| json!({"temperature": 0, "max_tokens": 140, "messages": [{"role": "user", "content": format!("Write about {topic}.")}]});
+    // Alone first (reference replies), then both at once: 2 × (prompt + 140) > 300 positions.
+    let alone: Vec<String> = ["owls", "tides"]
+        .iter()
+        .map(|t| reply(&s.json("POST", "/v1/chat/completions", short(t), None).1).0)
+        .collect();
+    let hs: Vec<_> = ["owls", "tides"]
+        .iter()
+        .map(|t| {
+            let (s, req) = (s.clone(), short(t));
+            std::thread::spawn(move || {
+                let (st, r) = s.json("POST", "/v1/chat/completions", req, None);
+                assert_eq!(st, 200, "{r}");
+                (reply(&r).0, Instant::now())
+            })
+        })
+        .collect();
+    let got: Vec<(String, Instant)> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(got[0].0, alone[0]);
+    assert_eq!(got[1].0, alone[1]);
+    let m = s.request("GET", "/metrics", None, None).2;
+    let used: usize = m
+        .lines()
+        .find(|l| l.starts_with("hf2q_kv_tokens{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(used <= 300, "KV positions held {used} exceed the budget");
+    assert!(
+        m.contains("hf2q_kv_capacity_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 300"),
+        "{m}"
+    );
+}

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod embed;
 pub mod error;
+pub mod prefix;
 pub mod reasoning;
 pub mod routes;
 pub mod tools;
@@ -49,6 +50,69 @@ pub struct ServeConfig {
     pub prefill_chunk: usize,
     /// Origins allowed by CORS (`*` for any); empty: no CORS headers.
     pub cors_origins: Vec<String>,
+    /// KV memory shared by a model's slots and prefix cache (default: parallel × ctx positions).
+    pub kv_budget: Option<KvBudget>,
+    /// Directory keeping prefix-cache blocks across restarts.
+    pub kv_persist: Option<PathBuf>,
+    pub kv_persist_max_bytes: u64,
+}
+
+/// `--kv-budget`: KV cache positions, or bytes converted with the model's bytes per position.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KvBudget {
+    Positions(usize),
+    Bytes(u64),
+}
+
+impl KvBudget {
+    /// `65536` (positions) or a size with a unit (`2GiB`, `512MiB`, `100MB`, `4096KiB`).
+    pub fn parse(s: &str) -> Result<KvBudget, String> {
+        let s = s.trim();
+        if let Ok(n) = s.parse::<usize>() {
+            return if n == 0 {
+                Err("the KV budget must be at least one position".into())
+            } else {
+                Ok(KvBudget::Positions(n))
+            };
+        }
+        parse_bytes(s).map(KvBudget::Bytes)
+    }
+
+    fn positions(self, position_bytes: usize) -> usize {
+        match self {
+            KvBudget::Positions(n) => n,
+            KvBudget::Bytes(b) => (b / position_bytes.max(1) as u64) as usize,
+        }
+    }
+}
+
+/// A byte size: a number with an optional unit B, KB, MB, GB, KiB, MiB, GiB (case-insensitive).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let num: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (e.g. 2GiB, 512MiB, 65536)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "kib" | "k" => 1024.0,
+        "mib" | "m" => 1024.0 * 1024.0,
+        "gib" | "g" => 1024.0 * 1024.0 * 1024.0,
+        u => {
+            return Err(format!(
+                "unknown size unit `{u}` in `{s}` (B, KB, MB, GB, KiB, MiB, GiB)"
+            ))
+        }
+    };
+    let v = num * mult;
+    if !(1.0..1.8e19).contains(&v) {
+        return Err(format!("`{s}` is not a usable size"));
+    }
+    Ok(v as u64)
 }
 
 struct Metrics {
@@ -196,19 +260,43 @@ fn load_models(state: &AppState) -> Result<(), String> {
         } else {
             state.cfg.ctx
         };
+        let fingerprint = prefix::model_fingerprint(path, "f16").map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut store = prefix::PrefixStore::new(fingerprint);
+        if let Some(dir) = &state.cfg.kv_persist {
+            store = store
+                .with_persistence(dir, state.cfg.kv_persist_max_bytes)
+                .map_err(|e| format!("--kv-persist {}: {e}", dir.display()))?;
+        }
+        let kv_budget = match state.cfg.kv_budget {
+            Some(b) => {
+                let probe = m
+                    .model
+                    .new_kv(1, engine::backend::KvType::F16)
+                    .map_err(|e| e.to_string())?;
+                b.positions(engine::backend::Backend::kv_position_bytes(
+                    m.model.backend().as_ref(),
+                    &probe,
+                ))
+            }
+            None => state.cfg.parallel.max(1) * n_ctx,
+        };
+        if kv_budget == 0 {
+            return Err(format!("--kv-budget is smaller than one KV position of model {id}"));
+        }
         let limits = worker::Limits {
             parallel: state.cfg.parallel,
             n_ctx,
             queue_capacity: state.cfg.queue_capacity,
             prefill_chunk: state.cfg.prefill_chunk,
+            kv_budget,
         };
-        let w = Worker::start(id.clone(), Arc::new(m), limits).map_err(|e| e.to_string())?;
+        let w = Worker::start(id.clone(), Arc::new(m), limits, store).map_err(|e| e.to_string())?;
         state
             .workers
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::new(w));
-        eprintln!("hf2q serve: model {id} ready ({} tokens of context)", n_ctx);
+        eprintln!("hf2q serve: model {id} ready ({n_ctx} tokens of context, KV budget {kv_budget} positions)");
     }
     state.ready.store(true, Ordering::Release);
     Ok(())
@@ -557,13 +645,21 @@ async fn metrics(State(st): State<Shared>) -> Response {
         "# HELP hf2q_kv_tokens KV cache positions in use (cached prefixes included).\n# TYPE hf2q_kv_tokens gauge\n",
     );
     out.push_str(
-        "# HELP hf2q_kv_capacity_tokens KV cache positions allocated.\n# TYPE hf2q_kv_capacity_tokens gauge\n",
+        "# HELP hf2q_kv_capacity_tokens KV cache positions of the budget (--kv-budget).\n# TYPE hf2q_kv_capacity_tokens gauge\n",
+    );
+    out.push_str(
+        "# HELP hf2q_prefix_cache_blocks Prefix-cache blocks in memory.\n# TYPE hf2q_prefix_cache_blocks gauge\n",
     );
     for w in st.workers.read().unwrap_or_else(|e| e.into_inner()).iter() {
         out.push_str(&format!("hf2q_kv_tokens{{model=\"{}\"}} {}\n", w.id, w.kv_used()));
         out.push_str(&format!(
             "hf2q_kv_capacity_tokens{{model=\"{}\"}} {}\n",
             w.id, w.kv_capacity
+        ));
+        out.push_str(&format!(
+            "hf2q_prefix_cache_blocks{{model=\"{}\"}} {}\n",
+            w.id,
+            w.prefix_blocks()
         ));
     }
     ([("content-type", "text/plain; version=0.0.4")], out).into_response()

@@ -1,9 +1,16 @@
 //! One engine thread per model running `--parallel` slots with continuous batching: every step
 //! decodes one token for each active sequence and prefills a bounded chunk of waiting prompts, all
-//! in one batched forward, so active streams keep flowing while new prompts are read. Each slot owns
-//! a KV cache of the full context; a new request goes to the idle slot whose cached tokens share the
-//! longest prefix with its prompt (reported as `cached_tokens`). A request whose client went away
-//! is dropped at the next step (its channel is closed) and frees its slot.
+//! in one batched forward, so active streams keep flowing while new prompts are read. A request whose
+//! client went away is dropped at the next step (its channel is closed) and frees its slot.
+//!
+//! KV memory: every slot may use the full context, but all slots and the prefix cache share one
+//! budget of positions (`--kv-budget`). A request reserves `prompt + max_tokens` positions when it
+//! is admitted (so it never runs out mid-reply); when the budget is short, least recently used
+//! prefix-cache blocks and idle slots' kept tokens are given up, and if that is not enough the
+//! request waits at the head of the queue until running ones finish; a request that could never
+//! fit fails with an error naming the budget. A new request goes to the idle slot whose kept tokens
+//! share the longest prefix with its prompt, then takes further whole blocks of its prompt from the
+//! prefix cache (filled by every finished request, see `prefix.rs`); both count in `cached_tokens`.
 
 use crate::error::ApiError;
 use engine::backend::cpu::Cpu;
@@ -14,6 +21,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
+
+use crate::prefix::{chain_keys, PrefixStore, BLOCK};
+use engine::backend::Backend;
 
 pub enum Event {
     /// Text that became final with a token, and that token's log-probability when asked for.
@@ -43,6 +53,8 @@ pub struct Limits {
     pub queue_capacity: usize,
     /// Most prompt tokens prefilled per step (across slots); decode tokens come on top.
     pub prefill_chunk: usize,
+    /// KV positions all slots and the prefix cache may hold together.
+    pub kv_budget: usize,
 }
 
 pub struct Worker {
@@ -55,9 +67,10 @@ pub struct Worker {
     tx: SyncSender<Job>,
     queued: Arc<AtomicUsize>,
     active: Arc<AtomicUsize>,
-    /// KV positions held by all slots (cached prefixes included) and their total capacity.
+    /// KV positions held by all slots and the prefix cache, and the budget they share.
     kv_used: Arc<AtomicUsize>,
     pub kv_capacity: usize,
+    prefix_blocks: Arc<AtomicUsize>,
 }
 
 struct Active {
@@ -75,34 +88,53 @@ struct Slot {
     /// Tokens whose K/V the cache holds, in order.
     tokens: Vec<u32>,
     active: Option<Active>,
+    /// When the slot was last given a request (LRU for giving up idle slots' tokens).
+    used: u64,
 }
 
 impl Worker {
-    pub fn start(id: String, model: Arc<LoadedModel<Cpu>>, limits: Limits) -> engine::Result<Worker> {
+    pub fn start(
+        id: String,
+        model: Arc<LoadedModel<Cpu>>,
+        limits: Limits,
+        store: PrefixStore,
+    ) -> engine::Result<Worker> {
         let (tx, rx) = sync_channel::<Job>(limits.queue_capacity.max(1));
         let queued = Arc::new(AtomicUsize::new(0));
         let active = Arc::new(AtomicUsize::new(0));
+        let backend = model.model.backend().clone();
         let mut slots = Vec::new();
         for _ in 0..limits.parallel.max(1) {
-            let kv = model.model.new_kv(limits.n_ctx, KvType::F16)?;
+            let mut kv = model.model.new_kv(limits.n_ctx, KvType::F16)?;
+            // Positions are allocated as requests reserve them.
+            backend.kv_release(&mut kv, 0);
             slots.push(Slot {
                 kv,
                 n_ctx: limits.n_ctx,
                 tokens: Vec::new(),
                 active: None,
+                used: 0,
             });
         }
         let kv_used = Arc::new(AtomicUsize::new(0));
-        let kv_capacity = slots.len() * limits.n_ctx;
+        let prefix_blocks = Arc::new(AtomicUsize::new(0));
         let gauges = Gauges {
             queued: queued.clone(),
             active: active.clone(),
             kv_used: kv_used.clone(),
+            prefix_blocks: prefix_blocks.clone(),
         };
         let m = model.clone();
+        let sched = Sched {
+            slots,
+            store,
+            budget: limits.kv_budget,
+            tick: 0,
+            waiting: None,
+        };
         std::thread::Builder::new()
             .name(format!("hf2q-engine-{id}"))
-            .spawn(move || schedule(&m, slots, rx, &gauges, limits))
+            .spawn(move || schedule(&m, sched, rx, &gauges, limits))
             .map_err(|e| engine::EngineError::Backend(format!("cannot start the engine thread: {e}")))?;
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -117,7 +149,8 @@ impl Worker {
             queued,
             active,
             kv_used,
-            kv_capacity,
+            kv_capacity: limits.kv_budget,
+            prefix_blocks,
         })
     }
 
@@ -163,6 +196,11 @@ impl Worker {
     pub fn kv_used(&self) -> usize {
         self.kv_used.load(Ordering::Relaxed)
     }
+
+    /// Blocks of [`BLOCK`] tokens held in memory by the prefix cache.
+    pub fn prefix_blocks(&self) -> usize {
+        self.prefix_blocks.load(Ordering::Relaxed)
+    }
 }
 
 /// What the engine thread reports to `/metrics`.
@@ -170,45 +208,160 @@ struct Gauges {
     queued: Arc<AtomicUsize>,
     active: Arc<AtomicUsize>,
     kv_used: Arc<AtomicUsize>,
+    prefix_blocks: Arc<AtomicUsize>,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-fn schedule(m: &LoadedModel<Cpu>, mut slots: Vec<Slot>, rx: Receiver<Job>, gauges: &Gauges, limits: Limits) {
-    let mut scratch = m.model.scratch(limits.prefill_chunk + slots.len());
-    loop {
-        // Admit queued jobs into idle slots (block only when nothing is running).
-        while slots.iter().any(|s| s.active.is_none()) {
-            let busy = slots.iter().any(|s| s.active.is_some());
-            let job = if busy {
-                match rx.try_recv() {
-                    Ok(j) => j,
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => return,
-                }
-            } else {
-                match rx.recv() {
-                    Ok(j) => j,
-                    Err(_) => return,
-                }
-            };
-            gauges.queued.fetch_sub(1, Ordering::Relaxed);
-            admit(&mut slots, job);
+/// The engine thread's state: slots, the prefix cache and the KV budget they share.
+struct Sched {
+    slots: Vec<Slot>,
+    store: PrefixStore,
+    /// Positions the slots' allocations and the cache's blocks may take together.
+    budget: usize,
+    tick: u64,
+    /// The queue's head when it waits for KV budget (the channel behind it stays bounded).
+    waiting: Option<Job>,
+}
+
+impl Sched {
+    /// Positions held now: every slot's allocation and the cached blocks.
+    fn used(&self, b: &Cpu) -> usize {
+        self.slots.iter().map(|s| b.kv_capacity(&s.kv)).sum::<usize>() + self.store.len() * BLOCK
+    }
+
+    /// Give up memory until `extra` more positions fit in the budget: least recently used cache
+    /// blocks first, then the kept tokens of idle slots (least recently used first, never
+    /// `keep`). False when even that is not enough.
+    fn make_room(&mut self, b: &Cpu, extra: usize, keep: usize) -> bool {
+        loop {
+            if self.used(b) + extra <= self.budget {
+                return true;
+            }
+            if self.store.evict_one() {
+                continue;
+            }
+            let idle = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| *i != keep && s.active.is_none() && b.kv_capacity(&s.kv) > 0)
+                .min_by_key(|(_, s)| s.used)
+                .map(|(i, _)| i);
+            let Some(i) = idle else { return false };
+            let s = &mut self.slots[i];
+            s.tokens.clear();
+            b.kv_release(&mut s.kv, 0);
         }
-        gauges
-            .active
-            .store(slots.iter().filter(|s| s.active.is_some()).count(), Ordering::Relaxed);
-        step(m, &mut slots, &mut scratch, limits.prefill_chunk);
-        gauges
-            .kv_used
-            .store(slots.iter().map(|s| s.tokens.len()).sum(), Ordering::Relaxed);
+    }
+
+    /// Keep the whole blocks of a slot's tokens in the prefix cache (those not there yet), then
+    /// shrink its allocation to the tokens it keeps.
+    fn retire(&mut self, b: &Cpu, i: usize) {
+        let s = &mut self.slots[i];
+        let keys = chain_keys(self.store.fingerprint(), &s.tokens);
+        for (j, key) in keys.iter().enumerate() {
+            if !self.store.contains(key) {
+                let data = b.kv_export(&s.kv, j * BLOCK..(j + 1) * BLOCK);
+                self.store.insert(*key, &s.tokens[j * BLOCK..(j + 1) * BLOCK], data);
+            }
+        }
+        b.kv_release(&mut s.kv, s.tokens.len());
+        // The cache lives within the budget: drop its oldest blocks if the new ones overflow it.
+        while self.used(b) > self.budget && self.store.evict_one() {}
     }
 }
 
-/// Put a job in the idle slot sharing the longest prefix with its prompt.
-fn admit(slots: &mut [Slot], mut job: Job) {
+fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, rx: Receiver<Job>, gauges: &Gauges, limits: Limits) {
+    let mut scratch = m.model.scratch(limits.prefill_chunk + sc.slots.len());
+    let b = m.model.backend().clone();
+    loop {
+        // Admit queued jobs into idle slots (block only when nothing is running).
+        while sc.slots.iter().any(|s| s.active.is_none()) {
+            let job = match sc.waiting.take() {
+                Some(j) => j,
+                None => {
+                    let busy = sc.slots.iter().any(|s| s.active.is_some());
+                    if busy {
+                        match rx.try_recv() {
+                            Ok(j) => j,
+                            Err(TryRecvError::Empty) => break,
+                            Err(TryRecvError::Disconnected) => return,
+                        }
+                    } else {
+                        match rx.recv() {
+                            Ok(j) => j,
+                            Err(_) => return,
+                        }
+                    }
+                }
+            };
+            match admit(&b, &mut sc, job) {
+                Admit::Started | Admit::Refused => {
+                    gauges.queued.fetch_sub(1, Ordering::Relaxed);
+                }
+                Admit::Wait(job) => {
+                    sc.waiting = Some(*job);
+                    break;
+                }
+            }
+        }
+        gauges.active.store(
+            sc.slots.iter().filter(|s| s.active.is_some()).count(),
+            Ordering::Relaxed,
+        );
+        let finished = step(m, &mut sc.slots, &mut scratch, limits.prefill_chunk);
+        for i in finished {
+            sc.retire(&b, i);
+        }
+        gauges.kv_used.store(sc.used(&b), Ordering::Relaxed);
+        gauges.prefix_blocks.store(sc.store.len(), Ordering::Relaxed);
+    }
+}
+
+enum Admit {
+    Started,
+    /// Answered with an error (or the client is gone).
+    Refused,
+    /// Not enough KV budget free yet.
+    Wait(Box<Job>),
+}
+
+/// Start a job in the idle slot sharing the longest prefix with its prompt, extended by the
+/// prefix cache's blocks, once its KV reservation fits in the budget.
+fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
+    if job.events.is_closed() {
+        return Admit::Refused;
+    }
+    let n_ctx = sc.slots[0].n_ctx;
+    let need = (job.prompt.len() + job.params.max_tokens)
+        .min(n_ctx)
+        .max(job.prompt.len());
+    if need > sc.budget {
+        let e = ApiError::bad_request(format!(
+            "this request needs {need} KV cache positions ({} prompt tokens + max_tokens), more than the \
+             server's KV budget of {} (--kv-budget)",
+            job.prompt.len(),
+            sc.budget
+        ))
+        .with_code("kv_budget_exceeded");
+        let _ = job.events.send(Event::Error(e));
+        return Admit::Refused;
+    }
+    let (best, from_slot) = sc
+        .slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.active.is_none())
+        .map(|(i, s)| (i, common_prefix(&s.tokens, &job.prompt).min(job.prompt.len() - 1)))
+        .max_by_key(|&(_, c)| c)
+        .expect("admit is called with an idle slot");
+    let have = b.kv_capacity(&sc.slots[best].kv);
+    if !sc.make_room(b, need.saturating_sub(have), best) {
+        return Admit::Wait(Box::new(job));
+    }
     let decoding = match Decoding::new(&job.params, &job.prompt) {
         Ok(d) => match job.constraint.take() {
             Some(c) => d.with_constraint(c),
@@ -216,18 +369,40 @@ fn admit(slots: &mut [Slot], mut job: Job) {
         },
         Err(e) => {
             let _ = job.events.send(Event::Error(e.into()));
-            return;
+            return Admit::Refused;
         }
     };
-    let (best, cached) = slots
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.active.is_none())
-        .map(|(i, s)| (i, common_prefix(&s.tokens, &job.prompt).min(job.prompt.len() - 1)))
-        .max_by_key(|&(_, c)| c)
-        .expect("admit is called with an idle slot");
-    let slot = &mut slots[best];
-    slot.tokens.truncate(cached);
+    sc.tick += 1;
+    let slot = &mut sc.slots[best];
+    slot.used = sc.tick;
+    let from_slot = from_slot.min(need);
+    slot.tokens.truncate(from_slot);
+    b.kv_release(&mut slot.kv, need.min(have));
+    if let Err(e) = b.kv_reserve(&mut slot.kv, need) {
+        slot.tokens.clear();
+        let _ = job.events.send(Event::Error(e.into()));
+        return Admit::Refused;
+    }
+    // Whole blocks beyond what the slot kept, from the prefix cache, as long as they continue it.
+    let keys = chain_keys(sc.store.fingerprint(), &job.prompt);
+    let mut cached = from_slot;
+    for (j, key) in keys.iter().enumerate().skip(from_slot / BLOCK) {
+        let end = (j + 1) * BLOCK;
+        if end > need {
+            break;
+        }
+        let Some(data) = sc.store.get(key, &job.prompt[j * BLOCK..end]) else {
+            break;
+        };
+        if b.kv_import(&mut slot.kv, j * BLOCK, &data).is_err() {
+            break;
+        }
+        cached = cached.max(end);
+    }
+    // The last prompt token is always fed again: its logits start the reply.
+    let cached = cached.min(job.prompt.len() - 1);
+    slot.tokens.clear();
+    slot.tokens.extend_from_slice(&job.prompt[..cached]);
     slot.active = Some(Active {
         job,
         decoding,
@@ -235,15 +410,19 @@ fn admit(slots: &mut [Slot], mut job: Job) {
         next: None,
         cached,
     });
+    // Blocks loaded from disk count against the budget too.
+    while sc.used(b) > sc.budget && sc.store.evict_one() {}
+    Admit::Started
 }
 
-/// One batched forward: a decode token for every generating slot, then prompt chunks.
+/// One batched forward: a decode token for every generating slot, then prompt chunks. Returns
+/// the slots whose request ended (their tokens are still cached).
 fn step(
     m: &LoadedModel<Cpu>,
     slots: &mut [Slot],
     scratch: &mut engine::model::llama::Scratch<Cpu>,
     prefill_chunk: usize,
-) {
+) -> Vec<usize> {
     // Plan what each slot feeds this step.
     let mut budget = prefill_chunk;
     let mut feeds: Vec<(usize, Vec<u32>, bool)> = Vec::new(); // (slot, tokens, wants logits)
@@ -263,7 +442,7 @@ fn step(
         }
     }
     if feeds.is_empty() {
-        return;
+        return Vec::new();
     }
     // Borrow each fed slot's cache once, in slot order.
     feeds.sort_by_key(|f| f.0);
@@ -296,9 +475,10 @@ fn step(
                 }
                 slots[*i].tokens.clear();
             }
-            return;
+            return Vec::new();
         }
     };
+    let mut finished = Vec::new();
     for (i, toks, wants) in feeds {
         let s = &mut slots[i];
         s.tokens.extend_from_slice(&toks);
@@ -329,6 +509,7 @@ fn step(
         match finish {
             None => a.next = st.token,
             Some(f) => {
+                finished.push(i);
                 let a = s.active.take().expect("active");
                 if f != Finish::Cancelled {
                     let _ = a.job.events.send(Event::Done {
@@ -341,4 +522,5 @@ fn step(
             }
         }
     }
+    finished
 }

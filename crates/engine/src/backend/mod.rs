@@ -93,7 +93,19 @@ pub trait Backend: Send + Sync + 'static {
     fn alloc(&self, rows: usize, cols: usize) -> Self::Buf;
     fn shape(&self, b: &Self::Buf) -> (usize, usize);
     fn alloc_kv(&self, n_layer: usize, n_ctx: usize, kv_dim: usize, ty: KvType) -> crate::Result<Self::Kv>;
+    /// Positions the cache can hold now (allocated); at most its `n_ctx`.
     fn kv_capacity(&self, kv: &Self::Kv) -> usize;
+    /// Grow the allocation to hold at least `positions` (up to `n_ctx`); existing rows are kept.
+    fn kv_reserve(&self, kv: &mut Self::Kv, positions: usize) -> crate::Result<()>;
+    /// Shrink the allocation to `positions` (rows past it are dropped), returning memory.
+    fn kv_release(&self, kv: &mut Self::Kv, positions: usize);
+    /// Bytes one position takes in the cache, all layers, K and V.
+    fn kv_position_bytes(&self, kv: &Self::Kv) -> usize;
+    /// The K and V rows of positions `range`, all layers, as bytes (for prefix caching).
+    fn kv_export(&self, kv: &Self::Kv, range: std::ops::Range<usize>) -> Vec<u8>;
+    /// Write rows exported by [`Backend::kv_export`] from a cache of the same model and type at
+    /// positions `pos0 ..`; the capacity must already hold them.
+    fn kv_import(&self, kv: &mut Self::Kv, pos0: usize, data: &[u8]) -> crate::Result<()>;
 
     /// Rows of an embedding table (any weight type), one per id.
     fn get_rows(&self, table: &Self::Weight, ids: &[u32], out: &mut Self::Buf) -> crate::Result<()>;

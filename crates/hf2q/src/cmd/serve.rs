@@ -35,6 +35,16 @@ pub struct ServeArgs {
     /// Allow browser requests from this origin (repeatable; `*` for any): CORS headers and preflight.
     #[arg(long = "cors-origin")]
     pub cors_origins: Vec<String>,
+    /// KV cache memory shared by a model's slots and its prefix cache: positions (`65536`) or
+    /// bytes (`2GiB`, `512MiB`). Default: --parallel × --ctx positions.
+    #[arg(long, value_parser = serve::KvBudget::parse)]
+    pub kv_budget: Option<serve::KvBudget>,
+    /// Keep prefix-cache blocks in this directory across restarts (checksummed, written atomically).
+    #[arg(long)]
+    pub kv_persist: Option<PathBuf>,
+    /// Most bytes of blocks kept under --kv-persist (least recently used ones are deleted).
+    #[arg(long, default_value = "4GiB", value_parser = serve::parse_bytes)]
+    pub kv_persist_max_bytes: u64,
     /// Largest accepted request body.
     #[arg(long, default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -61,6 +71,9 @@ pub fn run(args: ServeArgs) -> CliResult {
         parallel: args.parallel,
         prefill_chunk: args.prefill_chunk,
         cors_origins: args.cors_origins,
+        kv_budget: args.kv_budget,
+        kv_persist: args.kv_persist,
+        kv_persist_max_bytes: args.kv_persist_max_bytes,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -147,7 +147,9 @@ impl CpuBuf {
 
 pub struct CpuKv {
     ty: KvType,
+    /// Most positions; `cap` are allocated.
     n_ctx: usize,
+    cap: usize,
     kv_dim: usize,
     row_bytes: usize,
     k: Vec<Vec<u8>>,
@@ -279,6 +281,7 @@ impl Backend for Cpu {
         Ok(CpuKv {
             ty,
             n_ctx,
+            cap: n_ctx,
             kv_dim,
             row_bytes,
             k: (0..n_layer).map(|_| layer()).collect(),
@@ -287,7 +290,75 @@ impl Backend for Cpu {
     }
 
     fn kv_capacity(&self, kv: &CpuKv) -> usize {
-        kv.n_ctx
+        kv.cap
+    }
+
+    fn kv_reserve(&self, kv: &mut CpuKv, positions: usize) -> Result<()> {
+        if positions > kv.n_ctx {
+            return Err(EngineError::ContextFull {
+                need: positions,
+                n_ctx: kv.n_ctx,
+            });
+        }
+        if positions > kv.cap {
+            let bytes = positions * kv.row_bytes;
+            for l in kv.k.iter_mut().chain(kv.v.iter_mut()) {
+                l.try_reserve_exact(bytes - l.len())
+                    .map_err(|e| EngineError::Backend(format!("KV cache of {positions} positions: {e}")))?;
+                l.resize(bytes, 0);
+            }
+            kv.cap = positions;
+        }
+        Ok(())
+    }
+
+    fn kv_release(&self, kv: &mut CpuKv, positions: usize) {
+        let positions = positions.min(kv.cap);
+        let bytes = positions * kv.row_bytes;
+        for l in kv.k.iter_mut().chain(kv.v.iter_mut()) {
+            l.truncate(bytes);
+            l.shrink_to_fit();
+        }
+        kv.cap = positions;
+    }
+
+    fn kv_position_bytes(&self, kv: &CpuKv) -> usize {
+        2 * kv.k.len() * kv.row_bytes
+    }
+
+    fn kv_export(&self, kv: &CpuKv, range: Range<usize>) -> Vec<u8> {
+        assert!(range.end <= kv.cap, "KV export past the allocated positions");
+        let rb = kv.row_bytes;
+        let mut out = Vec::with_capacity(range.len() * self.kv_position_bytes(kv));
+        for (k, v) in kv.k.iter().zip(&kv.v) {
+            out.extend_from_slice(&k[range.start * rb..range.end * rb]);
+            out.extend_from_slice(&v[range.start * rb..range.end * rb]);
+        }
+        out
+    }
+
+    fn kv_import(&self, kv: &mut CpuKv, pos0: usize, data: &[u8]) -> Result<()> {
+        let per = self.kv_position_bytes(kv);
+        if per == 0 || !data.len().is_multiple_of(per) {
+            return Err(EngineError::Input(format!(
+                "KV rows of {} bytes do not fit positions of {per} bytes",
+                data.len()
+            )));
+        }
+        let n = data.len() / per;
+        if pos0 + n > kv.cap {
+            return Err(EngineError::ContextFull {
+                need: pos0 + n,
+                n_ctx: kv.cap,
+            });
+        }
+        let (rb, span) = (kv.row_bytes, n * kv.row_bytes);
+        for (l, (k, v)) in kv.k.iter_mut().zip(kv.v.iter_mut()).enumerate() {
+            let src = &data[2 * l * span..2 * (l + 1) * span];
+            k[pos0 * rb..pos0 * rb + span].copy_from_slice(&src[..span]);
+            v[pos0 * rb..pos0 * rb + span].copy_from_slice(&src[span..]);
+        }
+        Ok(())
     }
 
     fn get_rows(&self, table: &CpuWeight, ids: &[u32], out: &mut CpuBuf) -> Result<()> {
@@ -513,9 +584,9 @@ impl Backend for Cpu {
     fn store_kv(&self, kv: &mut CpuKv, layer: usize, pos0: usize, k: &CpuBuf, v: &CpuBuf, src_rows: Range<usize>) {
         let (row0, rows) = (src_rows.start, src_rows.len());
         assert!(
-            pos0 + rows <= kv.n_ctx,
+            pos0 + rows <= kv.cap,
             "KV cache of {} positions cannot hold {}",
-            kv.n_ctx,
+            kv.cap,
             pos0 + rows
         );
         let rb = kv.row_bytes;
