@@ -303,9 +303,11 @@ impl Backend for Cpu {
         if positions > kv.cap {
             let bytes = positions * kv.row_bytes;
             for l in kv.k.iter_mut().chain(kv.v.iter_mut()) {
-                l.try_reserve_exact(bytes - l.len())
-                    .map_err(|e| EngineError::Backend(format!("KV cache of {positions} positions: {e}")))?;
-                l.resize(bytes, 0);
+                // A fresh zeroed allocation (pages the OS maps lazily, not a memset of the whole
+                // context) with the kept rows copied over.
+                let mut grown = vec![0u8; bytes];
+                grown[..l.len()].copy_from_slice(l);
+                *l = grown;
             }
             kv.cap = positions;
         }
