@@ -107,6 +107,10 @@ check(set(obj) == {"name", "age"} and isinstance(obj["name"], str) and isinstanc
 # Completions
 r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
 check(r.object == "text_completion" and isinstance(r.choices[0].text, str), "completions")
+r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4, temperature=0, logprobs=2)
+lp = r.choices[0].logprobs
+check("".join(lp.tokens) == r.choices[0].text and len(lp.token_logprobs) == len(lp.tokens)
+      and all(len(t) == 2 for t in lp.top_logprobs), f"completions logprobs {lp}")
 
 # Errors map to the SDK's classes
 try:

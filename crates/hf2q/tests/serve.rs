@@ -908,3 +908,72 @@ fn kv_budget_is_shared_and_never_truncates() {
         "{m}"
     );
 }
+
+/// Legacy `/v1/completions` logprobs (`logprobs: k`): tokens that spell the text, their
+/// log-probabilities, `k` alternatives each (the sampled token first under greedy decoding) and
+/// character offsets; the stream carries the same values token by token.
+#[test]
+fn completions_logprobs() {
+    let s = Server::start(&[]);
+    let req = json!({"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0, "logprobs": 3});
+    let (st, r) = s.json("POST", "/v1/completions", req.clone(), None);
+    assert_eq!(st, 200, "{r}");
+    let c = &r["choices"][0];
+    let lp = &c["logprobs"];
+    let tokens: Vec<&str> = lp["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tokens.concat(), c["text"].as_str().unwrap());
+    let values: Vec<f64> = lp["token_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let offsets: Vec<u64> = lp["text_offset"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(values.len(), tokens.len());
+    let mut at = 0;
+    for (i, t) in tokens.iter().enumerate() {
+        assert_eq!(offsets[i], at);
+        at += t.chars().count() as u64;
+        assert!(values[i] <= 0.0);
+        let top = lp["top_logprobs"][i].as_object().unwrap();
+        assert_eq!(top.len(), 3, "{top:?}");
+        // Greedy: the chosen token is the most likely alternative.
+        let best = top.values().map(|v| v.as_f64().unwrap()).fold(f64::MIN, f64::max);
+        assert_eq!(top[*t].as_f64().unwrap(), values[i]);
+        assert_eq!(best, values[i]);
+    }
+    let mut sreq = req;
+    sreq["stream"] = json!(true);
+    let (st, _, body) = s.request("POST", "/v1/completions", Some(&sreq.to_string()), None);
+    assert_eq!(st, 200);
+    let streamed: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter(|c| !c["choices"][0]["logprobs"].is_null())
+        .collect();
+    let st_tokens: Vec<String> = streamed
+        .iter()
+        .map(|c| c["choices"][0]["logprobs"]["tokens"][0].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(st_tokens, tokens);
+    let st_offsets: Vec<u64> = streamed
+        .iter()
+        .map(|c| c["choices"][0]["logprobs"]["text_offset"][0].as_u64().unwrap())
+        .collect();
+    assert_eq!(st_offsets, offsets);
+    // Out of range is refused, naming the parameter.
+    let (st, r) = s.json("POST", "/v1/completions", json!({"prompt": "x", "logprobs": 21}), None);
+    assert_eq!((st, r["error"]["param"].as_str()), (400, Some("logprobs")), "{r}");
+}

@@ -110,13 +110,18 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
         }
         on.then(|| top.unwrap_or(0) as usize)
     } else {
-        if field(body, "logprobs").is_some() {
-            return Err(ApiError::invalid(
-                "logprobs",
-                "logprobs on /v1/completions are not supported yet (use /v1/chat/completions)",
-            ));
+        // Legacy completions: `logprobs` is the number of alternatives per token (0-20; OpenAI
+        // allows 5, vLLM 20).
+        match field(body, "logprobs") {
+            None | Some(Value::Null) => None,
+            Some(_) => {
+                let k = integer(body, "logprobs", 0)?.unwrap_or(0);
+                if k > 20 {
+                    return Err(ApiError::invalid("logprobs", "'logprobs' must be between 0 and 20"));
+                }
+                Some(k as usize)
+            }
         }
-        None
     };
     let format = match field(body, "response_format") {
         None => None,

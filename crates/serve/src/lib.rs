@@ -872,6 +872,31 @@ fn logprob_json(tok: &engine::tokenizer::Tokenizer, lp: &engine::generate::Token
     e
 }
 
+/// The legacy completions `logprobs` object of some tokens: their strings, log-probabilities,
+/// alternatives (string → log-probability) and character offsets in the completion text,
+/// counted from `offset` (the characters of text returned before them).
+fn completion_logprobs_json(
+    tok: &engine::tokenizer::Tokenizer,
+    lps: &[engine::generate::TokenLogprob],
+    mut offset: usize,
+) -> Value {
+    let text = |id: u32| String::from_utf8_lossy(&tok.token_bytes(id, true)).into_owned();
+    let (mut tokens, mut values, mut tops, mut offsets) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for lp in lps {
+        let s = text(lp.token);
+        offsets.push(offset);
+        offset += s.chars().count();
+        tokens.push(Value::String(s));
+        values.push(json!(lp.logprob));
+        let mut top = serde_json::Map::new();
+        for &(id, l) in &lp.top {
+            top.entry(text(id)).or_insert(json!(l));
+        }
+        tops.push(Value::Object(top));
+    }
+    json!({"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets})
+}
+
 /// OpenAI `tool_calls` entries (with `index` in stream deltas).
 fn tool_calls_json(calls: &[tools::Call], with_index: bool) -> Value {
     Value::Array(
@@ -986,6 +1011,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     if !p.stream {
         let mut texts = vec![String::new(); p.n];
         let mut lps: Vec<Vec<Value>> = vec![Vec::new(); p.n];
+        let mut raw_lps: Vec<Vec<engine::generate::TokenLogprob>> = vec![Vec::new(); p.n];
         let mut finishes: Vec<Option<Finish>> = vec![None; p.n];
         let (mut pt, mut ct, mut cached) = (0, 0, 0);
         while let Some((i, ev)) = rx.recv().await {
@@ -993,7 +1019,11 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                 Event::Token(t, lp) => {
                     texts[i].push_str(&t);
                     if let Some(lp) = lp {
-                        lps[i].push(logprob_json(&tokz.tokenizer, &lp));
+                        if chat {
+                            lps[i].push(logprob_json(&tokz.tokenizer, &lp));
+                        } else {
+                            raw_lps[i].push(lp);
+                        }
                     }
                 }
                 Event::Error(e) => return e.into_response(),
@@ -1030,7 +1060,12 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                 } else if chat {
                     json!({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": logprobs, "finish_reason": fin})
                 } else {
-                    json!({"index": i, "text": texts[i], "logprobs": null, "finish_reason": fin})
+                    let logprobs = if want_logprobs {
+                        completion_logprobs_json(&tokz.tokenizer, &raw_lps[i], 0)
+                    } else {
+                        Value::Null
+                    };
+                    json!({"index": i, "text": texts[i], "logprobs": logprobs, "finish_reason": fin})
                 };
                 if chat && !thought.is_empty() {
                     choice["message"]["reasoning_content"] = Value::String(thought);
@@ -1061,6 +1096,8 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     };
     let mut started = vec![false; n];
     let mut held = vec![String::new(); n];
+    // Characters of completion text streamed so far per choice (legacy logprobs' text_offset).
+    let mut streamed_chars = vec![0usize; n];
     let mut splitters: Vec<Option<reasoning::Splitter>> =
         (0..n).map(|_| reasoning_mode.map(reasoning::Splitter::new)).collect();
     let mut done = 0usize;
@@ -1097,14 +1134,19 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                 (out, false)
             }
             Event::Token(t, lp) => {
-                let logprobs = match lp {
-                    Some(lp) => json!({"content": [logprob_json(&tokz.tokenizer, &lp)]}),
-                    None => Value::Null,
-                };
                 let choice = if chat {
+                    let logprobs = match lp {
+                        Some(lp) => json!({"content": [logprob_json(&tokz.tokenizer, &lp)]}),
+                        None => Value::Null,
+                    };
                     json!({"index": i, "delta": {"content": t}, "logprobs": logprobs, "finish_reason": null})
                 } else {
-                    json!({"index": i, "text": t, "logprobs": null, "finish_reason": null})
+                    let logprobs = match lp {
+                        Some(lp) => completion_logprobs_json(&tokz.tokenizer, &[lp], streamed_chars[i]),
+                        None => Value::Null,
+                    };
+                    streamed_chars[i] += t.chars().count();
+                    json!({"index": i, "text": t, "logprobs": logprobs, "finish_reason": null})
                 };
                 out.push(chunk(choice, None));
                 (out, false)
