@@ -977,3 +977,84 @@ fn completions_logprobs() {
     let (st, r) = s.json("POST", "/v1/completions", json!({"prompt": "x", "logprobs": 21}), None);
     assert_eq!((st, r["error"]["param"].as_str()), (400, Some("logprobs")), "{r}");
 }
+
+/// Tool calls in the Llama 3.x JSON and both Mistral formats: SmolLM2 with small templates that
+/// render tools and calls the way those families' templates do (tests/data/tool_templates). A
+/// forced call (required, named; plain and streamed) comes back as OpenAI `tool_calls`, and the
+/// round trip with the tool's result renders through the template (arguments as objects).
+#[test]
+fn tool_call_formats_of_other_families() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["llama3", "mistral_list", "mistral_args"];
+    let mut models = Vec::new();
+    for name in names {
+        let out = dir.path().join(format!("{name}.gguf"));
+        let tpl = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/tool_templates/{name}.jinja"));
+        let st = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+            .arg("gguf-patch")
+            .arg(smollm2())
+            .arg("--chat-template")
+            .arg(&tpl)
+            .arg("-o")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        models.push(out);
+    }
+    let s = Server::start_with(&models, &["--parallel", "1"]);
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+        {"type": "function", "function": {"name": "get_time", "description": "Current time in a city",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    ]);
+    let ask = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    for name in names {
+        for choice in [
+            json!("required"),
+            json!({"type": "function", "function": {"name": "get_weather"}}),
+        ] {
+            let req = json!({"model": name, "messages": ask, "tools": tools, "tool_choice": choice,
+                             "temperature": 0, "max_tokens": 64});
+            let (st, r) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+            assert_eq!(st, 200, "{name}: {r}");
+            let c = &r["choices"][0];
+            assert_eq!(c["finish_reason"], "tool_calls", "{name} {choice}: {r}");
+            let call = &c["message"]["tool_calls"][0];
+            let fname = call["function"]["name"].as_str().unwrap();
+            assert!(
+                fname == "get_weather" || (choice == "required" && fname == "get_time"),
+                "{name}: {r}"
+            );
+            let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+            assert!(args["city"].is_string(), "{name}: {args}");
+
+            // Streamed: the same call as a tool_calls delta.
+            let mut sreq = req.clone();
+            sreq["stream"] = json!(true);
+            let (st, _, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), None);
+            assert_eq!(st, 200);
+            let delta = body
+                .split("\n\n")
+                .filter_map(|e| e.strip_prefix("data: "))
+                .filter(|e| *e != "[DONE]")
+                .map(|e| serde_json::from_str::<Value>(e).unwrap())
+                .find(|c| c["choices"][0]["delta"]["tool_calls"].is_array())
+                .unwrap_or_else(|| panic!("{name}: no tool_calls delta in {body}"));
+            assert_eq!(delta["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], fname);
+
+            // Round trip: the call and its result go back through the template.
+            let follow = json!({"model": name, "tools": tools, "temperature": 0, "max_tokens": 24, "messages": [
+                ask[0],
+                {"role": "assistant", "content": null, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call["id"], "content": "{\"temp_c\": 18}"}
+            ]});
+            let (st, r) = s.json("POST", "/v1/chat/completions", follow, None);
+            assert_eq!(st, 200, "{name}: {r}");
+            let m = &r["choices"][0]["message"];
+            assert!(m["content"].is_string() || m["tool_calls"].is_array(), "{name}: {r}");
+        }
+    }
+}

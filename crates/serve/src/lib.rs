@@ -699,6 +699,8 @@ struct Prepared {
     tools: bool,
     /// Return every parsed call (`parallel_tool_calls`), or only the first.
     tools_parallel: bool,
+    /// How the model writes tool calls (from its template).
+    tool_format: tools::ToolFormat,
     /// A Lark grammar every reply must follow (forced tool call).
     grammar: Option<String>,
     /// Thinking model: split `<think>` text into `reasoning_content` (`Some(starts inside)`).
@@ -755,6 +757,7 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         format: v.format,
         tools: false,
         tools_parallel: true,
+        tool_format: tools::ToolFormat::Hermes,
         grammar: None,
         reasoning: None,
     })
@@ -783,13 +786,18 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
             kwargs = k.clone();
         }
         let mut template_tools = None;
+        let tool_format = tools::ToolFormat::of_template(tpl.source());
         if let Some(t) = &tools {
-            if tools::template_knows_tools(tpl.source()) {
+            if tool_format.is_some() {
                 template_tools = Some(&t.tools);
             } else {
                 tools::inline_tools(&mut msgs, t);
             }
         }
+        if tool_format.is_some() {
+            tools::arguments_as_objects(&mut msgs);
+        }
+        let tool_format = tool_format.unwrap_or(tools::ToolFormat::Hermes);
         let text = tpl
             .render(&msgs, template_tools, true, &kwargs)
             .map_err(|e| ApiError::bad_request(format!("chat template: {e}")))?;
@@ -809,7 +817,8 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
         if let Some(t) = &tools {
             p.tools = true;
             p.tools_parallel = t.parallel;
-            p.grammar = tools::forced_grammar(t);
+            p.grammar = tools::forced_grammar(t, tool_format);
+            p.tool_format = tool_format;
         }
         Ok(p)
     })();
@@ -995,8 +1004,9 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     let object = if chat { "chat.completion" } else { "text_completion" };
     let want_logprobs = p.params.logprobs.is_some();
     let with_tools = p.tools;
+    let tool_format = p.tool_format;
     let parse_calls = move |text: &str| {
-        let (content, mut calls) = tools::parse_reply(text);
+        let (content, mut calls) = tools::parse_reply_as(text, tool_format);
         if !p.tools_parallel {
             calls.truncate(1);
         }

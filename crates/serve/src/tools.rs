@@ -1,9 +1,13 @@
 //! Tool calling. The request's `tools` go to the model's chat template; the reply is parsed back
-//! into OpenAI `tool_calls`. The wire format is the Hermes/Qwen one, `<tool_call>{"name": …,
-//! "arguments": {…}}</tool_call>`, which templates written for tools use; for a template that knows
-//! nothing of tools, the tool list and that format are described in a system message. With
-//! `tool_choice` `required` or a named function, decoding is constrained (llguidance) to one call
-//! whose arguments validate against the tool's JSON schema.
+//! into OpenAI `tool_calls` in the format of the model family, recognised from its template
+//! ([`ToolFormat`]): Hermes/Qwen `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, Llama 3.x
+//! JSON `{"name": …, "parameters": {…}}`, Mistral `[TOOL_CALLS][{"name": …, "arguments": {…}}]` and
+//! the newer Mistral `[TOOL_CALLS]name[ARGS]{…}`. Control tokens (`<|python_tag|>`,
+//! `[TOOL_CALLS]`, `[ARGS]`) are not part of the reply text, so the parsers accept the calls with
+//! or without them. For a template that knows nothing of tools, the tool list and the Hermes format
+//! are described in a system message. With `tool_choice` `required` or a named function, decoding
+//! is constrained (llguidance) to calls of that format whose arguments validate against the tool's
+//! JSON schema.
 
 use crate::error::ApiError;
 use engine::chat::ChatMessage;
@@ -112,9 +116,66 @@ pub fn parse(body: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiError>
     }))
 }
 
+/// How a model family writes tool calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// `<tool_call>{"name": …, "arguments": {…}}</tool_call>` (Hermes, Qwen 2.5/3, SmolLM3).
+    Hermes,
+    /// `<|python_tag|>{"name": …, "parameters": {…}}` (Llama 3.1-3.3; the tag is optional).
+    Llama3,
+    /// `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]` (Mistral v3 templates, e.g. Nemo).
+    MistralList,
+    /// `[TOOL_CALLS]name[ARGS]{…}` (Mistral templates from Small 3.2 / Devstral on).
+    MistralArgs,
+}
+
+impl ToolFormat {
+    /// The format a chat template renders tool calls in; `None` when it does not handle tools
+    /// (the tools then go into a system message in the Hermes format).
+    pub fn of_template(source: &str) -> Option<ToolFormat> {
+        if !source.contains("tools") {
+            return None;
+        }
+        if source.contains("[TOOL_CALLS]") {
+            Some(if source.contains("[ARGS]") {
+                ToolFormat::MistralArgs
+            } else {
+                ToolFormat::MistralList
+            })
+        } else if source.contains(OPEN) {
+            Some(ToolFormat::Hermes)
+        } else if source.contains("<|python_tag|>") || source.contains("ipython") {
+            Some(ToolFormat::Llama3)
+        } else {
+            None
+        }
+    }
+}
+
 /// Whether the template renders `tools` itself.
 pub fn template_knows_tools(source: &str) -> bool {
-    source.contains("tools") && source.contains(OPEN)
+    ToolFormat::of_template(source).is_some()
+}
+
+/// Assistant `tool_calls` whose `arguments` are JSON text get them as objects, which templates
+/// written for tools expect (they serialise them with `tojson`).
+pub fn arguments_as_objects(messages: &mut [ChatMessage]) {
+    for m in messages.iter_mut().filter(|m| m.role == "assistant") {
+        let Some(Value::Array(calls)) = m.extra.get_mut("tool_calls") else {
+            continue;
+        };
+        for c in calls.iter_mut() {
+            let Some(f) = c.get_mut("function") else { continue };
+            let parsed = f
+                .get("arguments")
+                .and_then(Value::as_str)
+                .and_then(|a| serde_json::from_str::<Value>(a).ok())
+                .filter(Value::is_object);
+            if let Some(obj) = parsed {
+                f["arguments"] = obj;
+            }
+        }
+    }
 }
 
 /// For templates without tool support: describe the tools in a system message, and turn earlier
@@ -155,26 +216,48 @@ pub fn inline_tools(messages: &mut Vec<ChatMessage>, req: &ToolRequest) {
     }
 }
 
-/// The Lark grammar of one forced call.
-pub fn forced_grammar(req: &ToolRequest) -> Option<String> {
+/// The Lark grammar of one forced call in `format`.
+pub fn forced_grammar(req: &ToolRequest, format: ToolFormat) -> Option<String> {
     let forced = req.forced.as_ref()?;
-    let alternatives: Vec<Value> = req
+    let chosen: Vec<&(String, Value)> = req
         .schemas
         .iter()
         .filter(|(n, _)| forced.as_ref().is_none_or(|f| f == n))
-        .map(|(n, p)| {
-            json!({"type": "object", "properties": {"name": {"const": n}, "arguments": p},
-                   "required": ["name", "arguments"], "additionalProperties": false})
-        })
         .collect();
-    let schema = if alternatives.len() == 1 {
-        alternatives[0].clone()
-    } else {
-        json!({"anyOf": alternatives})
+    let one_of = |args_key: &str| {
+        let alternatives: Vec<Value> = chosen
+            .iter()
+            .map(|(n, p)| {
+                json!({"type": "object", "properties": {"name": {"const": n}, args_key: p},
+                       "required": ["name", args_key], "additionalProperties": false})
+            })
+            .collect();
+        if alternatives.len() == 1 {
+            alternatives[0].clone()
+        } else {
+            json!({"anyOf": alternatives})
+        }
     };
-    Some(format!(
-        "start: \"{OPEN}\\n\" call \"\\n{CLOSE}\"\ncall: %json {schema}\n"
-    ))
+    Some(match format {
+        ToolFormat::Hermes => format!(
+            "start: \"{OPEN}\\n\" call \"\\n{CLOSE}\"\ncall: %json {}\n",
+            one_of("arguments")
+        ),
+        ToolFormat::Llama3 => format!("start: call\ncall: %json {}\n", one_of("parameters")),
+        ToolFormat::MistralList => format!("start: \"[\" call \"]\"\ncall: %json {}\n", one_of("arguments")),
+        ToolFormat::MistralArgs => {
+            let alts: Vec<String> = chosen
+                .iter()
+                .enumerate()
+                .map(|(i, (n, _))| format!("{} args{i}", serde_json::to_string(n).unwrap_or_default()))
+                .collect();
+            let mut g = format!("start: {}\n", alts.join(" | "));
+            for (i, (_, p)) in chosen.iter().enumerate() {
+                g.push_str(&format!("args{i}: %json {p}\n"));
+            }
+            g
+        }
+    })
 }
 
 /// One parsed call.
@@ -183,7 +266,109 @@ pub struct Call {
     pub arguments: String,
 }
 
-/// Split a reply into text content and tool calls (calls whose JSON does not parse stay text).
+/// A call from a JSON object with a string `name` and object `arguments` / `parameters`.
+fn call_of(v: &Value) -> Option<Call> {
+    let name = v.get("name")?.as_str()?.to_string();
+    let args = v
+        .get("arguments")
+        .or_else(|| v.get("parameters"))
+        .cloned()
+        .unwrap_or(json!({}));
+    // Some models send the arguments as JSON text.
+    let args = match args {
+        Value::String(s) => serde_json::from_str::<Value>(&s).ok().filter(Value::is_object)?,
+        Value::Object(_) => args,
+        _ => return None,
+    };
+    Some(Call {
+        name,
+        arguments: args.to_string(),
+    })
+}
+
+/// Split a reply into text content and tool calls in `format` (a reply that does not hold
+/// well-formed calls stays text).
+pub fn parse_reply_as(text: &str, format: ToolFormat) -> (String, Vec<Call>) {
+    let t = text.trim();
+    let whole_text = || (t.to_string(), Vec::new());
+    match format {
+        ToolFormat::Hermes => parse_reply(text),
+        ToolFormat::Llama3 => {
+            // One or more objects, separated by whitespace or `;`.
+            let body = t.strip_prefix("<|python_tag|>").unwrap_or(t);
+            if !body.starts_with('{') {
+                return whole_text();
+            }
+            let mut calls = Vec::new();
+            let mut rest = body;
+            while !rest.is_empty() {
+                let mut it = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+                let Some(Ok(v)) = it.next() else { return whole_text() };
+                let Some(c) = call_of(&v) else { return whole_text() };
+                calls.push(c);
+                rest = rest[it.byte_offset()..].trim_start_matches(|c: char| c.is_whitespace() || c == ';');
+            }
+            (String::new(), calls)
+        }
+        ToolFormat::MistralList => {
+            let (content, body) = match t.find("[TOOL_CALLS]") {
+                Some(i) => (t[..i].trim(), t[i + "[TOOL_CALLS]".len()..].trim()),
+                None if t.starts_with("[{") => ("", t),
+                None => return whole_text(),
+            };
+            match serde_json::from_str::<Value>(body) {
+                Ok(Value::Array(items)) if !items.is_empty() => {
+                    let calls: Option<Vec<Call>> = items.iter().map(call_of).collect();
+                    match calls {
+                        Some(calls) => (content.to_string(), calls),
+                        None => whole_text(),
+                    }
+                }
+                _ => whole_text(),
+            }
+        }
+        ToolFormat::MistralArgs => {
+            // `name{…}` (with `[TOOL_CALLS]` / `[ARGS]` when rendered), possibly several.
+            let (content, mut rest) = match t.find("[TOOL_CALLS]") {
+                Some(i) => (t[..i].trim(), &t[i..]),
+                None => ("", t),
+            };
+            let mut calls = Vec::new();
+            loop {
+                rest = rest.trim_start();
+                rest = rest.strip_prefix("[TOOL_CALLS]").unwrap_or(rest);
+                if rest.is_empty() {
+                    break;
+                }
+                let name_len = rest
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.'))
+                    .unwrap_or(rest.len());
+                if name_len == 0 {
+                    return whole_text();
+                }
+                let name = &rest[..name_len];
+                let after = rest[name_len..].trim_start();
+                let after = after.strip_prefix("[ARGS]").unwrap_or(after);
+                let mut it = serde_json::Deserializer::from_str(after).into_iter::<Value>();
+                let Some(Ok(args @ Value::Object(_))) = it.next() else {
+                    return whole_text();
+                };
+                calls.push(Call {
+                    name: name.to_string(),
+                    arguments: args.to_string(),
+                });
+                rest = &after[it.byte_offset()..];
+            }
+            if calls.is_empty() {
+                return whole_text();
+            }
+            (content.to_string(), calls)
+        }
+    }
+}
+
+/// Split a Hermes-format reply into text content and tool calls (calls whose JSON does not parse
+/// stay text).
 pub fn parse_reply(text: &str) -> (String, Vec<Call>) {
     let mut content = String::new();
     let mut calls = Vec::new();
@@ -192,20 +377,12 @@ pub fn parse_reply(text: &str) -> (String, Vec<Call>) {
         let after = &rest[start + OPEN.len()..];
         let Some(end) = after.find(CLOSE) else { break };
         let body = after[..end].trim();
-        match serde_json::from_str::<Value>(body) {
-            Ok(v) if v.get("name").and_then(Value::as_str).is_some() => {
+        match serde_json::from_str::<Value>(body).ok().as_ref().and_then(call_of) {
+            Some(c) => {
                 content.push_str(&rest[..start]);
-                let args = v
-                    .get("arguments")
-                    .or_else(|| v.get("parameters"))
-                    .cloned()
-                    .unwrap_or(json!({}));
-                calls.push(Call {
-                    name: v["name"].as_str().unwrap_or_default().to_string(),
-                    arguments: args.to_string(),
-                });
+                calls.push(c);
             }
-            _ => content.push_str(&rest[..start + OPEN.len() + end + CLOSE.len()]),
+            None => content.push_str(&rest[..start + OPEN.len() + end + CLOSE.len()]),
         }
         rest = &after[end + CLOSE.len()..];
     }
@@ -229,5 +406,91 @@ mod tests {
         let (c, calls) = parse_reply("<tool_call>not json</tool_call> plain");
         assert!(calls.is_empty());
         assert_eq!(c, "<tool_call>not json</tool_call> plain");
+    }
+
+    fn names_args(calls: &[Call]) -> Vec<(&str, &str)> {
+        calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str())).collect()
+    }
+
+    #[test]
+    fn llama3_json_calls() {
+        use ToolFormat::Llama3;
+        let (c, calls) = parse_reply_as(r#"{"name": "get_weather", "parameters": {"city": "Paris"}}"#, Llama3);
+        assert_eq!(
+            (c.as_str(), names_args(&calls)),
+            ("", vec![("get_weather", r#"{"city":"Paris"}"#)])
+        );
+        let (_, calls) = parse_reply_as(
+            r#"<|python_tag|>{"name": "a", "parameters": {}}; {"name": "b", "arguments": "{\"x\": 1}"}"#,
+            Llama3,
+        );
+        assert_eq!(names_args(&calls), vec![("a", "{}"), ("b", r#"{"x":1}"#)]);
+        for text in [
+            "The weather is fine.",
+            r#"{"city": "Paris"}"#,
+            r#"{"name": "a", "parameters": {}} trailing"#,
+        ] {
+            let (c, calls) = parse_reply_as(text, Llama3);
+            assert!(calls.is_empty() && c == text, "{text}");
+        }
+    }
+
+    #[test]
+    fn mistral_calls() {
+        use ToolFormat::{MistralArgs, MistralList};
+        let (c, calls) = parse_reply_as(
+            r#"[{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abc123def"}]"#,
+            MistralList,
+        );
+        assert_eq!(
+            (c.as_str(), names_args(&calls)),
+            ("", vec![("get_weather", r#"{"city":"Paris"}"#)])
+        );
+        let (c, calls) = parse_reply_as(r#"Sure. [TOOL_CALLS][{"name": "f", "arguments": {}}]"#, MistralList);
+        assert_eq!((c.as_str(), names_args(&calls)), ("Sure.", vec![("f", "{}")]));
+        let (c, calls) = parse_reply_as("[1, 2]", MistralList);
+        assert!(calls.is_empty() && c == "[1, 2]");
+
+        let (c, calls) = parse_reply_as(r#"get_weather{"city": "Paris"}"#, MistralArgs);
+        assert_eq!(
+            (c.as_str(), names_args(&calls)),
+            ("", vec![("get_weather", r#"{"city":"Paris"}"#)])
+        );
+        let (_, calls) = parse_reply_as(r#"[TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[ARGS]{}"#, MistralArgs);
+        assert_eq!(names_args(&calls), vec![("a", r#"{"x":1}"#), ("b", "{}")]);
+        let (c, calls) = parse_reply_as("Hello there.", MistralArgs);
+        assert!(calls.is_empty() && c == "Hello there.");
+    }
+
+    #[test]
+    fn call_arguments_become_objects_for_templates() {
+        let mut m = ChatMessage::new("assistant", "");
+        m.extra.insert(
+            "tool_calls".into(),
+            json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}},
+                   {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "not json"}}]),
+        );
+        let mut msgs = vec![m];
+        arguments_as_objects(&mut msgs);
+        let calls = &msgs[0].extra["tool_calls"];
+        assert_eq!(calls[0]["function"]["arguments"], json!({"x": 1}));
+        assert_eq!(calls[1]["function"]["arguments"], "not json");
+    }
+
+    #[test]
+    fn formats_are_recognised_from_templates() {
+        use ToolFormat::*;
+        let f = ToolFormat::of_template;
+        assert_eq!(f("{% for tool in tools %}<tool_call>{% endfor %}"), Some(Hermes));
+        assert_eq!(f("{% if tools %}<|python_tag|>{% endif %}"), Some(Llama3));
+        assert_eq!(
+            f("{% if tools %}[AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]"),
+            Some(MistralList)
+        );
+        assert_eq!(
+            f("{% if tools %}{% endif %}[TOOL_CALLS]{{ name }}[ARGS]"),
+            Some(MistralArgs)
+        );
+        assert_eq!(f("{{ messages }}"), None);
     }
 }
