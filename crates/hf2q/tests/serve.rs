@@ -108,14 +108,24 @@ fn dechunk(mut s: &str) -> String {
     }
 }
 
-fn golden_q4_1() -> (String, String) {
+/// llama.cpp's greedy chat replies for the Q4_1 model: (prompt, reply) pairs.
+fn q4_1_goldens() -> Vec<(String, String)> {
     let g: Value = serde_json::from_str(include_str!("data/goldens/smollm2_chat_goldens.json")).unwrap();
-    let first = &g.as_array().unwrap()[0];
-    assert_eq!(first["quant"], "Q4_1");
-    (
-        first["prompt"].as_str().unwrap().to_string(),
-        first["text"].as_str().unwrap().to_string(),
-    )
+    g.as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["quant"] == "Q4_1")
+        .map(|x| {
+            (
+                x["prompt"].as_str().unwrap().to_string(),
+                x["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn golden_q4_1() -> (String, String) {
+    q4_1_goldens().swap_remove(0)
 }
 
 #[test]
@@ -302,19 +312,7 @@ fn sigterm_shuts_down_cleanly() {
 #[test]
 fn concurrent_requests_get_the_same_replies() {
     let s = std::sync::Arc::new(Server::start(&["--parallel", "2"]));
-    let g: Value = serde_json::from_str(include_str!("data/goldens/smollm2_chat_goldens.json")).unwrap();
-    let cases: Vec<(String, String)> = g
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|x| x["quant"] == "Q4_1")
-        .map(|x| {
-            (
-                x["prompt"].as_str().unwrap().to_string(),
-                x["text"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let cases = q4_1_goldens();
     let mut handles = Vec::new();
     for k in 0..4 {
         let (prompt, want) = cases[k % cases.len()].clone();
@@ -675,6 +673,20 @@ fn reply(r: &Value) -> (String, u64, u64) {
     )
 }
 
+/// Server flags for the --kv-persist tests: 64-token prefill chunks (one cache block each).
+fn persist_args<'a>(parallel: &'a str, dir: &'a str) -> [&'a str; 8] {
+    [
+        "--parallel",
+        parallel,
+        "--prefill-chunk",
+        "64",
+        "--ctx",
+        "1024",
+        "--kv-persist",
+        dir,
+    ]
+}
+
 /// The prefix cache across slots and across restarts. With `--prefill-chunk 64` every block of
 /// the prompt is computed exactly as a cached block is later imported, so a reply that uses cached
 /// blocks must equal the first, uncached reply bit for bit.
@@ -682,16 +694,7 @@ fn reply(r: &Value) -> (String, u64, u64) {
 fn prefix_cache_is_shared_across_slots_and_persists() {
     let dir = tempfile::tempdir().unwrap();
     let persist = dir.path().to_str().unwrap().to_string();
-    let args = [
-        "--parallel",
-        "2",
-        "--prefill-chunk",
-        "64",
-        "--ctx",
-        "1024",
-        "--kv-persist",
-        &persist,
-    ];
+    let args = persist_args("2", &persist);
     let req = long_chat("lighthouses", 24);
     let (first, n_prompt, cached_first) = {
         let s = std::sync::Arc::new(Server::start(&args));
@@ -779,16 +782,7 @@ fn prefix_cache_is_shared_across_slots_and_persists() {
 fn kv_persist_survives_kill_9_during_writes() {
     let dir = tempfile::tempdir().unwrap();
     let persist = dir.path().to_str().unwrap().to_string();
-    let args = [
-        "--parallel",
-        "4",
-        "--prefill-chunk",
-        "64",
-        "--ctx",
-        "1024",
-        "--kv-persist",
-        &persist,
-    ];
+    let args = persist_args("4", &persist);
     let topics = ["rivers", "glaciers", "deserts", "forests", "islands", "canyons"];
     let mut want = Vec::new();
     {
@@ -1056,5 +1050,195 @@ fn tool_call_formats_of_other_families() {
             let m = &r["choices"][0]["message"];
             assert!(m["content"].is_string() || m["tool_calls"].is_array(), "{name}: {r}");
         }
+    }
+}
+
+/// Text of a streamed chat reply (content deltas joined) and its finish reason.
+fn streamed_text(body: &str) -> (String, String) {
+    let chunks: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let text = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    let fin = chunks
+        .iter()
+        .find_map(|c| c["choices"][0]["finish_reason"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    (text, fin)
+}
+
+/// The same seed and prompt give the same sampled text, alone and while other requests run; a
+/// `stop` string ends the reply before it (plain and streamed).
+#[test]
+fn seeds_reproduce_and_stop_strings_stop() {
+    let s = std::sync::Arc::new(Server::start(&["--parallel", "4"]));
+    let (prompt, golden) = golden_q4_1();
+    let sampled = json!({"temperature": 1.0, "top_p": 0.95, "seed": 42, "max_tokens": 40,
+                         "messages": [{"role": "user", "content": prompt}]});
+    let (st, r) = s.json("POST", "/v1/chat/completions", sampled.clone(), None);
+    assert_eq!(st, 200, "{r}");
+    let a = reply(&r).0;
+    let (_, r) = s.json("POST", "/v1/chat/completions", sampled.clone(), None);
+    assert_eq!(reply(&r).0, a, "same seed, same text");
+    let mut other = sampled.clone();
+    other["seed"] = json!(43);
+    let hs: Vec<_> = (0..4)
+        .map(|k| {
+            let s = s.clone();
+            let req = if k % 2 == 0 { sampled.clone() } else { other.clone() };
+            std::thread::spawn(move || reply(&s.json("POST", "/v1/chat/completions", req, None).1).0)
+        })
+        .collect();
+    let got: Vec<String> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(got[0], a, "same seed while other requests run");
+    assert_eq!(got[2], a);
+    assert_eq!(got[1], got[3], "seed 43 is reproducible too");
+    assert_ne!(got[1], a, "another seed samples another text");
+
+    // Stop strings: the greedy golden reply cut before the stop string's first occurrence.
+    let words: Vec<&str> = golden.split_whitespace().collect();
+    let stop = format!(" {}", words[words.len() / 2]);
+    let cut = &golden[..golden.find(&stop).unwrap()];
+    let req = json!({"temperature": 0, "max_tokens": 64, "stop": [stop, "never-appears"],
+                     "messages": [{"role": "user", "content": prompt}]});
+    let (st, r) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["choices"][0]["message"]["content"], cut);
+    assert_eq!(r["choices"][0]["finish_reason"], "stop");
+    let mut sreq = req;
+    sreq["stream"] = json!(true);
+    let (_, _, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), None);
+    assert_eq!(streamed_text(&body), (cut.to_string(), "stop".to_string()));
+}
+
+/// Sixteen streaming clients at once over the default four slots: every stream completes with
+/// exactly the reply the model gives alone.
+#[test]
+fn sixteen_concurrent_streaming_clients() {
+    let s = std::sync::Arc::new(Server::start(&[]));
+    let cases = q4_1_goldens();
+    let hs: Vec<_> = (0..16)
+        .map(|k| {
+            let (prompt, want) = cases[k % cases.len()].clone();
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let req = json!({"temperature": 0, "max_tokens": 64, "stream": true,
+                                 "stream_options": {"include_usage": true},
+                                 "messages": [{"role": "user", "content": prompt}]});
+                let (st, _, body) = s.request("POST", "/v1/chat/completions", Some(&req.to_string()), None);
+                assert_eq!(st, 200, "{body}");
+                assert!(body.trim_end().ends_with("data: [DONE]"), "client {k}");
+                let (text, fin) = streamed_text(&body);
+                assert_eq!(text, want, "client {k}");
+                assert!(fin == "length" || fin == "stop", "client {k}: {fin}");
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+}
+
+/// A client that goes away mid-stream frees its slot: the only slot serves the next request
+/// long before the abandoned reply (up to 6000 tokens) could have finished.
+#[test]
+fn a_dropped_stream_frees_its_slot() {
+    let s = Server::start(&["--parallel", "1", "--ctx", "8192"]);
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    // End-of-turn tokens are banned, so only max_tokens (or the disconnect) can end the reply.
+    let body =
+        json!({"stream": true, "temperature": 0, "max_tokens": 6000, "logit_bias": {"0": -100, "1": -100, "2": -100},
+                      "messages": [{"role": "user", "content": "Count from one to a thousand."}]})
+        .to_string();
+    write!(
+        c,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // Read until a few tokens have arrived: the request is decoding in the only slot.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 512];
+    while String::from_utf8_lossy(&got).matches("data: ").count() < 4 {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "stream ended early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"));
+    let active = || -> usize {
+        let m = s.request("GET", "/metrics", None, None).2;
+        m.lines()
+            .find(|l| l.starts_with("hf2q_active_slots{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(active(), 1);
+    drop(c);
+    // The slot is free again within a few steps.
+    let t = Instant::now();
+    while active() != 0 {
+        // Generous for a loaded machine, yet far less than the 6000 tokens of the reply take.
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the dropped stream still holds its slot"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("slot freed {:?} after the client left", t.elapsed());
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"temperature": 0, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}),
+        None,
+    );
+    assert_eq!(st, 200, "{r}");
+}
+
+/// 413 for a body over --max-body-bytes and 429 with Retry-After for a full queue, both with an
+/// OpenAI error body.
+#[test]
+fn body_limit_and_full_queue() {
+    let s = std::sync::Arc::new(Server::start(&[
+        "--max-body-bytes",
+        "2000",
+        "--parallel",
+        "1",
+        "--queue-capacity",
+        "1",
+    ]));
+    let big = json!({"messages": [{"role": "user", "content": "x".repeat(3000)}]}).to_string();
+    let (st, _, b) = s.request("POST", "/v1/chat/completions", Some(&big), None);
+    assert_eq!(st, 413, "{b}");
+    let e: Value = serde_json::from_str(&b).unwrap();
+    assert!(e["error"]["message"].is_string(), "{b}");
+    // One request decoding, one queued: further ones are turned away.
+    let long =
+        json!({"temperature": 0, "max_tokens": 300, "messages": [{"role": "user", "content": "Tell a long story."}]});
+    let hs: Vec<_> = (0..6)
+        .map(|_| {
+            let (s, req) = (s.clone(), long.to_string());
+            std::thread::spawn(move || s.request("POST", "/v1/chat/completions", Some(&req), None))
+        })
+        .collect();
+    let results: Vec<(u16, String, String)> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    let busy: Vec<&(u16, String, String)> = results.iter().filter(|r| r.0 == 429).collect();
+    assert!(
+        !busy.is_empty(),
+        "{:?}",
+        results.iter().map(|r| r.0).collect::<Vec<_>>()
+    );
+    assert!(results.iter().all(|r| r.0 == 200 || r.0 == 429));
+    for (_, head, body) in busy {
+        assert!(head.to_ascii_lowercase().contains("retry-after:"), "{head}");
+        let e: Value = serde_json::from_str(body).unwrap();
+        assert!(e["error"]["message"].is_string(), "{body}");
     }
 }

@@ -316,6 +316,10 @@ fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, rx: Receiver<Job>, gauges: &Gau
         for i in finished {
             sc.retire(&b, i);
         }
+        gauges.active.store(
+            sc.slots.iter().filter(|s| s.active.is_some()).count(),
+            Ordering::Relaxed,
+        );
         gauges.kv_used.store(sc.used(&b), Ordering::Relaxed);
         gauges.prefix_blocks.store(sc.store.len(), Ordering::Relaxed);
     }

@@ -168,6 +168,50 @@ pub(crate) unsafe fn make_qx_quants_rmse1(nmax: i32, x: &[f32], levels: &mut [i8
     scale
 }
 
+/// A candidate's level of each lane's `v = iscale * (x - min)`: `clamp(nearest_int(v), 0, nmax)`,
+/// or with `GUARD` (make_qkx3_quants) `v > 0 ? nearest_int(MIN(v, nmax)) : 0` (minps returns its
+/// second operand unless the first is smaller, as C's MIN does, inf and NaN included).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn candidate_level<const GUARD: bool>(v: __m256, nmaxv: __m256, hi: __m256i) -> __m256i {
+    if GUARD {
+        let l = nearest_int_v(_mm256_min_ps(v, nmaxv));
+        _mm256_and_si256(
+            l,
+            _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(v, _mm256_setzero_ps())),
+        )
+    } else {
+        clamp_v(nearest_int_v(v), _mm256_setzero_si256(), hi)
+    }
+}
+
+/// The weighted least-squares fit of make_qkx2/3_quants for candidate levels with sums
+/// `sum_l`, `sum_l2`, `sum_xl`: `(det, this_scale, this_min)`, a positive min replaced by 0 and
+/// the scale refitted (`sum_xl / sum_l2`), in the C code's operation order.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn fit_scale_min(
+    sum_w: __m256,
+    sum_x: __m256,
+    sum_l: __m256,
+    sum_l2: __m256,
+    sum_xl: __m256,
+) -> (__m256, __m256, __m256) {
+    let det = _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_l2), _mm256_mul_ps(sum_l, sum_l));
+    let ts = _mm256_div_ps(
+        _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_xl), _mm256_mul_ps(sum_x, sum_l)),
+        det,
+    );
+    let tm = _mm256_div_ps(
+        _mm256_sub_ps(_mm256_mul_ps(sum_l2, sum_x), _mm256_mul_ps(sum_l, sum_xl)),
+        det,
+    );
+    let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(tm, _mm256_setzero_ps());
+    let tm = _mm256_andnot_ps(pos, tm);
+    let ts = _mm256_blendv_ps(ts, _mm256_div_ps(sum_xl, sum_l2), pos);
+    (det, ts, tm)
+}
+
 /// `make_qkx2_quants` (`GUARD == false`) or `make_qkx3_quants` (`GUARD == true`, with weights
 /// already materialised) for `x.len() <= 32`; `MAD` selects the absolute error.
 ///
@@ -229,7 +273,6 @@ pub(crate) unsafe fn make_qkx_quants<const GUARD: bool, const MAD: bool>(
     }
 
     let zero = _mm256_setzero_ps();
-    let lo = _mm256_setzero_si256();
     let hi = _mm256_set1_epi32(nmax);
     let nmaxv = _mm256_set1_ps(nmaxf);
     let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
@@ -253,14 +296,7 @@ pub(crate) unsafe fn make_qkx_quants<const GUARD: bool, const MAD: bool>(
         let mut sum_xl = zero;
         for i in 0..n {
             let v = _mm256_mul_ps(isv, _mm256_set1_ps(xm[i]));
-            let l = if GUARD {
-                // v > 0 ? nearest_int(MIN(v, nmax)) : 0; minps returns its second operand
-                // unless the first is smaller, as C's MIN does (inf and NaN included).
-                let l = nearest_int_v(_mm256_min_ps(v, nmaxv));
-                _mm256_and_si256(l, _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(v, zero)))
-            } else {
-                clamp_v(nearest_int_v(v), lo, hi)
-            };
+            let l = candidate_level::<GUARD>(v, nmaxv, hi);
             _mm256_storeu_si256(laux[i].as_mut_ptr() as *mut __m256i, l);
             let f = _mm256_cvtepi32_ps(l);
             lf[i] = f;
@@ -269,18 +305,7 @@ pub(crate) unsafe fn make_qkx_quants<const GUARD: bool, const MAD: bool>(
             sum_l2 = _mm256_add_ps(sum_l2, _mm256_mul_ps(wl, f));
             sum_xl = _mm256_add_ps(sum_xl, _mm256_mul_ps(wl, _mm256_set1_ps(x[i])));
         }
-        let det = _mm256_sub_ps(_mm256_mul_ps(sum_wv, sum_l2), _mm256_mul_ps(sum_l, sum_l));
-        let ts = _mm256_div_ps(
-            _mm256_sub_ps(_mm256_mul_ps(sum_wv, sum_xl), _mm256_mul_ps(sum_xv, sum_l)),
-            det,
-        );
-        let tm = _mm256_div_ps(
-            _mm256_sub_ps(_mm256_mul_ps(sum_l2, sum_xv), _mm256_mul_ps(sum_l, sum_xl)),
-            det,
-        );
-        let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(tm, zero);
-        let tm = _mm256_andnot_ps(pos, tm);
-        let ts = _mm256_blendv_ps(ts, _mm256_div_ps(sum_xl, sum_l2), pos);
+        let (det, ts, tm) = fit_scale_min(sum_wv, sum_xv, sum_l, sum_l2, sum_xl);
         let mut cur = zero;
         for i in 0..n {
             let d = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(ts, lf[i]), tm), _mm256_set1_ps(x[i]));
@@ -429,12 +454,7 @@ pub(crate) unsafe fn make_qkx_quants_x8<const GUARD: bool, const MAD: bool>(
             let mut sum_xl = zero;
             for i in 0..n {
                 let v = _mm256_mul_ps(iscale, _mm256_sub_ps(xt[i], min));
-                let l = if GUARD {
-                    let l = nearest_int_v(_mm256_min_ps(v, nmaxv));
-                    _mm256_and_si256(l, _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(v, zero)))
-                } else {
-                    clamp_v(nearest_int_v(v), lo, hi)
-                };
+                let l = candidate_level::<GUARD>(v, nmaxv, hi);
                 cand[i] = l;
                 let f = _mm256_cvtepi32_ps(l);
                 lf[i] = f;
@@ -443,18 +463,7 @@ pub(crate) unsafe fn make_qkx_quants_x8<const GUARD: bool, const MAD: bool>(
                 sum_l2 = _mm256_add_ps(sum_l2, _mm256_mul_ps(wl, f));
                 sum_xl = _mm256_add_ps(sum_xl, _mm256_mul_ps(wl, xt[i]));
             }
-            let det = _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_l2), _mm256_mul_ps(sum_l, sum_l));
-            let ts = _mm256_div_ps(
-                _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_xl), _mm256_mul_ps(sum_x, sum_l)),
-                det,
-            );
-            let tm = _mm256_div_ps(
-                _mm256_sub_ps(_mm256_mul_ps(sum_l2, sum_x), _mm256_mul_ps(sum_l, sum_xl)),
-                det,
-            );
-            let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(tm, zero);
-            let tm = _mm256_andnot_ps(pos, tm);
-            let ts = _mm256_blendv_ps(ts, _mm256_div_ps(sum_xl, sum_l2), pos);
+            let (det, ts, tm) = fit_scale_min(sum_w, sum_x, sum_l, sum_l2, sum_xl);
             let mut cur = zero;
             for i in 0..n {
                 let d = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(ts, lf[i]), tm), xt[i]);
