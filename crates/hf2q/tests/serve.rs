@@ -1242,3 +1242,34 @@ fn body_limit_and_full_queue() {
         assert!(e["error"]["message"].is_string(), "{body}");
     }
 }
+
+/// With tools offered but a text answer, the streamed reply still arrives token by token (not held
+/// to the end) and equals the unary reply's content.
+#[test]
+fn text_replies_stream_while_tools_are_offered() {
+    let s = Server::start(&[]);
+    let req = json!({"temperature": 0, "max_tokens": 30,
+        "tools": [{"type": "function", "function": {"name": "get_weather",
+                   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+        "messages": [{"role": "user", "content": "Write one sentence about the sea."}]});
+    let (st, r) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+    assert_eq!(st, 200, "{r}");
+    assert!(r["choices"][0]["message"]["tool_calls"].is_null(), "{r}");
+    let content = r["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let mut sreq = req;
+    sreq["stream"] = json!(true);
+    let (_, _, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), None);
+    let deltas = body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
+        .count();
+    assert!(deltas > 5, "content came in {deltas} pieces");
+    assert_eq!(streamed_text(&body), (content, "stop".to_string()));
+}

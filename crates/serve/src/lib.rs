@@ -1005,6 +1005,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     let want_logprobs = p.params.logprobs.is_some();
     let with_tools = p.tools;
     let tool_format = p.tool_format;
+    let p_parallel = p.tools_parallel;
     let parse_calls = move |text: &str| {
         let (content, mut calls) = tools::parse_reply_as(text, tool_format);
         if !p.tools_parallel {
@@ -1105,7 +1106,34 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
         SseEvent::default().data(c.to_string())
     };
     let mut started = vec![false; n];
-    let mut held = vec![String::new(); n];
+    let mut toolstreams: Vec<tools::ToolStream> = (0..n)
+        .map(|_| tools::ToolStream::new(tool_format, p_parallel))
+        .collect();
+    // Content and complete calls of a reply with tools, as chunks (calls numbered per choice).
+    let tool_pieces = move |i: usize,
+                            pieces: Vec<tools::Piece>,
+                            first_call: usize,
+                            out: &mut Vec<SseEvent>,
+                            chunk: &dyn Fn(Value, Option<Value>) -> SseEvent| {
+        let mut k = first_call;
+        for piece in pieces {
+            match piece {
+                tools::Piece::Text(c) => out.push(chunk(
+                    json!({"index": i, "delta": {"content": c}, "logprobs": null, "finish_reason": null}),
+                    None,
+                )),
+                tools::Piece::Call(c) => {
+                    let mut calls = tool_calls_json(&[c], true);
+                    calls[0]["index"] = json!(k);
+                    k += 1;
+                    out.push(chunk(
+                        json!({"index": i, "delta": {"tool_calls": calls}, "logprobs": null, "finish_reason": null}),
+                        None,
+                    ));
+                }
+            }
+        }
+    };
     // Characters of completion text streamed so far per choice (legacy logprobs' text_offset).
     let mut streamed_chars = vec![0usize; n];
     let mut splitters: Vec<Option<reasoning::Splitter>> =
@@ -1129,8 +1157,10 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                     out.push(chunk(json!({"index": i, "delta": {"reasoning_content": thought}, "logprobs": null, "finish_reason": null}), None));
                 }
                 if with_tools {
-                    // Tool calls are parsed from the whole reply; it is sent when complete.
-                    held[i].push_str(&text);
+                    // Text streams as soon as it cannot be part of a call, calls once complete.
+                    let before = toolstreams[i].calls();
+                    let pieces = toolstreams[i].push(&text);
+                    tool_pieces(i, pieces, before, &mut out, &chunk);
                 } else if !text.is_empty() || lp.is_some() {
                     let logprobs = match lp {
                         Some(lp) => json!({"content": [logprob_json(&tokz.tokenizer, &lp)]}),
@@ -1177,7 +1207,9 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                         out.push(chunk(json!({"index": i, "delta": {"reasoning_content": thought}, "logprobs": null, "finish_reason": null}), None));
                     }
                     if with_tools {
-                        held[i].push_str(&text);
+                        let before = toolstreams[i].calls();
+                        let pieces = toolstreams[i].push(&text);
+                        tool_pieces(i, pieces, before, &mut out, &chunk);
                     } else if !text.is_empty() {
                         out.push(chunk(
                             json!({"index": i, "delta": {"content": text}, "logprobs": null, "finish_reason": null}),
@@ -1186,21 +1218,11 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                     }
                 }
                 if with_tools {
-                    let (content, calls) = parse_calls(&held[i]);
-                    if !content.is_empty() || calls.is_empty() {
-                        let c = if calls.is_empty() {
-                            std::mem::take(&mut held[i])
-                        } else {
-                            content
-                        };
-                        out.push(chunk(
-                            json!({"index": i, "delta": {"content": c}, "logprobs": null, "finish_reason": null}),
-                            None,
-                        ));
-                    }
-                    if !calls.is_empty() {
+                    let before = toolstreams[i].calls();
+                    let pieces = toolstreams[i].finish();
+                    tool_pieces(i, pieces, before, &mut out, &chunk);
+                    if toolstreams[i].calls() > 0 {
                         reason = "tool_calls";
-                        out.push(chunk(json!({"index": i, "delta": {"tool_calls": tool_calls_json(&calls, true)}, "logprobs": null, "finish_reason": null}), None));
                     }
                 }
                 let choice = if chat {

@@ -261,6 +261,7 @@ pub fn forced_grammar(req: &ToolRequest, format: ToolFormat) -> Option<String> {
 }
 
 /// One parsed call.
+#[derive(Debug, PartialEq)]
 pub struct Call {
     pub name: String,
     pub arguments: String,
@@ -390,6 +391,184 @@ pub fn parse_reply(text: &str) -> (String, Vec<Call>) {
     (content.trim().to_string(), calls)
 }
 
+/// What a streamed reply yields as it goes: text for `content`, or a complete call.
+#[derive(Debug, PartialEq)]
+pub enum Piece {
+    Text(String),
+    Call(Call),
+}
+
+/// Streams a reply that may hold tool calls: text goes out as soon as it cannot be part of a call,
+/// each call as soon as it is complete. Hermes calls are cut out of the text as their closing tag
+/// arrives (text around them streams); for the other formats a reply that starts like a call is
+/// held to its end and parsed whole, any other reply streams as text. Whitespace-only text is held
+/// until more text follows, and leading whitespace is dropped, so the streamed content matches the
+/// complete reply's trimmed content.
+pub struct ToolStream {
+    format: ToolFormat,
+    buf: String,
+    /// Hermes: inside `<tool_call>`; others: holding a reply that starts like a call.
+    holding: bool,
+    /// Other formats: whether the reply was recognised as text.
+    text_mode: bool,
+    started: bool,
+    /// Whitespace held back from the end of the text so far.
+    ws: String,
+    /// `parallel_tool_calls: false`: calls after the first are dropped.
+    parallel: bool,
+    calls: usize,
+}
+
+impl ToolStream {
+    pub fn new(format: ToolFormat, parallel: bool) -> ToolStream {
+        ToolStream {
+            format,
+            buf: String::new(),
+            holding: false,
+            text_mode: false,
+            started: false,
+            ws: String::new(),
+            parallel,
+            calls: 0,
+        }
+    }
+
+    /// Calls emitted so far.
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+
+    /// Text for the content: leading whitespace of the reply dropped, whitespace at the end of a
+    /// piece held back until more text follows (and dropped at the end), as the complete reply's
+    /// content is trimmed.
+    fn text(&mut self, s: &str, out: &mut Vec<Piece>) {
+        let s = if self.started { s } else { s.trim_start() };
+        let body = s.trim_end();
+        if body.is_empty() {
+            if self.started {
+                self.ws.push_str(s);
+            }
+            return;
+        }
+        self.started = true;
+        let piece = format!("{}{body}", std::mem::take(&mut self.ws));
+        self.ws = s[body.len()..].to_string();
+        out.push(Piece::Text(piece));
+    }
+
+    fn call(&mut self, c: Call, out: &mut Vec<Piece>) {
+        if self.parallel || self.calls == 0 {
+            self.calls += 1;
+            out.push(Piece::Call(c));
+        }
+    }
+
+    /// Emit all of `buf` but its last `keep` bytes.
+    fn flush_text(&mut self, keep: usize, out: &mut Vec<Piece>) {
+        let end = self.buf.len() - keep;
+        let s: String = self.buf.drain(..end).collect();
+        self.text(&s, out);
+    }
+
+    pub fn push(&mut self, s: &str) -> Vec<Piece> {
+        self.buf.push_str(s);
+        let mut out = Vec::new();
+        match self.format {
+            ToolFormat::Hermes => loop {
+                if self.holding {
+                    let Some(p) = self.buf.find(CLOSE) else { break };
+                    let body = self.buf[..p].trim().to_string();
+                    let raw = format!("{OPEN}{}{CLOSE}", &self.buf[..p]);
+                    self.buf.drain(..p + CLOSE.len());
+                    self.holding = false;
+                    match serde_json::from_str::<Value>(&body).ok().as_ref().and_then(call_of) {
+                        Some(c) => self.call(c, &mut out),
+                        None => self.text(&raw, &mut out),
+                    }
+                } else if let Some(p) = self.buf.find(OPEN) {
+                    let before = self.buf[..p].to_string();
+                    self.buf.drain(..p + OPEN.len());
+                    self.text(&before, &mut out);
+                    self.holding = true;
+                } else {
+                    // Keep a tail that could still become `<tool_call>`.
+                    let keep = (1..OPEN.len())
+                        .rev()
+                        .find(|&k| {
+                            self.buf.len() >= k
+                                && self.buf.is_char_boundary(self.buf.len() - k)
+                                && OPEN.starts_with(&self.buf[self.buf.len() - k..])
+                        })
+                        .unwrap_or(0);
+                    self.flush_text(keep, &mut out);
+                    break;
+                }
+            },
+            _ if self.text_mode => self.flush_text(0, &mut out),
+            _ if self.holding => {}
+            format => {
+                let t = self.buf.trim_start();
+                let looks_like_call = match format {
+                    ToolFormat::Llama3 => {
+                        if t.is_empty() {
+                            None
+                        } else {
+                            Some(t.starts_with('{') || t.starts_with("<|python_tag|>"))
+                        }
+                    }
+                    ToolFormat::MistralList => {
+                        if t.is_empty() {
+                            None
+                        } else {
+                            Some(t.starts_with('[') || t.starts_with("[TOOL_CALLS]"))
+                        }
+                    }
+                    _ => {
+                        // `name{` or `name[ARGS]`: undecided while only name characters came.
+                        let t = t.strip_prefix("[TOOL_CALLS]").unwrap_or(t);
+                        match t.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.')) {
+                            None => None,
+                            Some(0) => Some(t.starts_with("[TOOL_CALLS]")),
+                            Some(k) => Some(t[k..].starts_with('{') || t[k..].starts_with("[ARGS]")),
+                        }
+                    }
+                };
+                match looks_like_call {
+                    None => {}
+                    Some(true) => self.holding = true,
+                    Some(false) => {
+                        self.text_mode = true;
+                        self.flush_text(0, &mut out);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The end of the reply: what is left, as text or calls.
+    pub fn finish(&mut self) -> Vec<Piece> {
+        let mut out = Vec::new();
+        let rest = std::mem::take(&mut self.buf);
+        match self.format {
+            ToolFormat::Hermes if self.holding => {
+                // An unterminated call stays text, as in the complete reply.
+                self.text(&format!("{OPEN}{rest}"), &mut out);
+            }
+            ToolFormat::Hermes => self.text(&rest, &mut out),
+            format if self.holding || !self.text_mode => {
+                let (content, calls) = parse_reply_as(&rest, format);
+                self.text(&content, &mut out);
+                for c in calls {
+                    self.call(c, &mut out);
+                }
+            }
+            _ => self.text(&rest, &mut out),
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,6 +654,69 @@ mod tests {
         let calls = &msgs[0].extra["tool_calls"];
         assert_eq!(calls[0]["function"]["arguments"], json!({"x": 1}));
         assert_eq!(calls[1]["function"]["arguments"], "not json");
+    }
+
+    /// Feed `reply` in pieces of `step` bytes (on char boundaries) and collect what comes out.
+    fn stream(format: ToolFormat, reply: &str, step: usize) -> (String, Vec<(String, String)>) {
+        let mut s = ToolStream::new(format, true);
+        let mut out = Vec::new();
+        let chars: Vec<char> = reply.chars().collect();
+        for chunk in chars.chunks(step) {
+            out.extend(s.push(&chunk.iter().collect::<String>()));
+        }
+        out.extend(s.finish());
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        for p in out {
+            match p {
+                Piece::Text(t) => text.push_str(&t),
+                Piece::Call(c) => calls.push((c.name, c.arguments)),
+            }
+        }
+        (text, calls)
+    }
+
+    #[test]
+    fn streamed_calls_equal_the_complete_reply() {
+        use ToolFormat::*;
+        let cases = [
+            (Hermes, "Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"),
+            (Hermes, "  Plain answer with a < sign and <tool not a call."),
+            (Hermes, "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>"),
+            (Hermes, "<tool_call>broken</tool_call> then text"),
+            (Hermes, "text <tool_call>{\"name\": \"unterminated\""),
+            (Llama3, "{\"name\": \"f\", \"parameters\": {\"x\": 1}}"),
+            (Llama3, "The answer is 4."),
+            (Llama3, "{\"not\": \"a call\"}"),
+            (MistralList, "[{\"name\": \"f\", \"arguments\": {}}]"),
+            (MistralList, "Sure, here it is."),
+            (MistralArgs, "get_weather{\"city\": \"Paris\"}"),
+            (MistralArgs, "Hello there, friend."),
+            (MistralArgs, "word"),
+        ];
+        for (format, reply) in cases {
+            let (content, calls) = parse_reply_as(reply, format);
+            let want = (
+                content,
+                calls.into_iter().map(|c| (c.name, c.arguments)).collect::<Vec<_>>(),
+            );
+            for step in [1, 2, 3, 7, 1000] {
+                assert_eq!(stream(format, reply, step), want, "{format:?} {reply:?} step {step}");
+            }
+        }
+        // Text before a Hermes call goes out before the call is complete.
+        let mut s = ToolStream::new(Hermes, true);
+        assert_eq!(s.push("Checking now. "), vec![Piece::Text("Checking now.".into())]);
+        assert!(s.push("\n").is_empty());
+        assert!(s.push("<tool_c").is_empty());
+        assert!(s.push("all>{\"name\": \"f\", ").is_empty());
+        let out = s.push("\"arguments\": {}}</tool_call>");
+        assert!(matches!(&out[..], [Piece::Call(c)] if c.name == "f"), "{out:?}");
+        // parallel_tool_calls false: one call only.
+        let mut s = ToolStream::new(Hermes, false);
+        let out = s.push("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>");
+        assert_eq!(out.len(), 1);
+        assert_eq!(s.calls(), 1);
     }
 
     #[test]
