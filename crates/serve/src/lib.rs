@@ -727,7 +727,10 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         .with_code("context_length_exceeded"));
     }
     let room = w.n_ctx - prompt.len();
-    let max_tokens = v.max_tokens.unwrap_or(room).min(room);
+    // Without max_tokens a reply may run to the end of the context, or of the KV budget when that
+    // is smaller (a request with a larger explicit max_tokens is refused by the scheduler).
+    let default_room = w.n_ctx.min(w.kv_capacity).saturating_sub(prompt.len()).max(1);
+    let max_tokens = v.max_tokens.unwrap_or(default_room).min(room);
     for &(id, _) in &v.sampling.logit_bias {
         if id as usize >= w.model.tokenizer.n_vocab() {
             return Err(ApiError::invalid(

@@ -190,11 +190,11 @@ impl Worker {
     }
 
     pub fn active_slots(&self) -> usize {
-        self.active.load(Ordering::Relaxed)
+        self.active.load(Ordering::Acquire)
     }
 
     pub fn kv_used(&self) -> usize {
-        self.kv_used.load(Ordering::Relaxed)
+        self.kv_used.load(Ordering::Acquire)
     }
 
     /// Blocks of [`BLOCK`] tokens held in memory by the prefix cache.
@@ -316,12 +316,13 @@ fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, rx: Receiver<Job>, gauges: &Gau
         for i in finished {
             sc.retire(&b, i);
         }
+        // KV figures first: a reader who sees the slot idle also sees its memory given back.
+        gauges.kv_used.store(sc.used(&b), Ordering::Release);
+        gauges.prefix_blocks.store(sc.store.len(), Ordering::Release);
         gauges.active.store(
             sc.slots.iter().filter(|s| s.active.is_some()).count(),
-            Ordering::Relaxed,
+            Ordering::Release,
         );
-        gauges.kv_used.store(sc.used(&b), Ordering::Relaxed);
-        gauges.prefix_blocks.store(sc.store.len(), Ordering::Relaxed);
     }
 }
 
