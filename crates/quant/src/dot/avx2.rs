@@ -3,7 +3,7 @@
 //! and reduced at the end, as ggml does. Each kernel takes up to four activation rows and unpacks
 //! every weight block once for all of them.
 
-use super::DotFn;
+use super::{DotFn, MAX_COLS};
 use crate::GgmlType;
 use std::arch::x86_64::*;
 
@@ -33,21 +33,31 @@ pub fn dot_fn(w: GgmlType) -> Option<DotFn> {
     })
 }
 
-/// Two-row kernels (see [`super::Dot2Fn`]) for the 32-value block types with VNNI.
-pub fn dot2_fn(w: GgmlType) -> Option<super::Dot2Fn> {
+/// Several-row kernels (see [`super::DotRowsFn`]) for the 32-value block types with VNNI.
+pub fn rows_fn(w: GgmlType) -> Option<super::DotRowsFn> {
     use GgmlType as T;
     if !vnni() {
         return None;
     }
     Some(match w {
-        T::Q4_0 => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Q4_0>(n, w0, w1, a, o0, o1) },
-        T::Q4_1 => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Q4_1>(n, w0, w1, a, o0, o1) },
-        T::Q5_0 => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Q5_0>(n, w0, w1, a, o0, o1) },
-        T::Q5_1 => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Q5_1>(n, w0, w1, a, o0, o1) },
-        T::Q8_0 => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Q8_0>(n, w0, w1, a, o0, o1) },
-        T::IQ4_NL => |_, n, w0, w1, a, o0, o1| unsafe { legacy2_vnni::<Iq4Nl>(n, w0, w1, a, o0, o1) },
+        T::Q4_0 => |_, n, ws, a, o| unsafe { legacy_rows_vnni::<Q4_0>(n, ws, a, o) },
+        T::Q4_1 => |_, n, ws, a, o| unsafe { legacy_rows_vnni::<Q4_1>(n, ws, a, o) },
+        T::Q5_0 => |_, n, ws, a, o| unsafe { legacy_rows_vnni::<Q5_0>(n, ws, a, o) },
+        T::Q5_1 => |_, n, ws, a, o| unsafe { legacy_rows_vnni::<Q5_1>(n, ws, a, o) },
+        T::Q8_0 => |_, n, ws, a, o| unsafe { legacy_rows_vnni::<Q8_0>(n, ws, a, o) },
+        T::IQ4_NL => |_, n, ws, a, o| unsafe { legacy_rows_vnni::<Iq4Nl>(n, ws, a, o) },
+        T::Q4_K => |_, n, ws, a, o| unsafe { q4k_vnni_rows(n, ws, a, o) },
         _ => return None,
     })
+}
+
+/// The most rows [`rows_fn`]'s kernel for `w` takes (the K-quant bodies hold more state per row).
+pub fn max_rows(w: GgmlType) -> usize {
+    if w == GgmlType::Q4_K {
+        2
+    } else {
+        super::MAX_ROWS
+    }
 }
 
 /// AVX-512 VNNI with 256-bit vectors (`vpdpbusd` on ymm): one instruction for the byte products
@@ -299,65 +309,84 @@ unsafe fn legacy_vnni_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: 
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-unsafe fn legacy2_vnni<L: Legacy>(n: usize, w0: &[u8], w1: &[u8], acts: &[&[u8]], o0: &mut [f32], o1: &mut [f32]) {
-    match acts.len() {
-        1 => legacy2_vnni_cols::<L, 1>(n, [w0, w1], acts, [o0, o1]),
-        2 => legacy2_vnni_cols::<L, 2>(n, [w0, w1], acts, [o0, o1]),
-        3 => legacy2_vnni_cols::<L, 3>(n, [w0, w1], acts, [o0, o1]),
-        4 => legacy2_vnni_cols::<L, 4>(n, [w0, w1], acts, [o0, o1]),
-        _ => panic!("legacy kernel: {} activation rows (1 to 4 supported)", acts.len()),
+unsafe fn legacy_rows_vnni<L: Legacy>(n: usize, ws: &[&[u8]], acts: &[&[u8]], out: &mut [[f32; MAX_COLS]]) {
+    macro_rules! cols {
+        ($r:literal) => {
+            match acts.len() {
+                1 => legacy_rows_vnni_cols::<L, $r, 1>(n, ws, acts, out),
+                2 => legacy_rows_vnni_cols::<L, $r, 2>(n, ws, acts, out),
+                3 => legacy_rows_vnni_cols::<L, $r, 3>(n, ws, acts, out),
+                4 => legacy_rows_vnni_cols::<L, $r, 4>(n, ws, acts, out),
+                k => panic!("legacy kernel: {k} activation rows (1 to 4 supported)"),
+            }
+        };
+    }
+    match ws.len() {
+        2 => cols!(2),
+        4 => cols!(4),
+        r => panic!("legacy kernel: {r} weight rows (2 or 4 supported)"),
     }
 }
 
-/// [`legacy_vnni_cols`] for two weight rows: every (row, column) result is accumulated block by
-/// block exactly as there (same products, same order), with 2·C independent chains; the scale
-/// products are formed as vectors (`dx·dy` broadcast once per row and column).
+/// [`legacy_vnni_cols`] for `R` weight rows: every (row, column) result is accumulated block by
+/// block exactly as there (same products, same order), with R·C independent chains; each weight
+/// block is unpacked once for the C columns and each activation block loaded once for the R rows
+/// (with R = 4 and C = 4 the 16 accumulators use AVX-512VL's extra vector registers).
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 #[inline]
-unsafe fn legacy2_vnni_cols<L: Legacy, const C: usize>(n: usize, w: [&[u8]; 2], acts: &[&[u8]], out: [&mut [f32]; 2]) {
+unsafe fn legacy_rows_vnni_cols<L: Legacy, const R: usize, const C: usize>(
+    n: usize,
+    ws: &[&[u8]],
+    acts: &[&[u8]],
+    out: &mut [[f32; MAX_COLS]],
+) {
     let nb = n / 32;
     let abytes = if L::UNSIGNED { super::ACT_Q8_1 } else { super::ACT_Q8_0 };
     let aoff = if L::UNSIGNED { 8 } else { 4 };
-    assert!(w[0].len() >= nb * L::BYTES && w[1].len() >= nb * L::BYTES);
-    assert!(out[0].len() >= C && out[1].len() >= C);
+    assert!(ws.len() == R && out.len() >= R && acts.len() >= C);
+    let mut wp = [std::ptr::null::<u8>(); R];
+    for r in 0..R {
+        assert!(ws[r].len() >= nb * L::BYTES);
+        wp[r] = ws[r].as_ptr();
+    }
     let mut ap = [std::ptr::null::<u8>(); C];
     for c in 0..C {
         assert!(acts[c].len() >= nb * abytes);
         ap[c] = acts[c].as_ptr();
     }
-    let mut acc = [[_mm256_setzero_ps(); C]; 2];
-    let mut summs = [[0f32; C]; 2];
-    let wp = [w[0].as_ptr(), w[1].as_ptr()];
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    let mut summs = [[0f32; C]; R];
     for b in 0..nb {
-        let (qx0, dx0, mx0) = L::load(wp[0].add(b * L::BYTES));
-        let (qx1, dx1, mx1) = L::load(wp[1].add(b * L::BYTES));
-        let ux0 = if L::UNSIGNED { qx0 } else { _mm256_sign_epi8(qx0, qx0) };
-        let ux1 = if L::UNSIGNED { qx1 } else { _mm256_sign_epi8(qx1, qx1) };
-        let (dxv0, dxv1) = (_mm256_set1_ps(dx0), _mm256_set1_ps(dx1));
+        let mut qx = [_mm256_setzero_si256(); R];
+        let mut ux = [_mm256_setzero_si256(); R];
+        let mut dxv = [_mm256_setzero_ps(); R];
+        let mut mx = [0f32; R];
+        for r in 0..R {
+            let (q, d, m) = L::load(wp[r].add(b * L::BYTES));
+            qx[r] = q;
+            ux[r] = if L::UNSIGNED { q } else { _mm256_sign_epi8(q, q) };
+            dxv[r] = _mm256_set1_ps(d);
+            mx[r] = m;
+        }
         for c in 0..C {
             let y = ap[c].add(b * abytes);
             let qy = _mm256_loadu_si256(y.add(aoff) as *const __m256i);
-            let (sy0, sy1) = if L::UNSIGNED {
-                (qy, qy)
-            } else {
-                (_mm256_sign_epi8(qy, qx0), _mm256_sign_epi8(qy, qx1))
-            };
-            let p0 = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ux0, sy0));
-            let p1 = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ux1, sy1));
             let dyv = _mm256_broadcast_ss(&*(y as *const f32));
-            acc[0][c] = _mm256_fmadd_ps(_mm256_mul_ps(dxv0, dyv), p0, acc[0][c]);
-            acc[1][c] = _mm256_fmadd_ps(_mm256_mul_ps(dxv1, dyv), p1, acc[1][c]);
-            if L::UNSIGNED {
-                let sy = std::ptr::read_unaligned(y.add(4) as *const f32);
-                summs[0][c] = mx0.mul_add(sy, summs[0][c]);
-                summs[1][c] = mx1.mul_add(sy, summs[1][c]);
+            for r in 0..R {
+                let sy = if L::UNSIGNED { qy } else { _mm256_sign_epi8(qy, qx[r]) };
+                let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ux[r], sy));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dxv[r], dyv), p, acc[r][c]);
+                if L::UNSIGNED {
+                    let sy = std::ptr::read_unaligned(y.add(4) as *const f32);
+                    summs[r][c] = mx[r].mul_add(sy, summs[r][c]);
+                }
             }
         }
     }
-    let [o0, o1] = out;
-    for c in 0..C {
-        o0[c] = hsum_f32_8(acc[0][c]) + summs[0][c];
-        o1[c] = hsum_f32_8(acc[1][c]) + summs[1][c];
+    for r in 0..R {
+        for c in 0..C {
+            out[r][c] = hsum_f32_8(acc[r][c]) + summs[r][c];
+        }
     }
 }
 
@@ -414,9 +443,35 @@ unsafe fn hsum_f32_4(x: __m128) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
 }
 
+/// A Q4_K/Q5_K kernel for `ws.len()` rows (1 or 2) and `acts.len()` columns.
+macro_rules! dispatch_k4 {
+    ($f:ident, $n:expr, $ws:expr, $acts:expr, $out:expr) => {
+        match ($ws.len(), $acts.len()) {
+            (1, 1) => $f::<1, 1>($n, $ws, $acts, $out),
+            (1, 2) => $f::<1, 2>($n, $ws, $acts, $out),
+            (1, 3) => $f::<1, 3>($n, $ws, $acts, $out),
+            (1, 4) => $f::<1, 4>($n, $ws, $acts, $out),
+            (2, 1) => $f::<2, 1>($n, $ws, $acts, $out),
+            (2, 2) => $f::<2, 2>($n, $ws, $acts, $out),
+            (2, 3) => $f::<2, 3>($n, $ws, $acts, $out),
+            (2, 4) => $f::<2, 4>($n, $ws, $acts, $out),
+            (r, k) => panic!("k-quant kernel: {r} weight rows by {k} activation rows (1-2 by 1-4 supported)"),
+        }
+    };
+}
+
+/// One row through a several-row kernel body.
+#[inline(always)]
+fn one_row(out: &mut [f32], f: impl FnOnce(&mut [[f32; MAX_COLS]])) {
+    let mut o = [[0f32; MAX_COLS]; 1];
+    f(&mut o);
+    let k = out.len().min(MAX_COLS);
+    out[..k].copy_from_slice(&o[0][..k]);
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    dispatch_cols!(q4k_cols, n, w, acts, out)
+    one_row(out, |o| dispatch_k4!(q4k_cols, n, &[w], acts, o))
 }
 
 /// Q4_K (d, dmin, 12 bytes of scales/mins, 128 bytes of nibbles) and Q5_K (the same plus 32 bytes
@@ -425,40 +480,73 @@ unsafe fn q4k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
 // quants.c: ggml_vec_dot_q4_K_q8_K, ggml_vec_dot_q5_K_q8_K
 macro_rules! k4_kernel {
     ($(#[$m:meta])* $name:ident, $bytes:expr, $unpack:expr, $acc:expr) => {
+        /// `R` weight rows by `C` activation rows; every (row, column) result is summed in the
+        /// same order whatever `R` is (rows only share the activation loads).
         $(#[$m])*
-        unsafe fn $name<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+        unsafe fn $name<const R: usize, const C: usize>(
+            n: usize,
+            ws: &[&[u8]],
+            acts: &[&[u8]],
+            out: &mut [[f32; MAX_COLS]],
+        ) {
             let nb = n / 256;
-            assert!(w.len() >= nb * $bytes && out.len() >= C);
+            assert!(ws.len() == R && out.len() >= R);
+            for w in ws {
+                assert!(w.len() >= nb * $bytes);
+            }
             for a in &acts[..C] {
                 assert!(a.len() >= nb * Q8K);
             }
-            let mut acc = [_mm256_setzero_ps(); C];
-            let mut accm = [_mm_setzero_ps(); C];
+            let mut acc = [[_mm256_setzero_ps(); C]; R];
+            let mut accm = [[_mm_setzero_ps(); C]; R];
             for b in 0..nb {
-                let x = w.as_ptr().add(b * $bytes);
-                let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
-                let (sc, mins) = unpack_scales_k4(x.add(4));
-                let mut sumi = [_mm256_setzero_si256(); C];
+                let mut x = [std::ptr::null::<u8>(); R];
+                let mut dx = [0f32; R];
+                let mut dmx = [0f32; R];
+                let mut sc = [[0u8; 8]; R];
+                let mut mins = [[0u8; 8]; R];
+                for r in 0..R {
+                    x[r] = ws[r].as_ptr().add(b * $bytes);
+                    (dx[r], dmx[r]) = (f16_at(x[r]), f16_at(x[r].add(2)));
+                    (sc[r], mins[r]) = unpack_scales_k4(x[r].add(4));
+                }
+                let mut sumi = [[_mm256_setzero_si256(); C]; R];
                 for j in 0..4 {
-                    let (lo, hi): (__m256i, __m256i) = $unpack(x, j);
-                    let sl = _mm256_set1_epi16(sc[2 * j] as i16);
-                    let sh = _mm256_set1_epi16(sc[2 * j + 1] as i16);
+                    let mut lo = [_mm256_setzero_si256(); R];
+                    let mut hi = [_mm256_setzero_si256(); R];
+                    let mut sl = [_mm256_setzero_si256(); R];
+                    let mut sh = [_mm256_setzero_si256(); R];
+                    for r in 0..R {
+                        (lo[r], hi[r]) = $unpack(x[r], j);
+                        sl[r] = _mm256_set1_epi16(sc[r][2 * j] as i16);
+                        sh[r] = _mm256_set1_epi16(sc[r][2 * j + 1] as i16);
+                    }
                     for c in 0..C {
                         let y = acts[c].as_ptr().add(b * Q8K + 4 + 64 * j);
-                        let pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(y as *const __m256i));
-                        let ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(y.add(32) as *const __m256i));
-                        sumi[c] = $acc(sumi[c], pl, sl, ph, sh);
+                        let yl = _mm256_loadu_si256(y as *const __m256i);
+                        let yh = _mm256_loadu_si256(y.add(32) as *const __m256i);
+                        for r in 0..R {
+                            let pl = _mm256_maddubs_epi16(lo[r], yl);
+                            let ph = _mm256_maddubs_epi16(hi[r], yh);
+                            sumi[r][c] = $acc(sumi[r][c], pl, sl[r], ph, sh[r]);
+                        }
                     }
                 }
                 for c in 0..C {
                     let y = acts[c].as_ptr().add(b * Q8K);
                     let dy = std::ptr::read_unaligned(y as *const f32);
-                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-                    accm[c] = _mm_fmadd_ps(_mm_set1_ps(dy * dmx), _mm_cvtepi32_ps(mins_prod(&mins, y)), accm[c]);
+                    for r in 0..R {
+                        acc[r][c] =
+                            _mm256_fmadd_ps(_mm256_set1_ps(dy * dx[r]), _mm256_cvtepi32_ps(sumi[r][c]), acc[r][c]);
+                        accm[r][c] =
+                            _mm_fmadd_ps(_mm_set1_ps(dy * dmx[r]), _mm_cvtepi32_ps(mins_prod(&mins[r], y)), accm[r][c]);
+                    }
                 }
             }
-            for c in 0..C {
-                out[c] = hsum_f32_8(acc[c]) - hsum_f32_4(accm[c]);
+            for r in 0..R {
+                for c in 0..C {
+                    out[r][c] = hsum_f32_8(acc[r][c]) - hsum_f32_4(accm[r][c]);
+                }
             }
         }
     };
@@ -526,12 +614,17 @@ k4_kernel!(
 
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 unsafe fn q4k_vnni(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    dispatch_cols!(q4k_vnni_cols, n, w, acts, out)
+    one_row(out, |o| dispatch_k4!(q4k_vnni_cols, n, &[w], acts, o))
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+unsafe fn q4k_vnni_rows(n: usize, ws: &[&[u8]], acts: &[&[u8]], out: &mut [[f32; MAX_COLS]]) {
+    dispatch_k4!(q4k_vnni_cols, n, ws, acts, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    dispatch_cols!(q5k_cols, n, w, acts, out)
+    one_row(out, |o| dispatch_k4!(q5k_cols, n, &[w], acts, o))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

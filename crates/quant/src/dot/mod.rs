@@ -20,11 +20,13 @@ pub const MAX_COLS: usize = 4;
 /// `out[c] = dot(weight_row, acts[c])` (weight of type `w_type`) for `c < acts.len() <= MAX_COLS`; `n` values per row.
 pub type DotFn = fn(w_type: GgmlType, n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]);
 
-/// Two weight rows at once: `out0[c] = dot(w0, acts[c])`, `out1[c] = dot(w1, acts[c])`. Each
-/// result is summed in the same order as [`DotFn`]'s; the pair only gives the CPU twice as many
-/// independent accumulator chains.
-pub type Dot2Fn =
-    fn(w_type: GgmlType, n: usize, w0: &[u8], w1: &[u8], acts: &[&[u8]], out0: &mut [f32], out1: &mut [f32]);
+/// Several weight rows at once (2 or [`MAX_ROWS`]): `out[r][c] = dot(ws[r], acts[c])`. Each
+/// result is summed in the same order as [`DotFn`]'s; the rows only give the CPU more independent
+/// accumulator chains and reuse of each loaded activation block.
+pub type DotRowsFn = fn(w_type: GgmlType, n: usize, ws: &[&[u8]], acts: &[&[u8]], out: &mut [[f32; MAX_COLS]]);
+
+/// The most weight rows a [`DotRowsFn`] takes.
+pub const MAX_ROWS: usize = 4;
 
 /// The kernel family to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,8 +91,9 @@ pub struct Kernel {
     pub weight: GgmlType,
     pub act: GgmlType,
     pub dot: DotFn,
-    /// Two rows per call, where the path has such a kernel.
-    pub dot2: Option<Dot2Fn>,
+    /// Several rows per call (2 up to `max_rows`, even), where the path has such a kernel.
+    pub rows: Option<DotRowsFn>,
+    pub max_rows: usize,
     pub path: KernelPath,
 }
 
@@ -105,7 +108,8 @@ pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
                 weight: w,
                 act,
                 dot,
-                dot2: avx2::dot2_fn(w),
+                rows: avx2::rows_fn(w),
+                max_rows: avx2::max_rows(w),
                 path,
             });
         }
@@ -115,7 +119,8 @@ pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
         weight: w,
         act,
         dot,
-        dot2: None,
+        rows: None,
+        max_rows: 1,
         path: KernelPath::Scalar,
     })
 }
@@ -132,7 +137,8 @@ pub fn kernel_f32(w: GgmlType) -> Option<Kernel> {
         weight: w,
         act: GgmlType::F32,
         dot: scalar::dequant_f32,
-        dot2: None,
+        rows: None,
+        max_rows: 1,
         path: KernelPath::Scalar,
     })
 }

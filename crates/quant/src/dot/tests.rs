@@ -67,17 +67,27 @@ fn every_kernel_matches_the_dequantized_product() {
             for cols in 1..=4 {
                 let mut out = vec![0f32; cols];
                 (k.dot)(ty, n, &w, &refs[..cols], &mut out);
-                if let Some(dot2) = k.dot2 {
-                    // The two-row kernel gives each row exactly the one-row kernel's result.
-                    let mut o0 = vec![0f32; cols];
-                    let mut o1 = vec![0f32; cols];
-                    let mut single = vec![0f32; cols];
-                    let wf2: Vec<f32> = wf.iter().map(|v| v * -0.7 + 0.1).collect();
-                    let w2 = crate::quantize(ty, &wf2, n, None).unwrap();
-                    dot2(ty, n, &w, &w2, &refs[..cols], &mut o0, &mut o1);
-                    (k.dot)(ty, n, &w2, &refs[..cols], &mut single);
-                    assert_eq!(o0, out, "{ty:?} two-row kernel, row 0");
-                    assert_eq!(o1, single, "{ty:?} two-row kernel, row 1");
+                if let Some(rows) = k.rows {
+                    // The several-row kernel gives each row exactly the one-row kernel's result.
+                    let others: Vec<Vec<u8>> = [-0.7f32, 0.3, 1.9]
+                        .iter()
+                        .map(|s| {
+                            let wf2: Vec<f32> = wf.iter().map(|v| v * s + 0.1).collect();
+                            crate::quantize(ty, &wf2, n, None).unwrap()
+                        })
+                        .collect();
+                    let all: Vec<&[u8]> = std::iter::once(&w[..])
+                        .chain(others.iter().map(|v| v.as_slice()))
+                        .collect();
+                    for r in [2, 4].into_iter().filter(|&r| r <= k.max_rows) {
+                        let mut o = vec![[0f32; MAX_COLS]; r];
+                        rows(ty, n, &all[..r], &refs[..cols], &mut o);
+                        for (i, wr) in all[..r].iter().enumerate() {
+                            let mut single = vec![0f32; cols];
+                            (k.dot)(ty, n, wr, &refs[..cols], &mut single);
+                            assert_eq!(&o[i][..cols], &single[..], "{ty:?} {r}-row kernel, row {i}");
+                        }
+                    }
                 }
                 for c in 0..cols {
                     // f32 accumulation of ~n products of magnitude ≤ scale: relative error a few

@@ -9,7 +9,7 @@ mod simd;
 use super::{AttnArgs, Backend, KvType, Rope, WeightSource};
 use crate::{EngineError, Result};
 use gguf::GgmlType;
-use quant::dot::{self, Kernel, KernelPath, MAX_COLS};
+use quant::dot::{self, Kernel, KernelPath, MAX_COLS, MAX_ROWS};
 use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -528,22 +528,25 @@ impl Backend for Cpu {
                     *col = &acts[(t0 + j) * abytes..(t0 + j + 1) * abytes];
                 }
                 let mut r = r0;
-                // Two rows per call pay off in batches (twice the accumulator chains); a single
-                // token streams one row at a time.
-                if let (Some(dot2), true) = (k.dot2, t > 1) {
-                    let mut res1 = [0f32; MAX_COLS];
-                    while r + 2 <= r1 {
-                        let (w0, w1) = (&wb[r * rb..(r + 1) * rb], &wb[(r + 1) * rb..(r + 2) * rb]);
-                        dot2(w.ty, n, w0, w1, &cols[..c], &mut res[..c], &mut res1[..c]);
-                        for j in 0..c {
-                            // SAFETY: (t0 + j, r) and (t0 + j, r + 1) of output wi belong to this
-                            // tile only; within t×m.
-                            unsafe {
-                                *outp.at((t0 + j) * m + r) = res[j];
-                                *outp.at((t0 + j) * m + r + 1) = res1[j];
+                // Several rows per call pay off in batches (more accumulator chains, each
+                // activation block loaded once per row group); a single token streams row by row.
+                if let (Some(rows), true) = (k.rows, t > 1) {
+                    let mut multi = [[0f32; MAX_COLS]; MAX_ROWS];
+                    for group in [k.max_rows.min(MAX_ROWS), 2] {
+                        while r + group <= r1 {
+                            let ws: [&[u8]; MAX_ROWS] = std::array::from_fn(|i| {
+                                &wb[(r + i.min(group - 1)) * rb..(r + i.min(group - 1) + 1) * rb]
+                            });
+                            rows(w.ty, n, &ws[..group], &cols[..c], &mut multi[..group]);
+                            for (i, res) in multi[..group].iter().enumerate() {
+                                for (j, &v) in res[..c].iter().enumerate() {
+                                    // SAFETY: (t0 + j, r + i) of output wi belongs to this tile
+                                    // only; within t×m.
+                                    unsafe { *outp.at((t0 + j) * m + r + i) = v };
+                                }
                             }
+                            r += group;
                         }
-                        r += 2;
                     }
                 }
                 for r in r..r1 {
