@@ -460,18 +460,9 @@ macro_rules! dispatch_k4 {
     };
 }
 
-/// One row through a several-row kernel body.
-#[inline(always)]
-fn one_row(out: &mut [f32], f: impl FnOnce(&mut [[f32; MAX_COLS]])) {
-    let mut o = [[0f32; MAX_COLS]; 1];
-    f(&mut o);
-    let k = out.len().min(MAX_COLS);
-    out[..k].copy_from_slice(&o[0][..k]);
-}
-
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    one_row(out, |o| dispatch_k4!(q4k_cols, n, &[w], acts, o))
+    dispatch_k4!(q4k_cols, n, &[w], acts, out)
 }
 
 /// Q4_K (d, dmin, 12 bytes of scales/mins, 128 bytes of nibbles) and Q5_K (the same plus 32 bytes
@@ -483,14 +474,15 @@ macro_rules! k4_kernel {
         /// `R` weight rows by `C` activation rows; every (row, column) result is summed in the
         /// same order whatever `R` is (rows only share the activation loads).
         $(#[$m])*
+        /// Row `r`'s results go to `out[r * MAX_COLS ..]` (with one row: `out[..C]`).
         unsafe fn $name<const R: usize, const C: usize>(
             n: usize,
             ws: &[&[u8]],
             acts: &[&[u8]],
-            out: &mut [[f32; MAX_COLS]],
+            out: &mut [f32],
         ) {
             let nb = n / 256;
-            assert!(ws.len() == R && out.len() >= R);
+            assert!(ws.len() == R && out.len() >= (R - 1) * MAX_COLS + C);
             for w in ws {
                 assert!(w.len() >= nb * $bytes);
             }
@@ -545,7 +537,7 @@ macro_rules! k4_kernel {
             }
             for r in 0..R {
                 for c in 0..C {
-                    out[r][c] = hsum_f32_8(acc[r][c]) - hsum_f32_4(accm[r][c]);
+                    out[r * MAX_COLS + c] = hsum_f32_8(acc[r][c]) - hsum_f32_4(accm[r][c]);
                 }
             }
         }
@@ -614,17 +606,17 @@ k4_kernel!(
 
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 unsafe fn q4k_vnni(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    one_row(out, |o| dispatch_k4!(q4k_vnni_cols, n, &[w], acts, o))
+    dispatch_k4!(q4k_vnni_cols, n, &[w], acts, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 unsafe fn q4k_vnni_rows(n: usize, ws: &[&[u8]], acts: &[&[u8]], out: &mut [[f32; MAX_COLS]]) {
-    dispatch_k4!(q4k_vnni_cols, n, ws, acts, out)
+    dispatch_k4!(q4k_vnni_cols, n, ws, acts, out.as_flattened_mut())
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    one_row(out, |o| dispatch_k4!(q5k_cols, n, &[w], acts, o))
+    dispatch_k4!(q5k_cols, n, &[w], acts, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
