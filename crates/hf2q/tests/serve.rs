@@ -596,12 +596,7 @@ fn tool_calls() {
         sreq["stream"] = json!(true);
         let (st, _, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), None);
         assert_eq!(st, 200);
-        let chunks: Vec<Value> = body
-            .split("\n\n")
-            .filter_map(|e| e.strip_prefix("data: "))
-            .filter(|e| *e != "[DONE]")
-            .map(|e| serde_json::from_str(e).unwrap())
-            .collect();
+        let chunks = sse_chunks(&body);
         let call = chunks
             .iter()
             .find_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0).cloned())
@@ -965,11 +960,8 @@ fn completions_logprobs() {
     sreq["stream"] = json!(true);
     let (st, _, body) = s.request("POST", "/v1/completions", Some(&sreq.to_string()), None);
     assert_eq!(st, 200);
-    let streamed: Vec<Value> = body
-        .split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .filter(|e| *e != "[DONE]")
-        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+    let streamed: Vec<Value> = sse_chunks(&body)
+        .into_iter()
         .filter(|c| !c["choices"][0]["logprobs"].is_null())
         .collect();
     let st_tokens: Vec<String> = streamed
@@ -1045,11 +1037,8 @@ fn tool_call_formats_of_other_families() {
             sreq["stream"] = json!(true);
             let (st, _, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), None);
             assert_eq!(st, 200);
-            let delta = body
-                .split("\n\n")
-                .filter_map(|e| e.strip_prefix("data: "))
-                .filter(|e| *e != "[DONE]")
-                .map(|e| serde_json::from_str::<Value>(e).unwrap())
+            let delta = sse_chunks(&body)
+                .into_iter()
                 .find(|c| c["choices"][0]["delta"]["tool_calls"].is_array())
                 .unwrap_or_else(|| panic!("{name}: no tool_calls delta in {body}"));
             assert_eq!(delta["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], fname);
@@ -1068,14 +1057,18 @@ fn tool_call_formats_of_other_families() {
     }
 }
 
-/// Text of a streamed chat reply (content deltas joined) and its finish reason.
-fn streamed_text(body: &str) -> (String, String) {
-    let chunks: Vec<Value> = body
-        .split("\n\n")
+/// The JSON chunks of an SSE body (without the final `[DONE]`).
+fn sse_chunks(body: &str) -> Vec<Value> {
+    body.split("\n\n")
         .filter_map(|e| e.strip_prefix("data: "))
         .filter(|e| *e != "[DONE]")
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
+        .map(|e| serde_json::from_str(e).unwrap_or_else(|err| panic!("not JSON ({err}): {e}")))
+        .collect()
+}
+
+/// Text of a streamed chat reply (content deltas joined) and its finish reason.
+fn streamed_text(body: &str) -> (String, String) {
+    let chunks = sse_chunks(body);
     let text = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
@@ -1274,11 +1267,8 @@ fn text_replies_stream_while_tools_are_offered() {
     let mut sreq = req;
     sreq["stream"] = json!(true);
     let (_, _, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), None);
-    let deltas = body
-        .split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .filter(|e| *e != "[DONE]")
-        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+    let deltas = sse_chunks(&body)
+        .into_iter()
         .filter(|c| {
             c["choices"][0]["delta"]["content"]
                 .as_str()
