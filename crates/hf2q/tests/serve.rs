@@ -1278,3 +1278,34 @@ fn text_replies_stream_while_tools_are_offered() {
     assert!(deltas > 5, "content came in {deltas} pieces");
     assert_eq!(streamed_text(&body), (content, "stop".to_string()));
 }
+
+/// Once loaded, the server prints ready-to-paste requests; the printed chat request works as is.
+#[test]
+fn prints_a_ready_to_paste_request() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+        .arg("serve")
+        .arg("-m")
+        .arg(smollm2())
+        .args(["--port", "0", "-t", "2"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let curl = loop {
+        let line = lines.next().expect("server exited").unwrap();
+        if let Some(c) = line.trim().strip_prefix("curl http://") {
+            break c.to_string();
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let (url, rest) = curl.split_once(' ').unwrap();
+    assert!(url.ends_with("/v1/chat/completions"), "{curl}");
+    let body: Value = serde_json::from_str(rest.split_once("-d '").unwrap().1.trim_end_matches('\'')).unwrap();
+    assert_eq!(body["model"], "SmolLM2-135M-Instruct.Q4_1");
+    // The same request against a server of the same model.
+    let s = Server::start(&[]);
+    let (st, r) = s.json("POST", "/v1/chat/completions", body, None);
+    assert_eq!(st, 200, "{r}");
+    assert!(r["choices"][0]["message"]["content"].is_string());
+}

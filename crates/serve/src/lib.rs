@@ -212,7 +212,11 @@ pub async fn run(cfg: ServeConfig) -> Result<(), String> {
         fingerprint: format!("hf2q-{}", env!("CARGO_PKG_VERSION")),
     });
     let loader = state.clone();
-    let load = tokio::task::spawn_blocking(move || load_models(&loader));
+    let load = tokio::task::spawn_blocking(move || {
+        load_models(&loader)?;
+        eprintln!("{}", try_it(&loader, &local));
+        Ok(())
+    });
     eprintln!("hf2q serve: listening on http://{local}");
     let app = router(state.clone());
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal());
@@ -228,6 +232,29 @@ pub async fn run(cfg: ServeConfig) -> Result<(), String> {
         r = server => r.map_err(|e| e.to_string()),
         e = load_failed => Err(e),
     }
+}
+
+/// Ready-to-paste requests for the loaded models (the API key, if any, as `$HF2Q_API_KEY`).
+fn try_it(state: &AppState, local: &std::net::SocketAddr) -> String {
+    let auth = if state.cfg.api_key.is_some() {
+        " -H \"Authorization: Bearer $HF2Q_API_KEY\""
+    } else {
+        ""
+    };
+    let mut out = String::from("hf2q serve: ready; try:");
+    if let Some(w) = state.workers.read().unwrap_or_else(|e| e.into_inner()).first() {
+        let body = json!({"model": w.id, "messages": [{"role": "user", "content": "Hello! Who are you?"}]});
+        out.push_str(&format!(
+            "\n  curl http://{local}/v1/chat/completions -H 'Content-Type: application/json'{auth} -d '{body}'"
+        ));
+    }
+    if let Some(e) = state.embedders.read().unwrap_or_else(|e| e.into_inner()).first() {
+        let body = json!({"model": e.id, "input": "Hello!"});
+        out.push_str(&format!(
+            "\n  curl http://{local}/v1/embeddings -H 'Content-Type: application/json'{auth} -d '{body}'"
+        ));
+    }
+    out
 }
 
 fn load_models(state: &AppState) -> Result<(), String> {
