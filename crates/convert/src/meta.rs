@@ -252,12 +252,8 @@ pub fn model_id_components(
     (Some(full), org, basename, finetune, version, size_label)
 }
 
-/// Naming from `_name_or_path` (when it is a model id, not a path) and then the directory name.
-pub fn naming(dir_name: &str, name_or_path: Option<&str>, total_params: i64) -> Naming {
-    naming_from(Naming::default(), dir_name, name_or_path, total_params)
-}
-
-/// [`naming`] filling only the fields `n` (from the model card) leaves unset.
+/// Naming from `_name_or_path` (when it is a model id, not a path) and then the directory name,
+/// filling only the fields `n` (from the model card) leaves unset.
 pub fn naming_from(mut n: Naming, dir_name: &str, name_or_path: Option<&str>, total_params: i64) -> Naming {
     let mut apply = |id: &str| {
         let (full, org, basename, finetune, version, size_label) = model_id_components(id, total_params);
@@ -285,17 +281,17 @@ mod naming_tests {
 
     #[test]
     fn directory_names() {
-        let n = naming("qwen3-0.6b-random", None, 596_049_920);
+        let n = naming_from(Naming::default(), "qwen3-0.6b-random", None, 596_049_920);
         assert_eq!(n.name.as_deref(), Some("Qwen3 0.6b Random"));
         assert_eq!(n.basename.as_deref(), Some("qwen3"));
         assert_eq!(n.finetune.as_deref(), Some("random"));
         assert_eq!(n.size_label.as_deref(), Some("0.6B"));
-        let n = naming("qwen3_moe", None, 1_214_336);
+        let n = naming_from(Naming::default(), "qwen3_moe", None, 1_214_336);
         assert_eq!(
             (n.name.as_deref(), n.basename, n.size_label),
             (Some("Qwen3_Moe"), None, None)
         );
-        let n = naming("SmolLM2-135M-Instruct", None, 134_515_008);
+        let n = naming_from(Naming::default(), "SmolLM2-135M-Instruct", None, 134_515_008);
         assert_eq!(n.name.as_deref(), Some("SmolLM2 135M Instruct"));
         assert_eq!(
             (n.basename.as_deref(), n.finetune.as_deref(), n.size_label.as_deref()),

@@ -152,11 +152,6 @@ impl ToolFormat {
     }
 }
 
-/// Whether the template renders `tools` itself.
-pub fn template_knows_tools(source: &str) -> bool {
-    ToolFormat::of_template(source).is_some()
-}
-
 /// Assistant `tool_calls` whose `arguments` are JSON text get them as objects, which templates
 /// written for tools expect (they serialise them with `tojson`).
 pub fn arguments_as_objects(messages: &mut [ChatMessage]) {
@@ -369,26 +364,20 @@ pub fn parse_reply_as(text: &str, format: ToolFormat) -> (String, Vec<Call>) {
 }
 
 /// Split a Hermes-format reply into text content and tool calls (calls whose JSON does not parse
-/// stay text).
+/// stay text): the streaming parser run over the whole reply.
 pub fn parse_reply(text: &str) -> (String, Vec<Call>) {
+    let mut s = ToolStream::new(ToolFormat::Hermes, true);
+    let mut pieces = s.push(text);
+    pieces.extend(s.finish());
     let mut content = String::new();
     let mut calls = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find(OPEN) {
-        let after = &rest[start + OPEN.len()..];
-        let Some(end) = after.find(CLOSE) else { break };
-        let body = after[..end].trim();
-        match serde_json::from_str::<Value>(body).ok().as_ref().and_then(call_of) {
-            Some(c) => {
-                content.push_str(&rest[..start]);
-                calls.push(c);
-            }
-            None => content.push_str(&rest[..start + OPEN.len() + end + CLOSE.len()]),
+    for p in pieces {
+        match p {
+            Piece::Text(t) => content.push_str(&t),
+            Piece::Call(c) => calls.push(c),
         }
-        rest = &after[end + CLOSE.len()..];
     }
-    content.push_str(rest);
-    (content.trim().to_string(), calls)
+    (content, calls)
 }
 
 /// What a streamed reply yields as it goes: text for `content`, or a complete call.

@@ -124,18 +124,8 @@ pub fn run(args: ConvertArgs) -> CliResult {
 /// terminal; returns the snapshot.
 fn download(repo: &str, revision: &str) -> CliResult<convert::hub::Snapshot> {
     use convert::hub::Event;
-    use std::io::IsTerminal;
     let opts = convert::hub::HubOptions::from_env(super::doctor::cache_dir().join("hub"));
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let b = indicatif::ProgressBar::new(0);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:30} {bytes}/{total_bytes} {bytes_per_sec}, ETA {eta} {wide_msg}",
-            )
-            .expect("valid template"),
-        );
-        b
-    });
+    let bar = progress_bar();
     let mut progress = |e: Event| {
         let Some(b) = &bar else { return };
         match e {
