@@ -67,6 +67,7 @@ pub fn vnni() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
         std::env::var("HF2Q_KERNEL").map_or(true, |v| v != "avx2")
+            && is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512vnni")
             && is_x86_feature_detected!("avx512vl")
     })
@@ -138,6 +139,10 @@ trait Legacy {
     const UNSIGNED: bool;
     /// The 32 quants (signed, or unsigned with a min), the scale and the min.
     unsafe fn load(p: *const u8) -> (__m256i, f32, f32);
+    /// What signed quants are offset by to make them unsigned bytes (0 for the unsigned types).
+    const BIAS: u8;
+    /// The 32 quants plus [`Self::BIAS`], as unsigned bytes.
+    unsafe fn load_biased(p: *const u8) -> __m256i;
 }
 
 struct Q4_0;
@@ -149,6 +154,11 @@ impl Legacy for Q4_0 {
         let q = _mm256_sub_epi8(bytes_from_nibbles_32(p.add(2)), _mm256_set1_epi8(8));
         (q, f16_at(p), 0.0)
     }
+    const BIAS: u8 = 8;
+    #[inline(always)]
+    unsafe fn load_biased(p: *const u8) -> __m256i {
+        bytes_from_nibbles_32(p.add(2))
+    }
 }
 
 struct Q4_1;
@@ -158,6 +168,11 @@ impl Legacy for Q4_1 {
     #[inline(always)]
     unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
         (bytes_from_nibbles_32(p.add(4)), f16_at(p), f16_at(p.add(2)))
+    }
+    const BIAS: u8 = 0;
+    #[inline(always)]
+    unsafe fn load_biased(p: *const u8) -> __m256i {
+        bytes_from_nibbles_32(p.add(4))
     }
 }
 
@@ -171,6 +186,14 @@ impl Legacy for Q5_0 {
         let hi = _mm256_andnot_si256(bytes_from_bits_32(p.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
         (_mm256_or_si256(qx, hi), f16_at(p), 0.0)
     }
+    const BIAS: u8 = 16;
+    #[inline(always)]
+    unsafe fn load_biased(p: *const u8) -> __m256i {
+        _mm256_or_si256(
+            bytes_from_nibbles_32(p.add(6)),
+            _mm256_and_si256(bytes_from_bits_32(p.add(2)), _mm256_set1_epi8(0x10)),
+        )
+    }
 }
 
 struct Q5_1;
@@ -183,6 +206,14 @@ impl Legacy for Q5_1 {
         let hi = _mm256_and_si256(bytes_from_bits_32(p.add(4)), _mm256_set1_epi8(0x10));
         (_mm256_or_si256(qx, hi), f16_at(p), f16_at(p.add(2)))
     }
+    const BIAS: u8 = 0;
+    #[inline(always)]
+    unsafe fn load_biased(p: *const u8) -> __m256i {
+        _mm256_or_si256(
+            bytes_from_nibbles_32(p.add(8)),
+            _mm256_and_si256(bytes_from_bits_32(p.add(4)), _mm256_set1_epi8(0x10)),
+        )
+    }
 }
 
 struct Q8_0;
@@ -193,9 +224,27 @@ impl Legacy for Q8_0 {
     unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
         (_mm256_loadu_si256(p.add(2) as *const __m256i), f16_at(p), 0.0)
     }
+    const BIAS: u8 = 128;
+    #[inline(always)]
+    unsafe fn load_biased(p: *const u8) -> __m256i {
+        _mm256_xor_si256(
+            _mm256_loadu_si256(p.add(2) as *const __m256i),
+            _mm256_set1_epi8(0x80u8 as i8),
+        )
+    }
 }
 
 struct Iq4Nl;
+/// IQ4_NL's values plus 128, as unsigned bytes.
+const KVALUES_IQ4NL_BIASED: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (super::scalar::KVALUES_IQ4NL[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
 impl Legacy for Iq4Nl {
     const BYTES: usize = 18;
     const UNSIGNED: bool = false;
@@ -208,6 +257,14 @@ impl Legacy for Iq4Nl {
             f16_at(p),
             0.0,
         )
+    }
+    const BIAS: u8 = 128;
+    #[inline(always)]
+    unsafe fn load_biased(p: *const u8) -> __m256i {
+        {
+            let table = _mm_loadu_si128(KVALUES_IQ4NL_BIASED.as_ptr() as *const __m128i);
+            _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), bytes_from_nibbles_32(p.add(2)))
+        }
     }
 }
 
@@ -308,7 +365,7 @@ unsafe fn legacy_vnni_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: 
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl")]
 unsafe fn legacy_rows_vnni<L: Legacy>(n: usize, ws: &[&[u8]], acts: &[&[u8]], out: &mut [[f32; MAX_COLS]]) {
     macro_rules! cols {
         ($r:literal) => {
@@ -329,10 +386,15 @@ unsafe fn legacy_rows_vnni<L: Legacy>(n: usize, ws: &[&[u8]], acts: &[&[u8]], ou
 }
 
 /// [`legacy_vnni_cols`] for `R` weight rows: every (row, column) result is accumulated block by
-/// block exactly as there (same products, same order), with R·C independent chains; each weight
-/// block is unpacked once for the C columns and each activation block loaded once for the R rows
-/// (with R = 4 and C = 4 the 16 accumulators use AVX-512VL's extra vector registers).
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+/// block exactly as there (the same integers in the same lanes, the same f32 operations in the
+/// same order), with R·C independent chains; each weight block is unpacked once for the C columns
+/// and each activation block loaded once for the R rows.
+///
+/// Three vector operations per (row, column, block) instead of five: signed quants are offset to
+/// unsigned bytes (q + BIAS) so `vpdpbusd` needs no sign trick, starting from −BIAS·Σ(4 y) per
+/// lane (computed once per activation block) to give exactly ggml's lane sums; the R·C scale
+/// products dx·dy come from R four-wide multiplies and reach the FMA as a broadcast memory operand.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl")]
 #[inline]
 unsafe fn legacy_rows_vnni_cols<L: Legacy, const R: usize, const C: usize>(
     n: usize,
@@ -343,51 +405,94 @@ unsafe fn legacy_rows_vnni_cols<L: Legacy, const R: usize, const C: usize>(
     let nb = n / 32;
     let abytes = if L::UNSIGNED { super::ACT_Q8_1 } else { super::ACT_Q8_0 };
     let aoff = if L::UNSIGNED { 8 } else { 4 };
-    assert!(ws.len() == R && out.len() >= R && acts.len() >= C);
+    assert!(ws.len() == R && out.len() >= R && acts.len() >= C && C <= 4);
     let mut wp = [std::ptr::null::<u8>(); R];
     for r in 0..R {
         assert!(ws[r].len() >= nb * L::BYTES);
         wp[r] = ws[r].as_ptr();
     }
-    let mut ap = [std::ptr::null::<u8>(); C];
-    for c in 0..C {
-        assert!(acts[c].len() >= nb * abytes);
-        ap[c] = acts[c].as_ptr();
+    let mut ap = [std::ptr::null::<u8>(); 4];
+    for c in 0..4 {
+        // Missing columns repeat the last one (their results are dropped).
+        let a = acts[c.min(C - 1)];
+        assert!(a.len() >= nb * abytes);
+        ap[c] = a.as_ptr();
     }
     let mut acc = [[_mm256_setzero_ps(); C]; R];
-    let mut summs = [[0f32; C]; R];
+    let mut summs = [_mm_setzero_ps(); R];
+    let bias = _mm256_set1_epi8(L::BIAS as i8);
+    let mut prod = Products([0f32; 16]);
     for b in 0..nb {
-        let mut qx = [_mm256_setzero_si256(); R];
-        let mut ux = [_mm256_setzero_si256(); R];
-        let mut dxv = [_mm256_setzero_ps(); R];
-        let mut mx = [0f32; R];
+        let y = ap.map(|p| p.add(b * abytes));
+        let dy = _mm_set_ps(
+            std::ptr::read_unaligned(y[3] as *const f32),
+            std::ptr::read_unaligned(y[2] as *const f32),
+            std::ptr::read_unaligned(y[1] as *const f32),
+            std::ptr::read_unaligned(y[0] as *const f32),
+        );
+        let mut u = [_mm256_setzero_si256(); R];
         for r in 0..R {
-            let (q, d, m) = L::load(wp[r].add(b * L::BYTES));
-            qx[r] = q;
-            ux[r] = if L::UNSIGNED { q } else { _mm256_sign_epi8(q, q) };
-            dxv[r] = _mm256_set1_ps(d);
-            mx[r] = m;
+            let x = wp[r].add(b * L::BYTES);
+            u[r] = L::load_biased(x);
+            let dx = _mm_set1_ps(f16_at(x));
+            _mm_store_ps(prod.0.as_mut_ptr().add(4 * r), _mm_mul_ps(dx, dy));
+            if L::UNSIGNED {
+                // ggml's `summs += m * s`, an FMA in its build; one lane per column.
+                let s = _mm_set_ps(
+                    std::ptr::read_unaligned(y[3].add(4) as *const f32),
+                    std::ptr::read_unaligned(y[2].add(4) as *const f32),
+                    std::ptr::read_unaligned(y[1].add(4) as *const f32),
+                    std::ptr::read_unaligned(y[0].add(4) as *const f32),
+                );
+                summs[r] = _mm_fmadd_ps(_mm_set1_ps(f16_at(x.add(2))), s, summs[r]);
+            }
         }
         for c in 0..C {
-            let y = ap[c].add(b * abytes);
-            let qy = _mm256_loadu_si256(y.add(aoff) as *const __m256i);
-            let dyv = _mm256_broadcast_ss(&*(y as *const f32));
+            let qy = _mm256_loadu_si256(y[c].add(aoff) as *const __m256i);
+            let start = if L::BIAS == 0 {
+                _mm256_setzero_si256()
+            } else {
+                _mm256_sub_epi32(
+                    _mm256_setzero_si256(),
+                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, qy),
+                )
+            };
             for r in 0..R {
-                let sy = if L::UNSIGNED { qy } else { _mm256_sign_epi8(qy, qx[r]) };
-                let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ux[r], sy));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dxv[r], dyv), p, acc[r][c]);
-                if L::UNSIGNED {
-                    let sy = std::ptr::read_unaligned(y.add(4) as *const f32);
-                    summs[r][c] = mx[r].mul_add(sy, summs[r][c]);
-                }
+                let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, u[r], qy));
+                acc[r][c] = fmadd_broadcast(acc[r][c], p, prod.0.as_ptr().add(4 * r + c));
             }
         }
     }
     for r in 0..R {
+        let mut s = [0f32; 4];
+        _mm_storeu_ps(s.as_mut_ptr(), summs[r]);
         for c in 0..C {
-            out[r][c] = hsum_f32_8(acc[r][c]) + summs[r][c];
+            out[r][c] = hsum_f32_8(acc[r][c]) + s[c];
         }
     }
+}
+
+/// The R×4 scale products of one block, where [`fmadd_broadcast`] reads them.
+#[repr(align(64))]
+struct Products([f32; 16]);
+
+/// `acc + p · *s` (every lane), with the broadcast folded into the FMA's memory operand
+/// (`vfmadd231ps ymm, ymm, m32{1to8}`): no shuffle per product.
+///
+/// # Safety
+/// AVX-512VL present; `s` readable.
+#[target_feature(enable = "avx512f,avx512vl")]
+#[inline]
+unsafe fn fmadd_broadcast(acc: __m256, p: __m256, s: *const f32) -> __m256 {
+    let mut a = acc;
+    std::arch::asm!(
+        "vfmadd231ps {a:y}, {p:y}, dword ptr [{s}]{{1to8}}",
+        a = inout(zmm_reg) a,
+        p = in(zmm_reg) p,
+        s = in(reg) s,
+        options(pure, readonly, nostack, preserves_flags)
+    );
+    a
 }
 
 /// Q8_K block layout: d (f32) at 0, 256 quants at 4, 16 i16 sums at 260.

@@ -31,57 +31,118 @@ fn key_range(a: &AttnArgs, i: usize) -> std::ops::Range<usize> {
     start..end
 }
 
-/// Long batches (ggml's tiled f32 path): K and V of each KV head are converted to f32 once, then
-/// every (head, query row) runs an f32 softmax over its visible keys.
+/// ggml's `GGML_FA_TILE_KV`: keys are processed in tiles of this many, from cell 0.
+const TILE_KV: usize = 64;
+
+/// Long batches: ggml's tiled f32 path (`ggml_compute_forward_flash_attn_ext_tiled`). Keys and
+/// values are converted to f32 once per KV head (K transposed per 64-key tile); each (head,
+/// 64-row query tile) task walks the key tiles: KQ = Q·Kᵀ as a small GEMM (every score one FMA
+/// chain over the head dimension), scaled and masked, an online softmax per row and tile (the
+/// running max and sum rescaled when the max grows), then VKQ += softmax·V as a second GEMM.
+/// Every value is computed by the same operations in the same order as ggml's, so results do
+/// not depend on how rows are grouped into tiles or tasks.
 fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
     let hd = a.head_dim;
     let n_keys = a.pos0 + a.rows;
+    let n_tiles = n_keys.div_ceil(TILE_KV);
     let group = a.n_head / a.n_kv_head;
     let rb = kv.row_bytes;
-    let convert = |cache: &[u8]| -> Vec<Vec<f32>> {
-        (0..a.n_kv_head)
-            .into_par_iter()
-            .map(|kh| {
-                let mut f = vec![0f32; n_keys * hd];
-                for j in 0..n_keys {
-                    let off = j * rb + kh * hd * 2;
-                    simd::f16_to_f32s(&cache[off..off + 2 * hd], &mut f[j * hd..(j + 1) * hd]);
+    // K of each KV head as f32, tile t at [t·hd·64 ..], element (d, key) at d·64 + key; V as
+    // f32 rows. Both zero-padded to whole tiles (padded keys are masked).
+    let (kt, vf): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (0..a.n_kv_head)
+        .into_par_iter()
+        .map(|kh| {
+            let (k, v) = (&kv.k[a.layer], &kv.v[a.layer]);
+            let mut kt = vec![0f32; n_tiles * hd * TILE_KV];
+            let mut vf = vec![0f32; n_tiles * TILE_KV * hd];
+            let mut row = vec![0f32; hd];
+            for j in 0..n_keys {
+                let off = j * rb + kh * hd * 2;
+                simd::f16_to_f32s(&k[off..off + 2 * hd], &mut row);
+                let tile = &mut kt[(j / TILE_KV) * hd * TILE_KV..];
+                for (d, &x) in row.iter().enumerate() {
+                    tile[d * TILE_KV + j % TILE_KV] = x;
                 }
-                f
-            })
-            .collect()
-    };
-    let kf = convert(&kv.k[a.layer]);
-    let vf = convert(&kv.v[a.layer]);
+                simd::f16_to_f32s(&v[off..off + 2 * hd], &mut vf[j * hd..(j + 1) * hd]);
+            }
+            (kt, vf)
+        })
+        .unzip();
     let outp = SyncPtr(out.data.as_mut_ptr());
     let out_cols = out.cols;
-    const ROWS: usize = 16;
-    let n_blocks = a.rows.div_ceil(ROWS);
-    (0..a.n_head * n_blocks).into_par_iter().for_each(|task| {
-        let (h, blk) = (task / n_blocks, task % n_blocks);
-        let (kh, ks, vs) = (h / group, &kf[h / group], &vf[h / group]);
-        let _ = kh;
-        let mut scores = vec![0f32; n_keys];
-        let mut acc = vec![0f32; hd];
-        for i in blk * ROWS..((blk + 1) * ROWS).min(a.rows) {
-            let qrow = &q.row(a.row0 + i)[h * hd..(h + 1) * hd];
-            let range = key_range(a, i);
-            let mut m = f32::NEG_INFINITY;
-            for j in range.clone() {
-                let s = simd::dot(qrow, &ks[j * hd..(j + 1) * hd]) * a.scale;
-                scores[j] = s;
-                m = m.max(s);
+    let n_qt = a.rows.div_ceil(TILE_Q);
+    (0..a.n_head * n_qt).into_par_iter().for_each(|task| {
+        let (h, qt) = (task / n_qt, task % n_qt);
+        let (kt, vf) = (&kt[h / group], &vf[h / group]);
+        let i0 = qt * TILE_Q;
+        let rows = TILE_Q.min(a.rows - i0);
+        // Rows padded to the GEMM's row block (padding rows stay zero and are never read).
+        let rows_p = rows.next_multiple_of(simd::GEMM_ROWS);
+        let mut qs = vec![0f32; rows_p * hd];
+        for i in 0..rows {
+            qs[i * hd..(i + 1) * hd].copy_from_slice(&q.row(a.row0 + i0 + i)[a.head_dim * h..a.head_dim * (h + 1)]);
+        }
+        let ranges: Vec<std::ops::Range<usize>> = (0..rows).map(|i| key_range(a, i0 + i)).collect();
+        let mut s_sum = vec![0f32; rows];
+        let mut m = vec![f32::NEG_INFINITY; rows];
+        let mut vkq = vec![0f32; rows_p * hd];
+        let mut kq = vec![0f32; rows_p * TILE_KV];
+        for t in 0..n_tiles {
+            let tile = t * TILE_KV..(t + 1) * TILE_KV;
+            if ranges.iter().all(|r| r.end <= tile.start || r.start >= tile.end) {
+                continue; // every row's mask is -inf over this tile
             }
-            acc.fill(0.0);
-            let sum = simd::softmax_exp(&mut scores[range.clone()], m) as f32;
-            for j in range {
-                simd::axpy(&mut acc, &vs[j * hd..(j + 1) * hd], scores[j]);
+            kq.fill(0.0);
+            simd::gemm(
+                &mut kq,
+                &qs,
+                &kt[t * hd * TILE_KV..(t + 1) * hd * TILE_KV],
+                rows_p,
+                hd,
+                TILE_KV,
+            );
+            for (i, r) in ranges.iter().enumerate() {
+                let row = &mut kq[i * TILE_KV..(i + 1) * TILE_KV];
+                for (j, x) in row.iter_mut().enumerate() {
+                    // KQ·scale + mask (0 where visible, -inf elsewhere).
+                    *x = if r.contains(&(tile.start + j)) {
+                        *x * a.scale + 0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    };
+                }
+                let tile_max = row.iter().fold(f32::NEG_INFINITY, |mx, &x| if mx > x { mx } else { x });
+                if tile_max == f32::NEG_INFINITY {
+                    row.fill(0.0);
+                    continue;
+                }
+                let m_new = m[i].max(tile_max);
+                if m_new > m[i] {
+                    let ms = (m[i] - m_new).exp();
+                    for v in &mut vkq[i * hd..(i + 1) * hd] {
+                        *v *= ms;
+                    }
+                    s_sum[i] *= ms;
+                }
+                m[i] = m_new;
+                // `S += ggml_vec_soft_max_f32(..)`: a float plus a double sum, rounded to float.
+                s_sum[i] = (s_sum[i] as f64 + simd::softmax_exp(row, m_new)) as f32;
             }
-            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-            // SAFETY: row (row0 + i), head h belongs to this task only.
+            simd::gemm(
+                &mut vkq,
+                &kq,
+                &vf[t * TILE_KV * hd..(t + 1) * TILE_KV * hd],
+                rows_p,
+                TILE_KV,
+                hd,
+            );
+        }
+        for i in 0..rows {
+            let inv = if s_sum[i] == 0.0 { 0.0 } else { 1.0 / s_sum[i] };
+            // SAFETY: row (row0 + i0 + i), head h belongs to this task only.
             unsafe {
-                let dst = std::slice::from_raw_parts_mut(outp.at((a.row0 + i) * out_cols + h * hd), hd);
-                for (d, &v) in dst.iter_mut().zip(&acc) {
+                let dst = std::slice::from_raw_parts_mut(outp.at((a.row0 + i0 + i) * out_cols + h * hd), hd);
+                for (d, &v) in dst.iter_mut().zip(&vkq[i * hd..(i + 1) * hd]) {
                     *d = v * inv;
                 }
             }
@@ -205,5 +266,101 @@ fn online_f32(
     let inv = if s_sum == 0.0 { 0.0 } else { 1.0 / s_sum };
     for (o, &a) in out.iter_mut().zip(&acc) {
         *o = a * inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use quant::fp::f32_to_f16;
+
+    fn filled(cpu: &Cpu, rows: usize, cols: usize, seed: f32) -> CpuBuf {
+        let mut b = cpu.alloc(rows, cols);
+        for (i, v) in b.data.iter_mut().enumerate() {
+            *v = ((i as f32 * 0.618 + seed).sin() * 2.0).sin();
+        }
+        b
+    }
+
+    /// Softmax attention in f64 over the f16-rounded keys and values.
+    fn reference(q: &CpuBuf, k: &CpuBuf, v: &CpuBuf, a: &AttnArgs, i: usize, h: usize) -> Vec<f64> {
+        let hd = a.head_dim;
+        let kh = h / (a.n_head / a.n_kv_head);
+        let r16 = |x: f32| f16_to_f32(f32_to_f16(x)) as f64;
+        let qrow = &q.row(a.row0 + i)[h * hd..(h + 1) * hd];
+        let range = key_range(a, i);
+        let scores: Vec<f64> = range
+            .clone()
+            .map(|j| {
+                let krow = &k.row(j)[kh * hd..(kh + 1) * hd];
+                qrow.iter().zip(krow).map(|(&x, &y)| x as f64 * r16(y)).sum::<f64>() * a.scale as f64
+            })
+            .collect();
+        let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+        let sum: f64 = w.iter().sum();
+        (0..hd)
+            .map(|d| {
+                range
+                    .clone()
+                    .zip(&w)
+                    .map(|(j, wj)| wj * r16(v.row(j)[kh * hd + d]))
+                    .sum::<f64>()
+                    / sum
+            })
+            .collect()
+    }
+
+    /// The tiled path (≥ 64 query rows) and the one-chunk path agree with exact softmax attention,
+    /// with a batch after earlier positions, rows that are not a multiple of the tiles, a sliding
+    /// window and non-causal attention.
+    #[test]
+    fn attention_paths_match_exact_softmax() {
+        let cpu = Cpu::new(2).unwrap();
+        let (n_head, n_kv_head, hd) = (4, 2, 64);
+        for (pos0, rows, window, causal) in [
+            (0, 100, None, true),
+            (37, 70, Some(50), true),
+            (0, 64, None, false),
+            (90, 20, None, true),
+            (5, 1, Some(3), true),
+        ] {
+            let n = pos0 + rows;
+            let k = filled(&cpu, n, n_kv_head * hd, 1.0);
+            let v = filled(&cpu, n, n_kv_head * hd, 2.0);
+            let q = filled(&cpu, rows, n_head * hd, 3.0);
+            let mut kv = cpu.alloc_kv(1, 256, n_kv_head * hd, KvType::F16).unwrap();
+            cpu.store_kv(&mut kv, 0, 0, &k, &v, 0..n);
+            let a = AttnArgs {
+                layer: 0,
+                row0: 0,
+                rows,
+                pos0,
+                n_head,
+                n_kv_head,
+                head_dim: hd,
+                scale: 0.125,
+                window,
+                causal,
+            };
+            let mut out = cpu.alloc(rows, n_head * hd);
+            cpu.attention(&q, &kv, &a, &mut out);
+            // The tiled path sums in f32 (rel. error ~1e-6 over ≤ 190 keys); the one-chunk path
+            // rounds Q and the V accumulator to f16 (2^-11 relative per step).
+            let tol = if rows >= TILE_Q { 2e-5 } else { 5e-3 };
+            for i in 0..rows {
+                for h in 0..n_head {
+                    let want = reference(&q, &k, &v, &a, i, h);
+                    let got = &out.row(i)[h * hd..(h + 1) * hd];
+                    for (d, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (g as f64 - w).abs() <= tol * w.abs().max(0.1),
+                            "pos0 {pos0} rows {rows} window {window:?} causal {causal}: row {i} head {h} dim {d}: {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

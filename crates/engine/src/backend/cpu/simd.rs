@@ -23,16 +23,6 @@ pub fn avx2() -> bool {
     false
 }
 
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: AVX2+FMA present; both slices hold n values.
-        return unsafe { dot_avx2(&a[..n], &b[..n]) };
-    }
-    a[..n].iter().zip(&b[..n]).map(|(x, y)| x * y).sum()
-}
-
 /// Dot product of two f16 rows (bytes), in ggml's summation order (`quant::dot`).
 pub fn dot_f16(a: &[u8], b: &[u8]) -> f32 {
     let n = a.len().min(b.len()) / 2;
@@ -119,6 +109,90 @@ pub fn softmax_exp(x: &mut [f32], max: f32) -> f64 {
     sum
 }
 
+/// Rows per block of [`gemm`] (callers pad `m` to a multiple).
+pub const GEMM_ROWS: usize = 4;
+
+/// `c[m×n] += a[m×k] · b[k×n]`, row-major, every element one FMA chain over `k` in order, as
+/// ggml's `simd_gemm` (`ggml-cpu/simd-gemm.h`) computes it; `m` a multiple of [`GEMM_ROWS`].
+pub fn gemm(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    assert!(m.is_multiple_of(GEMM_ROWS) && c.len() >= m * n && a.len() >= m * k && b.len() >= k * n);
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2+FMA present; the slices hold the shapes checked above.
+        return unsafe { gemm_avx2(c, a, b, m, k, n) };
+    }
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = c[i * n + j];
+            for kk in 0..k {
+                acc = a[i * k + kk].mul_add(b[kk * n + j], acc);
+            }
+            c[i * n + j] = acc;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemm_avx2(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    let (cp, ap, bp) = (c.as_mut_ptr(), a.as_ptr(), b.as_ptr());
+    for i0 in (0..m).step_by(GEMM_ROWS) {
+        let mut j0 = 0;
+        while j0 + 16 <= n {
+            gemm_block::<2>(cp, ap, bp, i0, j0, k, n);
+            j0 += 16;
+        }
+        while j0 + 8 <= n {
+            gemm_block::<1>(cp, ap, bp, i0, j0, k, n);
+            j0 += 8;
+        }
+        for i in i0..i0 + GEMM_ROWS {
+            for j in j0..n {
+                let mut acc = c[i * n + j];
+                for kk in 0..k {
+                    acc = a[i * k + kk].mul_add(b[kk * n + j], acc);
+                }
+                c[i * n + j] = acc;
+            }
+        }
+    }
+}
+
+/// Rows i0..i0+4, columns j0..j0+8·RN of [`gemm`], in registers over the whole k loop.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn gemm_block<const RN: usize>(
+    c: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    i0: usize,
+    j0: usize,
+    k: usize,
+    n: usize,
+) {
+    let mut acc = [[_mm256_setzero_ps(); RN]; GEMM_ROWS];
+    for (i, row) in acc.iter_mut().enumerate() {
+        for (r, v) in row.iter_mut().enumerate() {
+            *v = _mm256_loadu_ps(c.add((i0 + i) * n + j0 + 8 * r));
+        }
+    }
+    for kk in 0..k {
+        let bv: [__m256; RN] = std::array::from_fn(|r| _mm256_loadu_ps(b.add(kk * n + j0 + 8 * r)));
+        for (i, row) in acc.iter_mut().enumerate() {
+            let av = _mm256_set1_ps(*a.add((i0 + i) * k + kk));
+            for (r, v) in row.iter_mut().enumerate() {
+                *v = _mm256_fmadd_ps(bv[r], av, *v);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (r, v) in row.iter().enumerate() {
+            _mm256_storeu_ps(c.add((i0 + i) * n + j0 + 8 * r), *v);
+        }
+    }
+}
+
 /// Exponential for activations: within a few ulp of `f32::exp` (a vector polynomial on AVX2).
 pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
@@ -129,39 +203,6 @@ pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = g / (1.0 + (-g).exp()) * u;
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len();
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let n32 = n / 32 * 32;
-    let mut i = 0;
-    while i < n32 {
-        for (k, s) in acc.iter_mut().enumerate() {
-            *s = _mm256_fmadd_ps(
-                _mm256_loadu_ps(pa.add(i + 8 * k)),
-                _mm256_loadu_ps(pb.add(i + 8 * k)),
-                *s,
-            );
-        }
-        i += 32;
-    }
-    while i + 8 <= n {
-        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[0]);
-        i += 8;
-    }
-    let mut s = hsum(_mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[1]),
-        _mm256_add_ps(acc[2], acc[3]),
-    ));
-    while i < n {
-        s += a[i] * b[i];
-        i += 1;
-    }
-    s
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -248,8 +289,13 @@ unsafe fn exp_avx2(x: __m256) -> __m256 {
 unsafe fn exp_block16(x: &mut [f32], max: f32) -> f32 {
     let m = _mm256_set1_ps(max);
     let p = x.as_mut_ptr();
-    let lo = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p), m));
-    let hi = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p.add(8)), m));
+    // Masked entries (-inf) give 0, as ggml's vector exp does.
+    let exp_or_zero = |x: __m256| {
+        let e = exp_avx2(_mm256_sub_ps(x, m));
+        _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(f32::NEG_INFINITY), _CMP_EQ_OQ), e)
+    };
+    let lo = exp_or_zero(_mm256_loadu_ps(p));
+    let hi = exp_or_zero(_mm256_loadu_ps(p.add(8)));
     _mm256_storeu_ps(p, lo);
     _mm256_storeu_ps(p.add(8), hi);
     hsum(_mm256_add_ps(hi, lo))
@@ -283,10 +329,23 @@ mod tests {
 
     #[test]
     fn vector_helpers_match_scalar() {
-        let a: Vec<f32> = (0..77).map(|i| (i as f32 * 0.37).sin()).collect();
         let b: Vec<f32> = (0..77).map(|i| (i as f32 * 0.11).cos()).collect();
-        let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((dot(&a, &b) - want).abs() < 1e-5);
+        // gemm: every element the FMA chain over k in order, whatever the blocking (8 rows,
+        // 77 values of k, 16 + 8 + 3 columns exercise every block shape and the scalar tail).
+        let (m, k, n) = (8, 77, 27);
+        let am: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let bm: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
+        let mut c: Vec<f32> = (0..m * n).map(|i| i as f32 * 0.01).collect();
+        let mut want = c.clone();
+        for i in 0..m {
+            for j in 0..n {
+                for kk in 0..k {
+                    want[i * n + j] = am[i * k + kk].mul_add(bm[kk * n + j], want[i * n + j]);
+                }
+            }
+        }
+        gemm(&mut c, &am, &bm, m, k, n);
+        assert_eq!(c, want);
         let g: Vec<f32> = (0..77).map(|i| (i as f32 - 38.0) * 0.5).collect();
         let mut out = vec![0f32; 77];
         silu_mul(&g, &b, &mut out);

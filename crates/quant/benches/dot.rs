@@ -1,0 +1,81 @@
+//! Criterion bench of the matmul kernels as the CPU backend drives them in prompt processing: a
+//! tile of 16 weight rows × 576 values against 64 quantized activation rows, several rows and four
+//! columns per call, single-threaded. Reports weight·activation products per second; compare with
+//! the roofline in bench/engine/README.md.
+//!
+//!     cargo bench -p quant --bench dot -- q8_0
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use quant::dot::{self, KernelPath, MAX_COLS, MAX_ROWS};
+use quant::GgmlType;
+
+const ROWS: usize = 16;
+const COLS: usize = 64;
+
+fn data(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..len)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            ((s.wrapping_mul(0x2545F4914F6CDD1D) >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
+        })
+        .collect()
+}
+
+fn kernels(c: &mut Criterion) {
+    use GgmlType as T;
+    for (ty, n) in [
+        (T::Q8_0, 576),
+        (T::Q4_0, 576),
+        (T::Q4_1, 576),
+        (T::Q4_K, 1536),
+        (T::Q6_K, 1536),
+    ] {
+        let k = dot::kernel(ty, KernelPath::detect()).unwrap();
+        let w = quant::quantize(ty, &data(ROWS * n, 7), n, None).unwrap();
+        let rb = w.len() / ROWS;
+        let ab = dot::act_row_bytes(k.act, n);
+        let x = data(COLS * n, 11);
+        let mut acts = vec![0u8; COLS * ab];
+        for (d, s) in acts.chunks_mut(ab).zip(x.chunks(n)) {
+            dot::quantize_act(k.act, s, d);
+        }
+        let mut g = c.benchmark_group(ty.name());
+        g.throughput(Throughput::Elements((ROWS * COLS * n) as u64));
+        g.bench_function(BenchmarkId::new("tile", format!("{ROWS}x{COLS}x{n}")), |b| {
+            b.iter(|| {
+                let mut sink = 0f32;
+                for c0 in (0..COLS).step_by(MAX_COLS) {
+                    let cols: Vec<&[u8]> = (c0..c0 + MAX_COLS).map(|j| &acts[j * ab..(j + 1) * ab]).collect();
+                    let mut r = 0;
+                    if let Some(rows) = k.rows {
+                        let g = k.max_rows.min(MAX_ROWS);
+                        let mut out = [[0f32; MAX_COLS]; MAX_ROWS];
+                        while r + g <= ROWS {
+                            let ws: Vec<&[u8]> = (r..r + g).map(|i| &w[i * rb..(i + 1) * rb]).collect();
+                            rows(ty, n, &ws, &cols, &mut out[..g]);
+                            sink += out[0][0];
+                            r += g;
+                        }
+                    }
+                    let mut out = [0f32; MAX_COLS];
+                    for r in r..ROWS {
+                        (k.dot)(ty, n, &w[r * rb..(r + 1) * rb], &cols, &mut out);
+                        sink += out[0];
+                    }
+                }
+                sink
+            })
+        });
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).measurement_time(std::time::Duration::from_secs(2)).warm_up_time(std::time::Duration::from_millis(500));
+    targets = kernels
+}
+criterion_main!(benches);
