@@ -392,8 +392,9 @@ unsafe fn legacy_rows_vnni<L: Legacy>(n: usize, ws: &[&[u8]], acts: &[&[u8]], ou
 ///
 /// Three vector operations per (row, column, block) instead of five: signed quants are offset to
 /// unsigned bytes (q + BIAS) so `vpdpbusd` needs no sign trick, starting from −BIAS·Σ(4 y) per
-/// lane (computed once per activation block) to give exactly ggml's lane sums; the R·C scale
-/// products dx·dy come from R four-wide multiplies and reach the FMA as a broadcast memory operand.
+/// lane (computed once per activation block) to give exactly ggml's lane sums; the scale products
+/// dx·dy (the same f32 multiplies) are computed four at a time for a chunk of blocks ahead of the
+/// integer work and reach the FMA as a broadcast memory operand, so no FMA waits on them.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl")]
 #[inline]
 unsafe fn legacy_rows_vnni_cols<L: Legacy, const R: usize, const C: usize>(
@@ -421,21 +422,25 @@ unsafe fn legacy_rows_vnni_cols<L: Legacy, const R: usize, const C: usize>(
     let mut acc = [[_mm256_setzero_ps(); C]; R];
     let mut summs = [_mm_setzero_ps(); R];
     let bias = _mm256_set1_epi8(L::BIAS as i8);
-    let mut prod = Products([0f32; 16]);
-    for b in 0..nb {
-        let y = ap.map(|p| p.add(b * abytes));
-        let dy = _mm_set_ps(
-            std::ptr::read_unaligned(y[3] as *const f32),
-            std::ptr::read_unaligned(y[2] as *const f32),
-            std::ptr::read_unaligned(y[1] as *const f32),
-            std::ptr::read_unaligned(y[0] as *const f32),
-        );
-        let mut u = [_mm256_setzero_si256(); R];
-        for r in 0..R {
-            let x = wp[r].add(b * L::BYTES);
-            u[r] = L::load_biased(x);
-            let dx = _mm_set1_ps(f16_at(x));
-            _mm_store_ps(prod.0.as_mut_ptr().add(4 * r), _mm_mul_ps(dx, dy));
+    // Scale products dx·dy of a chunk of blocks, computed ahead of the integer work so that the
+    // FMAs never wait on them: chunk block i, column c, row r at [i][4c + r].
+    const CHUNK: usize = 32;
+    // Every entry read is written first in its chunk's first pass.
+    // (One 64-byte line per block: 16 f32.)
+    let mut prod = std::mem::MaybeUninit::<[__m512; CHUNK]>::uninit();
+    let prod = prod.as_mut_ptr() as *mut f32;
+    for b0 in (0..nb).step_by(CHUNK) {
+        let b1 = (b0 + CHUNK).min(nb);
+        for b in b0..b1 {
+            let y = ap.map(|p| p.add(b * abytes));
+            let x: [*const u8; 4] = std::array::from_fn(|r| wp[r.min(R - 1)].add(b * L::BYTES));
+            let h = |p: *const u8| std::ptr::read_unaligned(p as *const u16) as i16;
+            let dx = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, h(x[3]), h(x[2]), h(x[1]), h(x[0])));
+            let pb = prod.add(16 * (b - b0));
+            for (c, &yc) in y.iter().enumerate() {
+                let dy = _mm_set1_ps(std::ptr::read_unaligned(yc as *const f32));
+                _mm_store_ps(pb.add(4 * c), _mm_mul_ps(dx, dy));
+            }
             if L::UNSIGNED {
                 // ggml's `summs += m * s`, an FMA in its build; one lane per column.
                 let s = _mm_set_ps(
@@ -444,22 +449,32 @@ unsafe fn legacy_rows_vnni_cols<L: Legacy, const R: usize, const C: usize>(
                     std::ptr::read_unaligned(y[1].add(4) as *const f32),
                     std::ptr::read_unaligned(y[0].add(4) as *const f32),
                 );
-                summs[r] = _mm_fmadd_ps(_mm_set1_ps(f16_at(x.add(2))), s, summs[r]);
+                for r in 0..R {
+                    summs[r] = _mm_fmadd_ps(_mm_set1_ps(f16_at(x[r].add(2))), s, summs[r]);
+                }
             }
         }
-        for c in 0..C {
-            let qy = _mm256_loadu_si256(y[c].add(aoff) as *const __m256i);
-            let start = if L::BIAS == 0 {
-                _mm256_setzero_si256()
-            } else {
-                _mm256_sub_epi32(
-                    _mm256_setzero_si256(),
-                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, qy),
-                )
-            };
+        for b in b0..b1 {
+            let y = ap.map(|p| p.add(b * abytes));
+            let mut u = [_mm256_setzero_si256(); R];
             for r in 0..R {
-                let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, u[r], qy));
-                acc[r][c] = fmadd_broadcast(acc[r][c], p, prod.0.as_ptr().add(4 * r + c));
+                u[r] = L::load_biased(wp[r].add(b * L::BYTES));
+            }
+            let pb = prod.add(16 * (b - b0)) as *const f32;
+            for c in 0..C {
+                let qy = _mm256_loadu_si256(y[c].add(aoff) as *const __m256i);
+                let start = if L::BIAS == 0 {
+                    _mm256_setzero_si256()
+                } else {
+                    _mm256_sub_epi32(
+                        _mm256_setzero_si256(),
+                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, qy),
+                    )
+                };
+                for r in 0..R {
+                    let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, u[r], qy));
+                    acc[r][c] = fmadd_broadcast(acc[r][c], p, pb.add(4 * c + r));
+                }
             }
         }
     }
@@ -471,10 +486,6 @@ unsafe fn legacy_rows_vnni_cols<L: Legacy, const R: usize, const C: usize>(
         }
     }
 }
-
-/// The R×4 scale products of one block, where [`fmadd_broadcast`] reads them.
-#[repr(align(64))]
-struct Products([f32; 16]);
 
 /// `acc + p · *s` (every lane), with the broadcast folded into the FMA's memory operand
 /// (`vfmadd231ps ymm, ymm, m32{1to8}`): no shuffle per product.
