@@ -997,3 +997,57 @@ pub unsafe fn quantize_q8_block(x: &[f32], y: &mut [u8], sum: bool) {
     let q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(y.as_mut_ptr().add(off) as *mut __m256i, q);
 }
+
+/// One Q8_K activation block (d f32, 256 i8 quants, 16 i16 sums) with the numbers of
+/// `quantize_row_q8_K_ref` (`ggml-quants.c`): the value of largest magnitude (the first of
+/// equals) sets `iscale = -127/max`, quants are `nearest_int(iscale·x)` capped at 127 (the
+/// magic-number rounding, half to even, which `vcvtps2dq` also does for these magnitudes).
+///
+/// # Safety
+/// AVX2 present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_q8k_block(x: &[f32], y: &mut [u8]) {
+    assert!(x.len() >= 256 && y.len() >= Q8K);
+    let p = x.as_ptr();
+    let sign = _mm256_set1_ps(-0.0);
+    let mut m = _mm256_setzero_ps();
+    for i in (0..256).step_by(8) {
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(i))));
+    }
+    let amax = hsum_max_8(m);
+    if amax == 0.0 {
+        y[..Q8K].fill(0);
+        return;
+    }
+    // The first value whose magnitude is amax (the scalar loop keeps the first strict maximum).
+    let max = x[..256].iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
+    let iscale = -127.0 / max;
+    let iv = _mm256_set1_ps(iscale);
+    let cap = _mm256_set1_epi32(127);
+    let qs = y.as_mut_ptr().add(4);
+    for i in (0..256).step_by(32) {
+        let q: [__m256i; 4] = std::array::from_fn(|k| {
+            _mm256_min_epi32(
+                _mm256_cvtps_epi32(_mm256_mul_ps(iv, _mm256_loadu_ps(p.add(i + 8 * k)))),
+                cap,
+            )
+        });
+        // i32 → i16 → i8 (saturation cannot trigger: |q| ≤ 127), then undo the lane interleave.
+        let w = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        let w = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(qs.add(i) as *mut __m256i, w);
+    }
+    for k in 0..16 {
+        let q = &*(qs.add(16 * k) as *const [i8; 16]);
+        let sum: i32 = q.iter().map(|&v| v as i32).sum();
+        y[260 + 2 * k..262 + 2 * k].copy_from_slice(&(sum as i16).to_le_bytes());
+    }
+    y[..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+}
+
+#[inline(always)]
+unsafe fn hsum_max_8(x: __m256) -> f32 {
+    let m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
+}

@@ -37,15 +37,19 @@ pub enum KernelPath {
 
 impl KernelPath {
     /// The widest path this CPU supports, unless `HF2Q_KERNEL=scalar` forces the reference.
+    /// Decided once per process (activation conversion asks for every row).
     pub fn detect() -> KernelPath {
-        if std::env::var("HF2Q_KERNEL").is_ok_and(|v| v == "scalar") {
-            return KernelPath::Scalar;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
-            return KernelPath::Avx2;
-        }
-        KernelPath::Scalar
+        static PATH: std::sync::OnceLock<KernelPath> = std::sync::OnceLock::new();
+        *PATH.get_or_init(|| {
+            if std::env::var("HF2Q_KERNEL").is_ok_and(|v| v == "scalar") {
+                return KernelPath::Scalar;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+                return KernelPath::Avx2;
+            }
+            KernelPath::Scalar
+        })
     }
 
     pub fn name(self) -> &'static str {
@@ -212,6 +216,14 @@ pub fn quantize_act(act: GgmlType, src: &[f32], dst: &mut [u8]) {
             }
         }
         T::Q8_K => {
+            #[cfg(target_arch = "x86_64")]
+            if KernelPath::detect() == KernelPath::Avx2 {
+                for (x, y) in src.chunks_exact(256).zip(dst.chunks_exact_mut(292)) {
+                    // SAFETY: AVX2 present; x has 256 values, y has 292 bytes.
+                    unsafe { avx2::quantize_q8k_block(x, y) };
+                }
+                return;
+            }
             let codec = crate::codec(T::Q8_K).expect("Q8_K codec");
             (codec.quantize.expect("Q8_K quantizer"))(src, dst, None);
         }

@@ -144,4 +144,18 @@ fn vector_and_scalar_activation_quantization_agree() {
             }
         }
     }
+    // Q8_K: the vector path's bytes equal quantize_row_q8_K_ref's (the codec), including a block
+    // of zeros, a block whose extremes tie in magnitude with opposite signs (the first sets the
+    // scale's sign), and values landing on .5 after scaling.
+    let mut x: Vec<f32> = (0..1024).map(|_| lcg(&mut seed) * 3.0).collect();
+    x[256..512].fill(0.0);
+    x[520] = -4.0;
+    x[700] = 4.0;
+    for (i, v) in x[768..].iter_mut().enumerate() {
+        *v = (i as f32 - 128.0) * 0.5;
+    }
+    let mut fast = vec![0u8; act_row_bytes(GgmlType::Q8_K, 1024)];
+    quantize_act(GgmlType::Q8_K, &x, &mut fast);
+    let want = crate::quantize(GgmlType::Q8_K, &x, 1024, None).unwrap();
+    assert_eq!(fast, want);
 }
