@@ -136,7 +136,7 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
                     .ok_or_else(|| {
                         ApiError::invalid("response_format", "json_schema needs a 'json_schema.schema' object")
                     })?;
-                Some(Some(schema.clone()))
+                Some(Some(crate::tools::closed_objects(schema)))
             }
             ty => {
                 return Err(ApiError::invalid(

@@ -211,13 +211,37 @@ pub fn inline_tools(messages: &mut Vec<ChatMessage>, req: &ToolRequest) {
     }
 }
 
+/// `schema` with `"additionalProperties": false` on every object schema that does not say,
+/// the default of llama.cpp's JSON-schema grammars (`grammars/README.md`: fewer hallucinated
+/// keys) where JSON Schema itself would allow any extra property.
+pub fn closed_objects(schema: &Value) -> Value {
+    match schema {
+        Value::Object(m) => {
+            let mut out: serde_json::Map<String, Value> =
+                m.iter().map(|(k, v)| (k.clone(), closed_objects(v))).collect();
+            let is_object = match m.get("type") {
+                Some(Value::String(t)) => t == "object",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+                _ => false,
+            };
+            if is_object && !m.contains_key("additionalProperties") {
+                out.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(closed_objects).collect()),
+        other => other.clone(),
+    }
+}
+
 /// The Lark grammar of one forced call in `format`.
 pub fn forced_grammar(req: &ToolRequest, format: ToolFormat) -> Option<String> {
     let forced = req.forced.as_ref()?;
-    let chosen: Vec<&(String, Value)> = req
+    let chosen: Vec<(String, Value)> = req
         .schemas
         .iter()
         .filter(|(n, _)| forced.as_ref().is_none_or(|f| f == n))
+        .map(|(n, p)| (n.clone(), closed_objects(p)))
         .collect();
     let one_of = |args_key: &str| {
         let alternatives: Vec<Value> = chosen
@@ -706,6 +730,23 @@ mod tests {
         let out = s.push("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>");
         assert_eq!(out.len(), 1);
         assert_eq!(s.calls(), 1);
+    }
+
+    #[test]
+    fn object_schemas_are_closed_unless_they_say_otherwise() {
+        let s = json!({"type": "object", "properties": {
+            "city": {"type": "string"},
+            "type": {"type": ["object", "null"], "properties": {"a": {"type": "integer"}}},
+            "open": {"type": "object", "additionalProperties": true},
+            "list": {"type": "array", "items": {"type": "object"}}}});
+        let c = closed_objects(&s);
+        assert_eq!(c["additionalProperties"], false);
+        assert_eq!(c["properties"]["type"]["additionalProperties"], false);
+        assert_eq!(c["properties"]["open"]["additionalProperties"], true);
+        assert_eq!(c["properties"]["list"]["items"]["additionalProperties"], false);
+        // Not schemas of objects: the properties map itself and non-object schemas.
+        assert!(c["properties"].get("additionalProperties").is_none());
+        assert!(c["properties"]["city"].get("additionalProperties").is_none());
     }
 
     #[test]
