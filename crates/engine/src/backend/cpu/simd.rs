@@ -118,6 +118,10 @@ pub fn gemm(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
     assert!(m.is_multiple_of(GEMM_ROWS) && c.len() >= m * n && a.len() >= m * k && b.len() >= k * n);
     #[cfg(target_arch = "x86_64")]
     if avx2() {
+        if quant::dot::avx2::vnni() {
+            // SAFETY: AVX-512F/VL present (with VNNI); the slices hold the shapes checked above.
+            return unsafe { gemm_avx512(c, a, b, m, k, n) };
+        }
         // SAFETY: AVX2+FMA present; the slices hold the shapes checked above.
         return unsafe { gemm_avx2(c, a, b, m, k, n) };
     }
@@ -132,28 +136,52 @@ pub fn gemm(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
     }
 }
 
+/// [`gemm_avx2`] with AVX-512VL's 32 vector registers: blocks of 4 rows × 32 columns (16
+/// accumulators), each loaded B vector used four times; the same FMA chains.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+unsafe fn gemm_avx512(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    let (cp, ap, bp) = (c.as_mut_ptr(), a.as_ptr(), b.as_ptr());
+    for i0 in (0..m).step_by(GEMM_ROWS) {
+        let mut j0 = 0;
+        while j0 + 32 <= n {
+            gemm_block::<4>(cp, ap, bp, i0, j0, k, n);
+            j0 += 32;
+        }
+        gemm_tail(cp, ap, bp, i0, j0, k, n);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gemm_avx2(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
     let (cp, ap, bp) = (c.as_mut_ptr(), a.as_ptr(), b.as_ptr());
     for i0 in (0..m).step_by(GEMM_ROWS) {
-        let mut j0 = 0;
-        while j0 + 16 <= n {
-            gemm_block::<2>(cp, ap, bp, i0, j0, k, n);
-            j0 += 16;
-        }
-        while j0 + 8 <= n {
-            gemm_block::<1>(cp, ap, bp, i0, j0, k, n);
-            j0 += 8;
-        }
-        for i in i0..i0 + GEMM_ROWS {
-            for j in j0..n {
-                let mut acc = c[i * n + j];
-                for kk in 0..k {
-                    acc = a[i * k + kk].mul_add(b[kk * n + j], acc);
-                }
-                c[i * n + j] = acc;
+        gemm_tail(cp, ap, bp, i0, 0, k, n);
+    }
+}
+
+/// Rows i0..i0+4 of [`gemm`] from column j0 on: blocks of 16 and 8 columns, then scalar FMAs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn gemm_tail(c: *mut f32, a: *const f32, b: *const f32, i0: usize, j0: usize, k: usize, n: usize) {
+    let mut j0 = j0;
+    while j0 + 16 <= n {
+        gemm_block::<2>(c, a, b, i0, j0, k, n);
+        j0 += 16;
+    }
+    while j0 + 8 <= n {
+        gemm_block::<1>(c, a, b, i0, j0, k, n);
+        j0 += 8;
+    }
+    for i in i0..i0 + GEMM_ROWS {
+        for j in j0..n {
+            let mut acc = *c.add(i * n + j);
+            for kk in 0..k {
+                acc = (*a.add(i * k + kk)).mul_add(*b.add(kk * n + j), acc);
             }
+            *c.add(i * n + j) = acc;
         }
     }
 }
@@ -331,8 +359,8 @@ mod tests {
     fn vector_helpers_match_scalar() {
         let b: Vec<f32> = (0..77).map(|i| (i as f32 * 0.11).cos()).collect();
         // gemm: every element the FMA chain over k in order, whatever the blocking (8 rows,
-        // 77 values of k, 16 + 8 + 3 columns exercise every block shape and the scalar tail).
-        let (m, k, n) = (8, 77, 27);
+        // 77 values of k, 32 + 16 + 8 + 3 columns exercise every block shape and the scalar tail).
+        let (m, k, n) = (8, 77, 59);
         let am: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
         let bm: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
         let mut c: Vec<f32> = (0..m * n).map(|i| i as f32 * 0.01).collect();
