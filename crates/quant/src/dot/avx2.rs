@@ -437,7 +437,7 @@ unsafe fn legacy_rows_vnni_cols<L: Legacy, const R: usize, const C: usize>(
             let h = |p: *const u8| std::ptr::read_unaligned(p as *const u16) as i16;
             let dx = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, h(x[3]), h(x[2]), h(x[1]), h(x[0])));
             let pb = prod.add(16 * (b - b0));
-            for (c, &yc) in y.iter().enumerate() {
+            for (c, &yc) in y.iter().enumerate().take(C) {
                 let dy = _mm_set1_ps(std::ptr::read_unaligned(yc as *const f32));
                 _mm_store_ps(pb.add(4 * c), _mm_mul_ps(dx, dy));
             }
