@@ -46,18 +46,13 @@ pub fn rows_fn(w: GgmlType) -> Option<super::DotRowsFn> {
         T::Q5_1 => |_, n, ws, a, o| unsafe { legacy_rows_vnni::<Q5_1>(n, ws, a, o) },
         T::Q8_0 => |_, n, ws, a, o| unsafe { legacy_rows_vnni::<Q8_0>(n, ws, a, o) },
         T::IQ4_NL => |_, n, ws, a, o| unsafe { legacy_rows_vnni::<Iq4Nl>(n, ws, a, o) },
-        T::Q4_K => |_, n, ws, a, o| unsafe { q4k_vnni_rows(n, ws, a, o) },
         _ => return None,
     })
 }
 
 /// The most rows [`rows_fn`]'s kernel for `w` takes (the K-quant bodies hold more state per row).
-pub fn max_rows(w: GgmlType) -> usize {
-    if w == GgmlType::Q4_K {
-        2
-    } else {
-        super::MAX_ROWS
-    }
+pub fn max_rows(_w: GgmlType) -> usize {
+    super::MAX_ROWS
 }
 
 /// AVX-512 VNNI with 256-bit vectors (`vpdpbusd` on ymm): one instruction for the byte products
@@ -509,13 +504,13 @@ unsafe fn fmadd_broadcast(acc: __m256, p: __m256, s: *const f32) -> __m256 {
 /// Q8_K block layout: d (f32) at 0, 256 quants at 4, 16 i16 sums at 260.
 const Q8K: usize = 292;
 
-macro_rules! dispatch_cols {
-    ($f:ident, $n:expr, $w:expr, $acts:expr, $out:expr) => {
+macro_rules! dispatch_q6k {
+    ($f:ident, $whole:expr, $n:expr, $w:expr, $acts:expr, $out:expr) => {
         match $acts.len() {
-            1 => $f::<1>($n, $w, $acts, $out),
-            2 => $f::<2>($n, $w, $acts, $out),
-            3 => $f::<3>($n, $w, $acts, $out),
-            4 => $f::<4>($n, $w, $acts, $out),
+            1 => $f::<1, $whole>($n, $w, $acts, $out),
+            2 => $f::<2, $whole>($n, $w, $acts, $out),
+            3 => $f::<3, $whole>($n, $w, $acts, $out),
+            4 => $f::<4, $whole>($n, $w, $acts, $out),
             k => panic!("k-quant kernel: {k} activation rows (1 to 4 supported)"),
         }
     };
@@ -544,13 +539,12 @@ unsafe fn unpack_scales_k4(p: *const u8) -> ([u8; 8], [u8; 8]) {
     (sc, mn)
 }
 
-/// Σ_k mins[k] · (bsums[2k] + bsums[2k+1]) as four i32 lanes (sum them for the total).
+/// The eight sums of pairs of a Q8_K block's 16-value sums (`y` at the block): with the eight
+/// mins as i16, `madd` gives Σ_k mins[k] · (bsums[2k] + bsums[2k+1]) in four i32 lanes.
 #[inline(always)]
-unsafe fn mins_prod(mins: &[u8; 8], y: *const u8) -> __m128i {
+unsafe fn bsum_pairs(y: *const u8) -> __m128i {
     let bs = _mm256_loadu_si256(y.add(260) as *const __m256i);
-    let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    let m = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr() as *const __m128i));
-    _mm_madd_epi16(m, pairs)
+    _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1))
 }
 
 #[inline(always)]
@@ -586,7 +580,7 @@ unsafe fn q4k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
 /// chunks unpack and how scaled products accumulate (the same integers either way).
 // quants.c: ggml_vec_dot_q4_K_q8_K, ggml_vec_dot_q5_K_q8_K
 macro_rules! k4_kernel {
-    ($(#[$m:meta])* $name:ident, $bytes:expr, $unpack:expr, $acc:expr) => {
+    ($(#[$m:meta])* $name:ident, $bytes:expr, $unpack:expr, $acc:expr, $whole:expr) => {
         /// `R` weight rows by `C` activation rows; every (row, column) result is summed in the
         /// same order whatever `R` is (rows only share the activation loads).
         $(#[$m])*
@@ -605,8 +599,12 @@ macro_rules! k4_kernel {
             for a in &acts[..C] {
                 assert!(a.len() >= nb * Q8K);
             }
-            let mut acc = [[_mm256_setzero_ps(); C]; R];
-            let mut accm = [[_mm_setzero_ps(); C]; R];
+            // Whole-block order: lane c of acc/accm is column c (missing columns stay zero).
+            let mut acc = [_mm_setzero_ps(); R];
+            let mut accm = [_mm_setzero_ps(); R];
+            // ggml's vec_dot order: eight (four for the mins) lanes per (row, column).
+            let mut accl = [[_mm256_setzero_ps(); C]; R];
+            let mut accml = [[_mm_setzero_ps(); C]; R];
             for b in 0..nb {
                 let mut x = [std::ptr::null::<u8>(); R];
                 let mut dx = [0f32; R];
@@ -617,6 +615,40 @@ macro_rules! k4_kernel {
                     x[r] = ws[r].as_ptr().add(b * $bytes);
                     (dx[r], dmx[r]) = (f16_at(x[r]), f16_at(x[r].add(2)));
                     (sc[r], mins[r]) = unpack_scales_k4(x[r].add(4));
+                }
+                // llama.cpp's q4_K_8x8 GEMM (full groups of four tokens) adds every 64 values
+                // to the f32 sums; its GEMV (the other tokens) every block.
+                let per64 = $whole && C == 4;
+                let mut mins_t = [[_mm_setzero_si128(); 4]; R];
+                let mut dd = [_mm_setzero_ps(); R];
+                let mut ddm = [_mm_setzero_ps(); R];
+                if per64 {
+                    let mut dy = [0f32; 4];
+                    let mut pairs = [_mm_setzero_si128(); 4];
+                    for c in 0..C {
+                        let y = acts[c].as_ptr().add(b * Q8K);
+                        dy[c] = std::ptr::read_unaligned(y as *const f32);
+                        pairs[c] = bsum_pairs(y);
+                    }
+                    let dyv = _mm_loadu_ps(dy.as_ptr());
+                    for r in 0..R {
+                        dd[r] = _mm_mul_ps(_mm_set1_ps(dx[r]), dyv);
+                        ddm[r] = _mm_mul_ps(_mm_set1_ps(dmx[r]), dyv);
+                        // Lane j of madd(mins, pairs): the min term of values 64j..64j+63;
+                        // transposed so that vector j holds it for the four columns.
+                        let mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins[r].as_ptr() as *const __m128i));
+                        let m = pairs.map(|p| _mm_madd_epi16(mn, p));
+                        let t0 = _mm_unpacklo_epi32(m[0], m[1]);
+                        let t1 = _mm_unpacklo_epi32(m[2], m[3]);
+                        let t2 = _mm_unpackhi_epi32(m[0], m[1]);
+                        let t3 = _mm_unpackhi_epi32(m[2], m[3]);
+                        mins_t[r] = [
+                            _mm_unpacklo_epi64(t0, t1),
+                            _mm_unpackhi_epi64(t0, t1),
+                            _mm_unpacklo_epi64(t2, t3),
+                            _mm_unpackhi_epi64(t2, t3),
+                        ];
+                    }
                 }
                 let mut sumi = [[_mm256_setzero_si256(); C]; R];
                 for j in 0..4 {
@@ -639,21 +671,69 @@ macro_rules! k4_kernel {
                             sumi[r][c] = $acc(sumi[r][c], pl, sl[r], ph, sh[r]);
                         }
                     }
+                    if per64 {
+                        for r in 0..R {
+                            // The four columns' sums of these 64 values (exact integers).
+                            let h = _mm256_hadd_epi32(
+                                _mm256_hadd_epi32(sumi[r][0], sumi[r][1 % C]),
+                                _mm256_hadd_epi32(sumi[r][2 % C], sumi[r][3 % C]),
+                            );
+                            let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                            sumi[r] = [_mm256_setzero_si256(); C];
+                            acc[r] = _mm_fmadd_ps(dd[r], _mm_cvtepi32_ps(s), acc[r]);
+                            accm[r] = _mm_fmadd_ps(ddm[r], _mm_cvtepi32_ps(mins_t[r][j]), accm[r]);
+                        }
+                    }
                 }
-                for c in 0..C {
-                    let y = acts[c].as_ptr().add(b * Q8K);
-                    let dy = std::ptr::read_unaligned(y as *const f32);
+                if per64 {
+                } else if $whole {
+                    let mut dy = [0f32; 4];
+                    let mut pairs = [_mm_setzero_si128(); 4];
+                    for c in 0..C {
+                        let y = acts[c].as_ptr().add(b * Q8K);
+                        dy[c] = std::ptr::read_unaligned(y as *const f32);
+                        pairs[c] = bsum_pairs(y);
+                    }
+                    let dy = _mm_loadu_ps(dy.as_ptr());
                     for r in 0..R {
-                        acc[r][c] =
-                            _mm256_fmadd_ps(_mm256_set1_ps(dy * dx[r]), _mm256_cvtepi32_ps(sumi[r][c]), acc[r][c]);
-                        accm[r][c] =
-                            _mm_fmadd_ps(_mm_set1_ps(dy * dmx[r]), _mm_cvtepi32_ps(mins_prod(&mins[r], y)), accm[r][c]);
+                        // The block's whole integer sums per column (exact), then one FMA each.
+                        let mut s = [_mm_setzero_si128(); 4];
+                        let mut m = [_mm_setzero_si128(); 4];
+                        let mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins[r].as_ptr() as *const __m128i));
+                        for c in 0..C {
+                            s[c] = _mm_add_epi32(_mm256_castsi256_si128(sumi[r][c]), _mm256_extracti128_si256(sumi[r][c], 1));
+                            m[c] = _mm_madd_epi16(mn, pairs[c]);
+                        }
+                        let s = _mm_hadd_epi32(_mm_hadd_epi32(s[0], s[1]), _mm_hadd_epi32(s[2], s[3]));
+                        let m = _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]));
+                        acc[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dx[r]), dy), _mm_cvtepi32_ps(s), acc[r]);
+                        accm[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dmx[r]), dy), _mm_cvtepi32_ps(m), accm[r]);
+                    }
+                } else {
+                    for c in 0..C {
+                        let y = acts[c].as_ptr().add(b * Q8K);
+                        let dy = std::ptr::read_unaligned(y as *const f32);
+                        for r in 0..R {
+                            accl[r][c] =
+                                _mm256_fmadd_ps(_mm256_set1_ps(dy * dx[r]), _mm256_cvtepi32_ps(sumi[r][c]), accl[r][c]);
+                            let mp = _mm_madd_epi16(
+                                _mm_cvtepu8_epi16(_mm_loadl_epi64(mins[r].as_ptr() as *const __m128i)),
+                                bsum_pairs(y),
+                            );
+                            accml[r][c] = _mm_fmadd_ps(_mm_set1_ps(dy * dmx[r]), _mm_cvtepi32_ps(mp), accml[r][c]);
+                        }
                     }
                 }
             }
             for r in 0..R {
-                for c in 0..C {
-                    out[r * MAX_COLS + c] = hsum_f32_8(acc[r][c]) - hsum_f32_4(accm[r][c]);
+                if $whole {
+                    let mut v = [0f32; 4];
+                    _mm_storeu_ps(v.as_mut_ptr(), _mm_sub_ps(acc[r], accm[r]));
+                    out[r * MAX_COLS..r * MAX_COLS + C].copy_from_slice(&v[..C]);
+                } else {
+                    for c in 0..C {
+                        out[r * MAX_COLS + c] = hsum_f32_8(accl[r][c]) - hsum_f32_4(accml[r][c]);
+                    }
                 }
             }
         }
@@ -701,14 +781,16 @@ k4_kernel!(
     q4k_cols,
     144,
     q4k_chunk,
-    scaled_add
+    scaled_add,
+    true
 );
 k4_kernel!(
     #[inline(always)]
     q5k_cols,
     176,
     q5k_chunk,
-    scaled_add
+    scaled_add,
+    false
 );
 k4_kernel!(
     /// [`q4k_cols`] with `vpdpwssd` folding the scale multiply and the accumulation.
@@ -717,17 +799,13 @@ k4_kernel!(
     q4k_vnni_cols,
     144,
     q4k_chunk,
-    |s, pl, sl, ph, sh| _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(s, pl, sl), ph, sh)
+    |s, pl, sl, ph, sh| _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(s, pl, sl), ph, sh),
+    true
 );
 
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 unsafe fn q4k_vnni(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     dispatch_k4!(q4k_vnni_cols, n, &[w], acts, out)
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-unsafe fn q4k_vnni_rows(n: usize, ws: &[&[u8]], acts: &[&[u8]], out: &mut [[f32; MAX_COLS]]) {
-    dispatch_k4!(q4k_vnni_cols, n, ws, acts, out.as_flattened_mut())
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -737,7 +815,7 @@ unsafe fn q5k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    dispatch_cols!(q6k_cols, n, w, acts, out)
+    dispatch_q6k!(q6k_cols, false, n, w, acts, out)
 }
 
 /// Q6_K: 128 bytes low nibbles, 64 bytes of 2-bit highs, 16 i8 scales, d (f16).
@@ -747,13 +825,17 @@ unsafe fn q6k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
 macro_rules! q6k_kernel {
     ($(#[$m:meta])* $name:ident, $acc:expr) => {
         $(#[$m])*
-                unsafe fn $name<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+        /// `WHOLE`: the order of llama.cpp's tiled K-quant matmul (`ggml-cpu/tiled/tiled-kernel.cpp`,
+        /// which it uses for batches of 8 or more rows): per block the exact integer sum of all
+        /// lanes times d, then an FMA with dy into one f32 per column. Otherwise ggml's vec_dot lanes.
+        unsafe fn $name<const C: usize, const WHOLE: bool>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
             let nb = n / 256;
             assert!(w.len() >= nb * 210 && out.len() >= C);
             for a in &acts[..C] {
                 assert!(a.len() >= nb * Q8K);
             }
             let mut acc = [_mm256_setzero_ps(); C];
+            let mut whole = [0f32; C];
             let m4 = _mm256_set1_epi8(0xF);
             let m2 = _mm256_set1_epi8(3);
             for b in 0..nb {
@@ -801,11 +883,19 @@ macro_rules! q6k_kernel {
                     let corr = _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales16), 5);
                     let dy = std::ptr::read_unaligned(y as *const f32);
                     let si = _mm256_sub_epi32(sumi[c], corr);
-                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(si), acc[c]);
+                    if WHOLE {
+                        let h = _mm_add_epi32(_mm256_castsi256_si128(si), _mm256_extracti128_si256(si, 1));
+                        let h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+                        let h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+                        let r = _mm_cvtsi128_si32(h) as f32 * dx;
+                        whole[c] = r.mul_add(dy, whole[c]);
+                    } else {
+                        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(si), acc[c]);
+                    }
                 }
             }
             for c in 0..C {
-                out[c] = hsum_f32_8(acc[c]);
+                out[c] = if WHOLE { whole[c] } else { hsum_f32_8(acc[c]) };
             }
         }
     };
@@ -826,8 +916,31 @@ q6k_kernel!(
 
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 unsafe fn q6k_vnni(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    dispatch_cols!(q6k_vnni_cols, n, w, acts, out)
+    dispatch_q6k!(q6k_vnni_cols, false, n, w, acts, out)
 }
+
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+unsafe fn q6k_vnni_whole(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    dispatch_q6k!(q6k_vnni_cols, true, n, w, acts, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_whole(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    dispatch_q6k!(q6k_cols, true, n, w, acts, out)
+}
+
+/// Kernels for batches of at least [`BATCH_MIN`] activation rows where llama.cpp sums in
+/// another order than its vec_dot (its tiled K-quant matmul, `ggml-cpu/tiled`): Q6_K.
+pub fn batch_fn(w: GgmlType) -> Option<DotFn> {
+    Some(match w {
+        GgmlType::Q6_K if vnni() => |_, n, w, a, o| unsafe { q6k_vnni_whole(n, w, a, o) },
+        GgmlType::Q6_K => |_, n, w, a, o| unsafe { q6k_whole(n, w, a, o) },
+        _ => return None,
+    })
+}
+
+/// llama.cpp's tiled matmul takes batches of this many rows or more (`ggml_tiled_min_batch`).
+pub const BATCH_MIN: usize = 8;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f32_dot(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {

@@ -98,6 +98,11 @@ pub struct Kernel {
     /// Several rows per call (2 up to `max_rows`, even), where the path has such a kernel.
     pub rows: Option<DotRowsFn>,
     pub max_rows: usize,
+    /// For batches of at least `batch_min` activation rows, a kernel summing in the order
+    /// llama.cpp uses for such batches where that differs from its vec_dot (then used for every
+    /// row instead of `dot` and `rows`).
+    pub batch: Option<DotFn>,
+    pub batch_min: usize,
     pub path: KernelPath,
 }
 
@@ -114,6 +119,8 @@ pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
                 dot,
                 rows: avx2::rows_fn(w),
                 max_rows: avx2::max_rows(w),
+                batch: avx2::batch_fn(w),
+                batch_min: avx2::BATCH_MIN,
                 path,
             });
         }
@@ -125,6 +132,8 @@ pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
         dot,
         rows: None,
         max_rows: 1,
+        batch: None,
+        batch_min: usize::MAX,
         path: KernelPath::Scalar,
     })
 }
@@ -143,6 +152,8 @@ pub fn kernel_f32(w: GgmlType) -> Option<Kernel> {
         dot: scalar::dequant_f32,
         rows: None,
         max_rows: 1,
+        batch: None,
+        batch_min: usize::MAX,
         path: KernelPath::Scalar,
     })
 }

@@ -159,3 +159,87 @@ fn vector_and_scalar_activation_quantization_agree() {
     let want = crate::quantize(GgmlType::Q8_K, &x, 1024, None).unwrap();
     assert_eq!(fast, want);
 }
+
+/// Q4_K sums in the orders of llama.cpp's repacked q4_K_8x8 kernels (repack.cpp), which it uses
+/// for Q4_K on AVX2 machines: full groups of four activation rows (its GEMM) add every 64 values
+/// to the f32 sums, the other rows (its GEMV) every 256-value block. The AVX2 kernel gives
+/// exactly those numbers for 4 columns and for fewer.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn q4_k_follows_llama_cpp_repacked_order() {
+    if KernelPath::detect() != KernelPath::Avx2 {
+        return;
+    }
+    let n = 1024;
+    let mut seed = 11u64;
+    let wf: Vec<f32> = (0..n).map(|_| lcg(&mut seed) * 0.3).collect();
+    let w = crate::quantize(GgmlType::Q4_K, &wf, n, None).unwrap();
+    let acts: Vec<Vec<u8>> = (0..4)
+        .map(|_| {
+            let x: Vec<f32> = (0..n).map(|_| lcg(&mut seed) * 2.0).collect();
+            let mut a = vec![0u8; act_row_bytes(GgmlType::Q8_K, n)];
+            quantize_act(GgmlType::Q8_K, &x, &mut a);
+            a
+        })
+        .collect();
+    let f16 = |b: &[u8], at: usize| crate::fp::f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]));
+    // (d·dy, dmin·dy, S_j, M_j) per block and 64-value chunk j, in exact integers.
+    let terms = |a: &[u8]| -> Vec<(f32, f32, [i32; 4], [i32; 4])> {
+        w.chunks_exact(144)
+            .zip(a.chunks_exact(292))
+            .map(|(x, y)| {
+                let (d, dmin) = (f16(x, 0), f16(x, 2));
+                let q = &x[4..16];
+                let sm = |j: usize| -> (i32, i32) {
+                    if j < 4 {
+                        ((q[j] & 63) as i32, (q[j + 4] & 63) as i32)
+                    } else {
+                        (
+                            ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4)) as i32,
+                            ((q[j + 4] >> 4) | ((q[j] >> 6) << 4)) as i32,
+                        )
+                    }
+                };
+                let dy = f32::from_le_bytes(y[0..4].try_into().unwrap());
+                let yq = |i: usize| y[4 + i] as i8 as i32;
+                let bs = |k: usize| i16::from_le_bytes([y[260 + 2 * k], y[261 + 2 * k]]) as i32;
+                let mut s = [0i32; 4];
+                let mut m = [0i32; 4];
+                for j in 0..4 {
+                    let (sl, ml) = sm(2 * j);
+                    let (sh, mh) = sm(2 * j + 1);
+                    let (mut lo, mut hi) = (0, 0);
+                    for i in 0..32 {
+                        let b = x[16 + 32 * j + i];
+                        lo += (b & 0xF) as i32 * yq(64 * j + i);
+                        hi += (b >> 4) as i32 * yq(64 * j + 32 + i);
+                    }
+                    s[j] = sl * lo + sh * hi;
+                    m[j] = ml * (bs(4 * j) + bs(4 * j + 1)) + mh * (bs(4 * j + 2) + bs(4 * j + 3));
+                }
+                (d * dy, dmin * dy, s, m)
+            })
+            .collect()
+    };
+    let k = kernel(GgmlType::Q4_K, KernelPath::Avx2).unwrap();
+    let refs: Vec<&[u8]> = acts.iter().map(|a| a.as_slice()).collect();
+    for cols in 1..=4 {
+        let mut out = vec![0f32; cols];
+        (k.dot)(GgmlType::Q4_K, n, &w, &refs[..cols], &mut out);
+        for (c, a) in refs[..cols].iter().enumerate() {
+            let (mut acc, mut accm) = (0f32, 0f32);
+            for (dd, ddm, s, m) in terms(a) {
+                if cols == 4 {
+                    for j in 0..4 {
+                        acc = dd.mul_add(s[j] as f32, acc);
+                        accm = ddm.mul_add(m[j] as f32, accm);
+                    }
+                } else {
+                    acc = dd.mul_add(s.iter().sum::<i32>() as f32, acc);
+                    accm = ddm.mul_add(m.iter().sum::<i32>() as f32, accm);
+                }
+            }
+            assert_eq!(out[c], acc - accm, "{cols} columns, column {c}");
+        }
+    }
+}

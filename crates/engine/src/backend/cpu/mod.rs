@@ -528,9 +528,14 @@ impl Backend for Cpu {
                     *col = &acts[(t0 + j) * abytes..(t0 + j + 1) * abytes];
                 }
                 let mut r = r0;
+                // Batches where llama.cpp sums in another order take that order's kernel.
+                let (dot, rows) = match k.batch {
+                    Some(b) if t >= k.batch_min => (b, None),
+                    _ => (k.dot, k.rows),
+                };
                 // Several rows per call pay off in batches (more accumulator chains, each
                 // activation block loaded once per row group); a single token streams row by row.
-                if let (Some(rows), true) = (k.rows, t > 1) {
+                if let (Some(rows), true) = (rows, t > 1) {
                     let mut multi = [[0f32; MAX_COLS]; MAX_ROWS];
                     for group in [k.max_rows.min(MAX_ROWS), 2] {
                         while r + group <= r1 {
@@ -550,7 +555,7 @@ impl Backend for Cpu {
                     }
                 }
                 for r in r..r1 {
-                    (k.dot)(w.ty, n, &wb[r * rb..(r + 1) * rb], &cols[..c], &mut res[..c]);
+                    dot(w.ty, n, &wb[r * rb..(r + 1) * rb], &cols[..c], &mut res[..c]);
                     for (j, &v) in res[..c].iter().enumerate() {
                         // SAFETY: (t0 + j, r) of output wi is written by this tile only; within t×m.
                         unsafe { *outp.at((t0 + j) * m + r) = v };
