@@ -602,6 +602,8 @@ macro_rules! k4_kernel {
             // Whole-block order: lane c of acc/accm is column c (missing columns stay zero).
             let mut acc = [_mm_setzero_ps(); R];
             let mut accm = [_mm_setzero_ps(); R];
+            let mut acc1 = [0f32; R];
+            let mut accm1 = [0f32; R];
             // ggml's vec_dot order: eight (four for the mins) lanes per (row, column).
             let mut accl = [[_mm256_setzero_ps(); C]; R];
             let mut accml = [[_mm_setzero_ps(); C]; R];
@@ -686,6 +688,25 @@ macro_rules! k4_kernel {
                     }
                 }
                 if per64 {
+                } else if $whole && C == 1 {
+                    // One column (decoding): the same sums and FMAs, reduced with scalar-lane adds.
+                    let y = acts[0].as_ptr().add(b * Q8K);
+                    let dy = std::ptr::read_unaligned(y as *const f32);
+                    let pairs = bsum_pairs(y);
+                    let fold = |x: __m128i| {
+                        let x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+                        _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32::<1>(x)))
+                    };
+                    for r in 0..R {
+                        let mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins[r].as_ptr() as *const __m128i));
+                        let s = fold(_mm_add_epi32(
+                            _mm256_castsi256_si128(sumi[r][0]),
+                            _mm256_extracti128_si256(sumi[r][0], 1),
+                        ));
+                        let m = fold(_mm_madd_epi16(mn, pairs));
+                        acc1[r] = (dx[r] * dy).mul_add(s as f32, acc1[r]);
+                        accm1[r] = (dmx[r] * dy).mul_add(m as f32, accm1[r]);
+                    }
                 } else if $whole {
                     let mut dy = [0f32; 4];
                     let mut pairs = [_mm_setzero_si128(); 4];
@@ -726,7 +747,9 @@ macro_rules! k4_kernel {
                 }
             }
             for r in 0..R {
-                if $whole {
+                if $whole && C == 1 {
+                    out[r * MAX_COLS] = acc1[r] - accm1[r];
+                } else if $whole {
                     let mut v = [0f32; 4];
                     _mm_storeu_ps(v.as_mut_ptr(), _mm_sub_ps(acc[r], accm[r]));
                     out[r * MAX_COLS..r * MAX_COLS + C].copy_from_slice(&v[..C]);
