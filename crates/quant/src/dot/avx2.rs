@@ -50,7 +50,7 @@ pub fn rows_fn(w: GgmlType) -> Option<super::DotRowsFn> {
     })
 }
 
-/// The most rows [`rows_fn`]'s kernel for `w` takes (the K-quant bodies hold more state per row).
+/// The most rows [`rows_fn`]'s kernel for `w` takes (all of them take up to [`super::MAX_ROWS`]).
 pub fn max_rows(_w: GgmlType) -> usize {
     super::MAX_ROWS
 }
