@@ -553,19 +553,15 @@ unsafe fn hsum_f32_4(x: __m128) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
 }
 
-/// A Q4_K/Q5_K kernel for `ws.len()` rows (1 or 2) and `acts.len()` columns.
+/// A Q4_K/Q5_K kernel for one weight row and `acts.len()` columns.
 macro_rules! dispatch_k4 {
     ($f:ident, $n:expr, $ws:expr, $acts:expr, $out:expr) => {
-        match ($ws.len(), $acts.len()) {
-            (1, 1) => $f::<1, 1>($n, $ws, $acts, $out),
-            (1, 2) => $f::<1, 2>($n, $ws, $acts, $out),
-            (1, 3) => $f::<1, 3>($n, $ws, $acts, $out),
-            (1, 4) => $f::<1, 4>($n, $ws, $acts, $out),
-            (2, 1) => $f::<2, 1>($n, $ws, $acts, $out),
-            (2, 2) => $f::<2, 2>($n, $ws, $acts, $out),
-            (2, 3) => $f::<2, 3>($n, $ws, $acts, $out),
-            (2, 4) => $f::<2, 4>($n, $ws, $acts, $out),
-            (r, k) => panic!("k-quant kernel: {r} weight rows by {k} activation rows (1-2 by 1-4 supported)"),
+        match $acts.len() {
+            1 => $f::<1, 1>($n, $ws, $acts, $out),
+            2 => $f::<1, 2>($n, $ws, $acts, $out),
+            3 => $f::<1, 3>($n, $ws, $acts, $out),
+            4 => $f::<1, 4>($n, $ws, $acts, $out),
+            k => panic!("k-quant kernel: {k} activation rows (1 to 4 supported)"),
         }
     };
 }
@@ -581,8 +577,9 @@ unsafe fn q4k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
 // quants.c: ggml_vec_dot_q4_K_q8_K, ggml_vec_dot_q5_K_q8_K
 macro_rules! k4_kernel {
     ($(#[$m:meta])* $name:ident, $bytes:expr, $unpack:expr, $acc:expr, $whole:expr) => {
-        /// `R` weight rows by `C` activation rows; every (row, column) result is summed in the
-        /// same order whatever `R` is (rows only share the activation loads).
+        /// `R` weight rows (callers use one) by `C` activation rows. `$whole`: llama.cpp's order
+        /// for repacked Q4_K (every 64 values with four columns, every block with fewer);
+        /// otherwise ggml's vec_dot lanes.
         $(#[$m])*
         /// Row `r`'s results go to `out[r * MAX_COLS ..]` (with one row: `out[..C]`).
         unsafe fn $name<const R: usize, const C: usize>(
@@ -599,11 +596,12 @@ macro_rules! k4_kernel {
             for a in &acts[..C] {
                 assert!(a.len() >= nb * Q8K);
             }
-            // Whole-block order: lane c of acc/accm is column c (missing columns stay zero).
+            // llama.cpp's repacked order, four columns: lane c of acc/accm is column c.
             let mut acc = [_mm_setzero_ps(); R];
             let mut accm = [_mm_setzero_ps(); R];
-            let mut acc1 = [0f32; R];
-            let mut accm1 = [0f32; R];
+            // The same, fewer columns: one f32 per (row, column).
+            let mut accb = [[0f32; C]; R];
+            let mut accbm = [[0f32; C]; R];
             // ggml's vec_dot order: eight (four for the mins) lanes per (row, column).
             let mut accl = [[_mm256_setzero_ps(); C]; R];
             let mut accml = [[_mm_setzero_ps(); C]; R];
@@ -688,47 +686,27 @@ macro_rules! k4_kernel {
                     }
                 }
                 if per64 {
-                } else if $whole && C == 1 {
-                    // One column (decoding): the same sums and FMAs, reduced with scalar-lane adds.
-                    let y = acts[0].as_ptr().add(b * Q8K);
-                    let dy = std::ptr::read_unaligned(y as *const f32);
-                    let pairs = bsum_pairs(y);
+                    // Added to the sums chunk by chunk above.
+                } else if $whole {
+                    // Each block's exact integer sums, reduced with scalar-lane adds, one FMA each.
                     let fold = |x: __m128i| {
                         let x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
                         _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32::<1>(x)))
                     };
-                    for r in 0..R {
-                        let mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins[r].as_ptr() as *const __m128i));
-                        let s = fold(_mm_add_epi32(
-                            _mm256_castsi256_si128(sumi[r][0]),
-                            _mm256_extracti128_si256(sumi[r][0], 1),
-                        ));
-                        let m = fold(_mm_madd_epi16(mn, pairs));
-                        acc1[r] = (dx[r] * dy).mul_add(s as f32, acc1[r]);
-                        accm1[r] = (dmx[r] * dy).mul_add(m as f32, accm1[r]);
-                    }
-                } else if $whole {
-                    let mut dy = [0f32; 4];
-                    let mut pairs = [_mm_setzero_si128(); 4];
                     for c in 0..C {
                         let y = acts[c].as_ptr().add(b * Q8K);
-                        dy[c] = std::ptr::read_unaligned(y as *const f32);
-                        pairs[c] = bsum_pairs(y);
-                    }
-                    let dy = _mm_loadu_ps(dy.as_ptr());
-                    for r in 0..R {
-                        // The block's whole integer sums per column (exact), then one FMA each.
-                        let mut s = [_mm_setzero_si128(); 4];
-                        let mut m = [_mm_setzero_si128(); 4];
-                        let mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins[r].as_ptr() as *const __m128i));
-                        for c in 0..C {
-                            s[c] = _mm_add_epi32(_mm256_castsi256_si128(sumi[r][c]), _mm256_extracti128_si256(sumi[r][c], 1));
-                            m[c] = _mm_madd_epi16(mn, pairs[c]);
+                        let dy = std::ptr::read_unaligned(y as *const f32);
+                        let pairs = bsum_pairs(y);
+                        for r in 0..R {
+                            let mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins[r].as_ptr() as *const __m128i));
+                            let s = fold(_mm_add_epi32(
+                                _mm256_castsi256_si128(sumi[r][c]),
+                                _mm256_extracti128_si256(sumi[r][c], 1),
+                            ));
+                            let m = fold(_mm_madd_epi16(mn, pairs));
+                            accb[r][c] = (dx[r] * dy).mul_add(s as f32, accb[r][c]);
+                            accbm[r][c] = (dmx[r] * dy).mul_add(m as f32, accbm[r][c]);
                         }
-                        let s = _mm_hadd_epi32(_mm_hadd_epi32(s[0], s[1]), _mm_hadd_epi32(s[2], s[3]));
-                        let m = _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]));
-                        acc[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dx[r]), dy), _mm_cvtepi32_ps(s), acc[r]);
-                        accm[r] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dmx[r]), dy), _mm_cvtepi32_ps(m), accm[r]);
                     }
                 } else {
                     for c in 0..C {
@@ -747,12 +725,12 @@ macro_rules! k4_kernel {
                 }
             }
             for r in 0..R {
-                if $whole && C == 1 {
-                    out[r * MAX_COLS] = acc1[r] - accm1[r];
+                if $whole && C == 4 {
+                    _mm_storeu_ps(out.as_mut_ptr().add(r * MAX_COLS), _mm_sub_ps(acc[r], accm[r]));
                 } else if $whole {
-                    let mut v = [0f32; 4];
-                    _mm_storeu_ps(v.as_mut_ptr(), _mm_sub_ps(acc[r], accm[r]));
-                    out[r * MAX_COLS..r * MAX_COLS + C].copy_from_slice(&v[..C]);
+                    for c in 0..C {
+                        out[r * MAX_COLS + c] = accb[r][c] - accbm[r][c];
+                    }
                 } else {
                     for c in 0..C {
                         out[r * MAX_COLS + c] = hsum_f32_8(accl[r][c]) - hsum_f32_4(accml[r][c]);

@@ -80,7 +80,7 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
         let rows_p = rows.next_multiple_of(simd::GEMM_ROWS);
         let mut qs = vec![0f32; rows_p * hd];
         for i in 0..rows {
-            qs[i * hd..(i + 1) * hd].copy_from_slice(&q.row(a.row0 + i0 + i)[a.head_dim * h..a.head_dim * (h + 1)]);
+            qs[i * hd..(i + 1) * hd].copy_from_slice(&q.row(a.row0 + i0 + i)[h * hd..(h + 1) * hd]);
         }
         let ranges: Vec<std::ops::Range<usize>> = (0..rows).map(|i| key_range(a, i0 + i)).collect();
         let mut s_sum = vec![0f32; rows];
@@ -119,9 +119,7 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
                 let m_new = m[i].max(tile_max);
                 if m_new > m[i] {
                     let ms = (m[i] - m_new).exp();
-                    for v in &mut vkq[i * hd..(i + 1) * hd] {
-                        *v *= ms;
-                    }
+                    simd::scale(&mut vkq[i * hd..(i + 1) * hd], ms);
                     s_sum[i] *= ms;
                 }
                 m[i] = m_new;
