@@ -1,11 +1,12 @@
 //! Criterion bench of the matmul kernels as the CPU backend drives them in prompt processing: a
 //! tile of 16 weight rows × 576 values against 64 quantized activation rows, several rows and four
-//! columns per call, single-threaded. Reports weight·activation products per second; compare with
-//! the roofline in bench/engine/README.md.
+//! columns per call, single-threaded; Q4_K also repacked eight rows at a time (`packed`). Reports
+//! weight·activation products per second; compare with the roofline in bench/engine/README.md.
 //!
 //!     cargo bench -p quant --bench dot -- q8_0
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use quant::dot::packed::PACK_ROWS;
 use quant::dot::{self, KernelPath, MAX_COLS, MAX_ROWS};
 use quant::GgmlType;
 
@@ -69,6 +70,28 @@ fn kernels(c: &mut Criterion) {
                 sink
             })
         });
+        if let Some(p) = dot::packed::packing(ty, KernelPath::detect()) {
+            // The same tile repacked eight rows at a time, as the CPU backend keeps such matrices.
+            let gb = (p.group_bytes)(n);
+            let mut packed = vec![0u8; ROWS / PACK_ROWS * gb];
+            for (dst, rows) in packed.chunks_mut(gb).zip(w.chunks(PACK_ROWS * rb)) {
+                (p.pack)(n, rows, dst);
+            }
+            g.bench_function(BenchmarkId::new("packed", format!("{ROWS}x{COLS}x{n}")), |b| {
+                b.iter(|| {
+                    let mut sink = 0f32;
+                    let mut out = [[0f32; PACK_ROWS]; MAX_COLS];
+                    for c0 in (0..COLS).step_by(MAX_COLS) {
+                        let cols: Vec<&[u8]> = (c0..c0 + MAX_COLS).map(|j| &acts[j * ab..(j + 1) * ab]).collect();
+                        for group in packed.chunks(gb) {
+                            (p.dot)(n, group, &cols, &mut out);
+                            sink += out[0][0];
+                        }
+                    }
+                    sink
+                })
+            });
+        }
         g.finish();
     }
 }

@@ -14,6 +14,9 @@ pub struct WeightSource<'a> {
     /// ggml order: row length first.
     pub shape: &'a [u64],
     pub data: &'a [u8],
+    /// The tensor is only ever the weight operand of `matmul` (never looked up by row), so the
+    /// backend may keep it in a layout of its own.
+    pub matmul_only: bool,
     /// Keeps `data` alive for as long as the backend references it.
     pub owner: std::sync::Arc<gguf::GgufModel>,
 }

@@ -89,16 +89,8 @@ impl<B: Backend> Llama<B> {
         let (e, hd) = (p.n_embd, p.head_dim);
         let (qd, kvd) = (p.n_head * hd, p.n_head_kv * hd);
         let tok_embd = l.get("token_embd.weight", &[e, p.n_vocab])?;
-        let output = l.opt("output.weight", &[e, p.n_vocab])?;
-        if let Some(o) = &output {
-            let ty = backend.weight_type(o);
-            if quant::dot::vec_dot_type(ty).is_none() {
-                return Err(EngineError::Unsupported(format!(
-                    "output.weight has type {} without a kernel",
-                    ty.name()
-                )));
-            }
-        } else if quant::dot::vec_dot_type(backend.weight_type(&tok_embd)).is_none() {
+        let output = l.opt_mat("output.weight", &[e, p.n_vocab])?;
+        if output.is_none() && quant::dot::vec_dot_type(backend.weight_type(&tok_embd)).is_none() {
             return Err(EngineError::Unsupported(
                 "token_embd.weight (tied output) has no matmul kernel".into(),
             ));

@@ -176,6 +176,10 @@ impl<B: Backend> Loader<'_, B> {
     }
 
     pub fn opt(&self, name: &str, shape: &[usize]) -> Result<Option<B::Weight>> {
+        self.load(name, shape, false)
+    }
+
+    fn load(&self, name: &str, shape: &[usize], matmul_only: bool) -> Result<Option<B::Weight>> {
         let Some((file, info)) = self.gguf.tensor(name) else {
             return Ok(None);
         };
@@ -204,14 +208,23 @@ impl<B: Backend> Loader<'_, B> {
             ty: info.ty,
             shape: &info.shape,
             data: file.tensor_data(info),
+            matmul_only,
             owner: self.gguf.clone(),
         })?;
         Ok(Some(w))
     }
 
-    /// A matrix that takes part in matmuls: its type must have a dot kernel.
+    /// A matrix used only in matmuls: its type must have a dot kernel.
     pub fn mat(&self, name: &str, shape: &[usize]) -> Result<B::Weight> {
-        let w = self.get(name, shape)?;
+        self.opt_mat(name, shape)?
+            .ok_or_else(|| EngineError::Model(format!("{}: tensor {name} is missing", self.path.display())))
+    }
+
+    /// [`Loader::mat`] for a matrix that may be absent.
+    pub fn opt_mat(&self, name: &str, shape: &[usize]) -> Result<Option<B::Weight>> {
+        let Some(w) = self.load(name, shape, true)? else {
+            return Ok(None);
+        };
         let ty = self.backend.weight_type(&w);
         if quant::dot::vec_dot_type(ty).is_none() {
             return Err(EngineError::Unsupported(format!(
@@ -220,7 +233,7 @@ impl<B: Backend> Loader<'_, B> {
                 ty.name()
             )));
         }
-        Ok(w)
+        Ok(Some(w))
     }
 }
 

@@ -555,12 +555,12 @@ unsafe fn hsum_f32_4(x: __m128) -> f32 {
 
 /// A Q4_K/Q5_K kernel for one weight row and `acts.len()` columns.
 macro_rules! dispatch_k4 {
-    ($f:ident, $n:expr, $ws:expr, $acts:expr, $out:expr) => {
+    ($f:ident, $n:expr, $w:expr, $acts:expr, $out:expr) => {
         match $acts.len() {
-            1 => $f::<1, 1>($n, $ws, $acts, $out),
-            2 => $f::<1, 2>($n, $ws, $acts, $out),
-            3 => $f::<1, 3>($n, $ws, $acts, $out),
-            4 => $f::<1, 4>($n, $ws, $acts, $out),
+            1 => $f::<1>($n, $w, $acts, $out),
+            2 => $f::<2>($n, $w, $acts, $out),
+            3 => $f::<3>($n, $w, $acts, $out),
+            4 => $f::<4>($n, $w, $acts, $out),
             k => panic!("k-quant kernel: {k} activation rows (1 to 4 supported)"),
         }
     };
@@ -568,174 +568,55 @@ macro_rules! dispatch_k4 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    dispatch_k4!(q4k_cols, n, &[w], acts, out)
+    dispatch_k4!(q4k_cols, n, w, acts, out)
 }
 
 /// Q4_K (d, dmin, 12 bytes of scales/mins, 128 bytes of nibbles) and Q5_K (the same plus 32 bytes
 /// of fifth bits before the nibbles): one body; instantiations differ in how a block's 32-value
-/// chunks unpack and how scaled products accumulate (the same integers either way).
+/// chunks unpack and how scaled products accumulate (the same integers either way). ggml's
+/// vec_dot order: eight f32 lanes of block sums, four of min terms, reduced at the end. (Q4_K
+/// matrices llama.cpp repacks take `super::packed` instead.)
 // quants.c: ggml_vec_dot_q4_K_q8_K, ggml_vec_dot_q5_K_q8_K
 macro_rules! k4_kernel {
-    ($(#[$m:meta])* $name:ident, $bytes:expr, $unpack:expr, $acc:expr, $whole:expr) => {
-        /// `R` weight rows (callers use one) by `C` activation rows. `$whole`: llama.cpp's order
-        /// for repacked Q4_K (every 64 values with four columns, every block with fewer);
-        /// otherwise ggml's vec_dot lanes.
+    ($(#[$m:meta])* $name:ident, $bytes:expr, $unpack:expr, $acc:expr) => {
         $(#[$m])*
-        /// Row `r`'s results go to `out[r * MAX_COLS ..]` (with one row: `out[..C]`).
-        unsafe fn $name<const R: usize, const C: usize>(
-            n: usize,
-            ws: &[&[u8]],
-            acts: &[&[u8]],
-            out: &mut [f32],
-        ) {
+        unsafe fn $name<const C: usize>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
             let nb = n / 256;
-            assert!(ws.len() == R && out.len() >= (R - 1) * MAX_COLS + C);
-            for w in ws {
-                assert!(w.len() >= nb * $bytes);
-            }
+            assert!(w.len() >= nb * $bytes && out.len() >= C);
             for a in &acts[..C] {
                 assert!(a.len() >= nb * Q8K);
             }
-            // llama.cpp's repacked order, four columns: lane c of acc/accm is column c.
-            let mut acc = [_mm_setzero_ps(); R];
-            let mut accm = [_mm_setzero_ps(); R];
-            // The same, fewer columns: one f32 per (row, column).
-            let mut accb = [[0f32; C]; R];
-            let mut accbm = [[0f32; C]; R];
-            // ggml's vec_dot order: eight (four for the mins) lanes per (row, column).
-            let mut accl = [[_mm256_setzero_ps(); C]; R];
-            let mut accml = [[_mm_setzero_ps(); C]; R];
+            let mut acc = [_mm256_setzero_ps(); C];
+            let mut accm = [_mm_setzero_ps(); C];
             for b in 0..nb {
-                let mut x = [std::ptr::null::<u8>(); R];
-                let mut dx = [0f32; R];
-                let mut dmx = [0f32; R];
-                let mut sc = [[0u8; 8]; R];
-                let mut mins = [[0u8; 8]; R];
-                for r in 0..R {
-                    x[r] = ws[r].as_ptr().add(b * $bytes);
-                    (dx[r], dmx[r]) = (f16_at(x[r]), f16_at(x[r].add(2)));
-                    (sc[r], mins[r]) = unpack_scales_k4(x[r].add(4));
-                }
-                // llama.cpp's q4_K_8x8 GEMM (full groups of four tokens) adds every 64 values
-                // to the f32 sums; its GEMV (the other tokens) every block.
-                let per64 = $whole && C == 4;
-                let mut mins_t = [[_mm_setzero_si128(); 4]; R];
-                let mut dd = [_mm_setzero_ps(); R];
-                let mut ddm = [_mm_setzero_ps(); R];
-                if per64 {
-                    let mut dy = [0f32; 4];
-                    let mut pairs = [_mm_setzero_si128(); 4];
-                    for c in 0..C {
-                        let y = acts[c].as_ptr().add(b * Q8K);
-                        dy[c] = std::ptr::read_unaligned(y as *const f32);
-                        pairs[c] = bsum_pairs(y);
-                    }
-                    let dyv = _mm_loadu_ps(dy.as_ptr());
-                    for r in 0..R {
-                        dd[r] = _mm_mul_ps(_mm_set1_ps(dx[r]), dyv);
-                        ddm[r] = _mm_mul_ps(_mm_set1_ps(dmx[r]), dyv);
-                        // Lane j of madd(mins, pairs): the min term of values 64j..64j+63;
-                        // transposed so that vector j holds it for the four columns.
-                        let mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins[r].as_ptr() as *const __m128i));
-                        let m = pairs.map(|p| _mm_madd_epi16(mn, p));
-                        let t0 = _mm_unpacklo_epi32(m[0], m[1]);
-                        let t1 = _mm_unpacklo_epi32(m[2], m[3]);
-                        let t2 = _mm_unpackhi_epi32(m[0], m[1]);
-                        let t3 = _mm_unpackhi_epi32(m[2], m[3]);
-                        mins_t[r] = [
-                            _mm_unpacklo_epi64(t0, t1),
-                            _mm_unpackhi_epi64(t0, t1),
-                            _mm_unpacklo_epi64(t2, t3),
-                            _mm_unpackhi_epi64(t2, t3),
-                        ];
-                    }
-                }
-                let mut sumi = [[_mm256_setzero_si256(); C]; R];
+                let x = w.as_ptr().add(b * $bytes);
+                let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
+                let (sc, mins) = unpack_scales_k4(x.add(4));
+                let mut sumi = [_mm256_setzero_si256(); C];
                 for j in 0..4 {
-                    let mut lo = [_mm256_setzero_si256(); R];
-                    let mut hi = [_mm256_setzero_si256(); R];
-                    let mut sl = [_mm256_setzero_si256(); R];
-                    let mut sh = [_mm256_setzero_si256(); R];
-                    for r in 0..R {
-                        (lo[r], hi[r]) = $unpack(x[r], j);
-                        sl[r] = _mm256_set1_epi16(sc[r][2 * j] as i16);
-                        sh[r] = _mm256_set1_epi16(sc[r][2 * j + 1] as i16);
-                    }
+                    let (lo, hi) = $unpack(x, j);
+                    let sl = _mm256_set1_epi16(sc[2 * j] as i16);
+                    let sh = _mm256_set1_epi16(sc[2 * j + 1] as i16);
                     for c in 0..C {
                         let y = acts[c].as_ptr().add(b * Q8K + 4 + 64 * j);
                         let yl = _mm256_loadu_si256(y as *const __m256i);
                         let yh = _mm256_loadu_si256(y.add(32) as *const __m256i);
-                        for r in 0..R {
-                            let pl = _mm256_maddubs_epi16(lo[r], yl);
-                            let ph = _mm256_maddubs_epi16(hi[r], yh);
-                            sumi[r][c] = $acc(sumi[r][c], pl, sl[r], ph, sh[r]);
-                        }
-                    }
-                    if per64 {
-                        for r in 0..R {
-                            // The four columns' sums of these 64 values (exact integers).
-                            let h = _mm256_hadd_epi32(
-                                _mm256_hadd_epi32(sumi[r][0], sumi[r][1 % C]),
-                                _mm256_hadd_epi32(sumi[r][2 % C], sumi[r][3 % C]),
-                            );
-                            let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-                            sumi[r] = [_mm256_setzero_si256(); C];
-                            acc[r] = _mm_fmadd_ps(dd[r], _mm_cvtepi32_ps(s), acc[r]);
-                            accm[r] = _mm_fmadd_ps(ddm[r], _mm_cvtepi32_ps(mins_t[r][j]), accm[r]);
-                        }
+                        let pl = _mm256_maddubs_epi16(lo, yl);
+                        let ph = _mm256_maddubs_epi16(hi, yh);
+                        sumi[c] = $acc(sumi[c], pl, sl, ph, sh);
                     }
                 }
-                if per64 {
-                    // Added to the sums chunk by chunk above.
-                } else if $whole {
-                    // Each block's exact integer sums, reduced with scalar-lane adds, one FMA each.
-                    let fold = |x: __m128i| {
-                        let x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
-                        _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32::<1>(x)))
-                    };
-                    for c in 0..C {
-                        let y = acts[c].as_ptr().add(b * Q8K);
-                        let dy = std::ptr::read_unaligned(y as *const f32);
-                        let pairs = bsum_pairs(y);
-                        for r in 0..R {
-                            let mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins[r].as_ptr() as *const __m128i));
-                            let s = fold(_mm_add_epi32(
-                                _mm256_castsi256_si128(sumi[r][c]),
-                                _mm256_extracti128_si256(sumi[r][c], 1),
-                            ));
-                            let m = fold(_mm_madd_epi16(mn, pairs));
-                            accb[r][c] = (dx[r] * dy).mul_add(s as f32, accb[r][c]);
-                            accbm[r][c] = (dmx[r] * dy).mul_add(m as f32, accbm[r][c]);
-                        }
-                    }
-                } else {
-                    for c in 0..C {
-                        let y = acts[c].as_ptr().add(b * Q8K);
-                        let dy = std::ptr::read_unaligned(y as *const f32);
-                        for r in 0..R {
-                            accl[r][c] =
-                                _mm256_fmadd_ps(_mm256_set1_ps(dy * dx[r]), _mm256_cvtepi32_ps(sumi[r][c]), accl[r][c]);
-                            let mp = _mm_madd_epi16(
-                                _mm_cvtepu8_epi16(_mm_loadl_epi64(mins[r].as_ptr() as *const __m128i)),
-                                bsum_pairs(y),
-                            );
-                            accml[r][c] = _mm_fmadd_ps(_mm_set1_ps(dy * dmx[r]), _mm_cvtepi32_ps(mp), accml[r][c]);
-                        }
-                    }
+                let mn = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr() as *const __m128i));
+                for c in 0..C {
+                    let y = acts[c].as_ptr().add(b * Q8K);
+                    let dy = std::ptr::read_unaligned(y as *const f32);
+                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+                    let mp = _mm_madd_epi16(mn, bsum_pairs(y));
+                    accm[c] = _mm_fmadd_ps(_mm_set1_ps(dy * dmx), _mm_cvtepi32_ps(mp), accm[c]);
                 }
             }
-            for r in 0..R {
-                if $whole && C == 4 {
-                    _mm_storeu_ps(out.as_mut_ptr().add(r * MAX_COLS), _mm_sub_ps(acc[r], accm[r]));
-                } else if $whole {
-                    for c in 0..C {
-                        out[r * MAX_COLS + c] = accb[r][c] - accbm[r][c];
-                    }
-                } else {
-                    for c in 0..C {
-                        out[r * MAX_COLS + c] = hsum_f32_8(accl[r][c]) - hsum_f32_4(accml[r][c]);
-                    }
-                }
+            for c in 0..C {
+                out[c] = hsum_f32_8(acc[c]) - hsum_f32_4(accm[c]);
             }
         }
     };
@@ -782,16 +663,14 @@ k4_kernel!(
     q4k_cols,
     144,
     q4k_chunk,
-    scaled_add,
-    true
+    scaled_add
 );
 k4_kernel!(
     #[inline(always)]
     q5k_cols,
     176,
     q5k_chunk,
-    scaled_add,
-    false
+    scaled_add
 );
 k4_kernel!(
     /// [`q4k_cols`] with `vpdpwssd` folding the scale multiply and the accumulation.
@@ -800,18 +679,17 @@ k4_kernel!(
     q4k_vnni_cols,
     144,
     q4k_chunk,
-    |s, pl, sl, ph, sh| _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(s, pl, sl), ph, sh),
-    true
+    |s, pl, sl, ph, sh| _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(s, pl, sl), ph, sh)
 );
 
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 unsafe fn q4k_vnni(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    dispatch_k4!(q4k_vnni_cols, n, &[w], acts, out)
+    dispatch_k4!(q4k_vnni_cols, n, w, acts, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5k(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
-    dispatch_k4!(q5k_cols, n, &[w], acts, out)
+    dispatch_k4!(q5k_cols, n, w, acts, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

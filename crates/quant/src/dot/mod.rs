@@ -9,6 +9,7 @@
 
 use crate::GgmlType;
 
+pub mod packed;
 pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]

@@ -9,6 +9,7 @@ mod simd;
 use super::{AttnArgs, Backend, KvType, Rope, WeightSource};
 use crate::{EngineError, Result};
 use gguf::GgmlType;
+use quant::dot::packed::{Packing, PACK_ROWS};
 use quant::dot::{self, Kernel, KernelPath, MAX_COLS, MAX_ROWS};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -91,6 +92,8 @@ pub struct CpuWeight {
     ty: GgmlType,
     shape: Vec<u64>,
     kernel: Option<Kernel>,
+    /// The rows repacked for `quant::dot::packed`, where llama.cpp repacks such a matrix.
+    packed: Option<Packed>,
     /// 1-D tensors (norms, biases, rope factors) decoded to f32 once.
     f32s: Option<Vec<f32>>,
 }
@@ -116,6 +119,13 @@ impl CpuWeight {
     fn vector(&self) -> &[f32] {
         self.f32s.as_deref().expect("1-D weight decoded at load")
     }
+}
+
+/// A matrix in groups of [`PACK_ROWS`] interleaved rows.
+struct Packed {
+    packing: Packing,
+    group_bytes: usize,
+    data: Vec<u8>,
 }
 
 pub struct CpuBuf {
@@ -190,6 +200,31 @@ impl SyncPtr {
     }
 }
 
+/// Rows `rows` (whole groups) of a packed weight by all `t` activation rows, into `out` (t × m):
+/// each group stays in cache while the activations stream past it, four at a time (llama.cpp's
+/// GEMM groups; the remainder takes its GEMV order).
+#[allow(clippy::too_many_arguments)]
+fn packed_tile(p: &Packed, n: usize, t: usize, m: usize, rows: Range<usize>, acts: &[u8], abytes: usize, out: SyncPtr) {
+    debug_assert!(rows.start.is_multiple_of(PACK_ROWS) && rows.end.is_multiple_of(PACK_ROWS));
+    let mut res = [[0f32; PACK_ROWS]; MAX_COLS];
+    let mut cols: [&[u8]; MAX_COLS] = [&[]; MAX_COLS];
+    for r in rows.step_by(PACK_ROWS) {
+        let g = r / PACK_ROWS;
+        let group = &p.data[g * p.group_bytes..(g + 1) * p.group_bytes];
+        for t0 in (0..t).step_by(MAX_COLS) {
+            let c = (t - t0).min(MAX_COLS);
+            for (j, col) in cols.iter_mut().enumerate().take(c) {
+                *col = &acts[(t0 + j) * abytes..(t0 + j + 1) * abytes];
+            }
+            (p.packing.dot)(n, group, &cols[..c], &mut res[..c]);
+            for (j, v) in res[..c].iter().enumerate() {
+                // SAFETY: rows r..r+8 of output row t0 + j belong to this tile only; within t×m.
+                unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out.at((t0 + j) * m + r), PACK_ROWS) };
+            }
+        }
+    }
+}
+
 impl Backend for Cpu {
     type Weight = CpuWeight;
     type Buf = CpuBuf;
@@ -231,6 +266,30 @@ impl Backend for Cpu {
         } else {
             dot::kernel(src.ty, self.path)
         };
+        // llama.cpp repacks a matrix whose row count is a multiple of 8 when the weight type has a
+        // repacked kernel on this CPU and the matrix only takes part in matrix products
+        // (ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type).
+        let n_rows: u64 = src.shape.iter().skip(1).product();
+        let packing = (src.matmul_only && !self.exact_activations && src.shape.len() == 2)
+            .then(|| dot::packed::packing(src.ty, self.path))
+            .flatten()
+            .filter(|_| (n_rows as usize).is_multiple_of(PACK_ROWS) && src.shape[0].is_multiple_of(256));
+        let packed = packing.map(|packing| {
+            let n = src.shape[0] as usize;
+            let group_bytes = (packing.group_bytes)(n);
+            let rows_bytes = PACK_ROWS * src.ty.row_bytes(n as u64).unwrap_or(0) as usize;
+            let mut data = vec![0u8; n_rows as usize / PACK_ROWS * group_bytes];
+            self.pool.install(|| {
+                data.par_chunks_mut(group_bytes)
+                    .zip(src.data.par_chunks(rows_bytes))
+                    .for_each(|(dst, rows)| (packing.pack)(n, rows, dst))
+            });
+            Packed {
+                packing,
+                group_bytes,
+                data,
+            }
+        });
         Ok(CpuWeight {
             ptr: src.data.as_ptr(),
             len: src.data.len(),
@@ -238,6 +297,7 @@ impl Backend for Cpu {
             ty: src.ty,
             shape: src.shape.to_vec(),
             kernel,
+            packed,
             f32s,
         })
     }
@@ -503,8 +563,12 @@ impl Backend for Cpu {
         // Row tiles: small enough to keep a tile of weight rows in L1/L2 while all token groups
         // stream past it, many enough that every thread gets several.
         let total_rows: usize = ws.iter().map(|w| w.n_rows()).sum();
+        // (A multiple of PACK_ROWS, so that packed groups are never split.)
         let tile = if t == 1 {
-            total_rows.div_ceil(self.threads * 8).clamp(8, 256)
+            total_rows
+                .div_ceil(self.threads * 8)
+                .clamp(8, 256)
+                .next_multiple_of(PACK_ROWS)
         } else {
             16
         };
@@ -519,6 +583,9 @@ impl Backend for Cpu {
             let m = w.n_rows();
             let acts: &[u8] = &scratch[ai];
             let abytes = dot::act_row_bytes(k.act, n);
+            if let Some(p) = &w.packed {
+                return packed_tile(p, n, t, m, r0..r1, acts, abytes, outp);
+            }
             let (wb, rb) = (w.bytes(), w.row_bytes());
             let mut res = [0f32; MAX_COLS];
             let mut cols: [&[u8]; MAX_COLS] = [&[]; MAX_COLS];
@@ -639,5 +706,95 @@ impl Backend for Cpu {
 
     fn read(&self, x: &CpuBuf) -> Vec<f32> {
         x.view().to_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF holding one Q4_K matrix of `rows` rows of `n` values, opened as a model.
+    fn q4k_model(dir: &std::path::Path, n: usize, rows: usize) -> Arc<gguf::GgufModel> {
+        let mut s = 3u64;
+        let vals: Vec<f32> = (0..n * rows)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
+            })
+            .collect();
+        let data = quant::quantize(GgmlType::Q4_K, &vals, n, None).unwrap();
+        let path = dir.join("w.gguf");
+        let spec = gguf::writer::TensorSpec {
+            name: "w".into(),
+            ty: GgmlType::Q4_K,
+            shape: vec![n as u64, rows as u64],
+        };
+        let mut w = gguf::writer::GgufWriter::create(&path, &gguf::Metadata::new(), &[spec]).unwrap();
+        w.write_tensor(&data).unwrap();
+        w.finish().unwrap();
+        Arc::new(gguf::GgufModel::open(&path).unwrap())
+    }
+
+    /// A packed matrix (rows a multiple of 8) gives, for batches that end in full and partial
+    /// groups of four tokens and for one token, exactly what the packed kernel gives for each
+    /// group of rows, and within f32 rounding what the unpacked matrix gives.
+    #[test]
+    fn packed_matmul_places_every_group_and_token() {
+        let cpu = Cpu::new(2).unwrap();
+        if dot::packed::packing(GgmlType::Q4_K, cpu.path).is_none() {
+            return; // no repacked kernel on this CPU: nothing packs
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (n, rows) = (512, 40);
+        let model = q4k_model(dir.path(), n, rows);
+        let (file, info) = model.tensor("w").unwrap();
+        let load = |matmul_only| {
+            cpu.load_weight(WeightSource {
+                name: "w",
+                ty: info.ty,
+                shape: &info.shape,
+                data: file.tensor_data(info),
+                matmul_only,
+                owner: model.clone(),
+            })
+            .unwrap()
+        };
+        let (packed, plain) = (load(true), load(false));
+        assert!(packed.packed.is_some() && plain.packed.is_none());
+        let p = packed.packed.as_ref().unwrap();
+        for t in [1, 3, 4, 5, 9] {
+            let mut x = cpu.alloc(t, n);
+            for (i, v) in x.data.iter_mut().enumerate() {
+                *v = ((i * 37 % 101) as f32 - 50.0) / 40.0;
+            }
+            let (mut a, mut b) = (cpu.alloc(t, rows), cpu.alloc(t, rows));
+            cpu.run(|| cpu.matmul(&packed, &x, &mut a));
+            cpu.run(|| cpu.matmul(&plain, &x, &mut b));
+            let ab = dot::act_row_bytes(GgmlType::Q8_K, n);
+            let mut acts = vec![0u8; t * ab];
+            for (d, s) in acts.chunks_mut(ab).zip(x.view().chunks(n)) {
+                dot::quantize_act(GgmlType::Q8_K, s, d);
+            }
+            for t0 in (0..t).step_by(MAX_COLS) {
+                let c = (t - t0).min(MAX_COLS);
+                let cols: Vec<&[u8]> = (t0..t0 + c).map(|j| &acts[j * ab..(j + 1) * ab]).collect();
+                for g in 0..rows / PACK_ROWS {
+                    let mut want = vec![[0f32; PACK_ROWS]; c];
+                    dot::packed::q4k_x8_reference(n, &p.data[g * p.group_bytes..], &cols, &mut want);
+                    for (j, w) in want.iter().enumerate() {
+                        assert_eq!(
+                            &a.row(t0 + j)[g * PACK_ROWS..(g + 1) * PACK_ROWS],
+                            w,
+                            "t={t} token {} group {g}",
+                            t0 + j
+                        );
+                    }
+                }
+            }
+            for (u, v) in a.view().iter().zip(b.view()) {
+                // Same integer sums, f32 accumulation in another order: a few ulps of results ~1.
+                assert!((u - v).abs() <= 1e-4 * v.abs().max(1.0), "t={t}: {u} vs {v}");
+            }
+        }
     }
 }
