@@ -99,6 +99,51 @@ fn kernels(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(std::time::Duration::from_secs(2)).warm_up_time(std::time::Duration::from_millis(500));
-    targets = kernels
+    targets = kernels, gemv
 }
 criterion_main!(benches);
+
+/// One activation row by a matrix larger than the caches (token generation): the one-row
+/// kernel against the several-row kernel, single-threaded. Bytes per second is the figure.
+fn gemv(c: &mut Criterion) {
+    use GgmlType as T;
+    const BIG: usize = 65536;
+    for (ty, n) in [(T::Q8_0, 576), (T::Q4_1, 576)] {
+        let k = dot::kernel(ty, KernelPath::detect()).unwrap();
+        let w = quant::quantize(ty, &data(BIG * n, 7), n, None).unwrap();
+        let rb = w.len() / BIG;
+        let ab = dot::act_row_bytes(k.act, n);
+        let mut a = vec![0u8; ab];
+        dot::quantize_act(k.act, &data(n, 11), &mut a);
+        let mut g = c.benchmark_group(format!("{}-gemv", ty.name()));
+        g.throughput(Throughput::Bytes(w.len() as u64));
+        g.bench_function("one-row", |b| {
+            b.iter(|| {
+                let mut out = [0f32; 1];
+                let mut sink = 0f32;
+                for r in 0..BIG {
+                    (k.dot)(ty, n, &w[r * rb..(r + 1) * rb], &[&a], &mut out);
+                    sink += out[0];
+                }
+                sink
+            })
+        });
+        if let Some(rows) = k.rows {
+            for g4 in [2, 4] {
+                g.bench_function(format!("{g4}-rows"), |b| {
+                    b.iter(|| {
+                        let mut out = [[0f32; MAX_COLS]; MAX_ROWS];
+                        let mut sink = 0f32;
+                        for r in (0..BIG).step_by(g4) {
+                            let ws: Vec<&[u8]> = (r..r + g4).map(|i| &w[i * rb..(i + 1) * rb]).collect();
+                            rows(ty, n, &ws, &[&a], &mut out[..g4]);
+                            sink += out[0][0];
+                        }
+                        sink
+                    })
+                });
+            }
+        }
+        g.finish();
+    }
+}
