@@ -107,8 +107,8 @@ criterion_main!(benches);
 /// kernel against the several-row kernel, single-threaded. Bytes per second is the figure.
 fn gemv(c: &mut Criterion) {
     use GgmlType as T;
-    const BIG: usize = 65536;
-    for (ty, n) in [(T::Q8_0, 576), (T::Q4_1, 576)] {
+    const BIG: usize = 32768;
+    for (ty, n) in [(T::Q8_0, 576), (T::Q4_1, 576), (T::Q6_K, 1024), (T::Q4_K, 1024)] {
         let k = dot::kernel(ty, KernelPath::detect()).unwrap();
         let w = quant::quantize(ty, &data(BIG * n, 7), n, None).unwrap();
         let rb = w.len() / BIG;
@@ -128,6 +128,24 @@ fn gemv(c: &mut Criterion) {
                 sink
             })
         });
+        if let Some(p) = dot::packed::packing(ty, KernelPath::detect()) {
+            let gb = (p.group_bytes)(n);
+            let mut packed = vec![0u8; BIG / PACK_ROWS * gb];
+            for (dst, rows) in packed.chunks_mut(gb).zip(w.chunks(PACK_ROWS * rb)) {
+                (p.pack)(n, rows, dst);
+            }
+            g.bench_function("packed", |b| {
+                b.iter(|| {
+                    let mut out = [[0f32; PACK_ROWS]; 1];
+                    let mut sink = 0f32;
+                    for group in packed.chunks(gb) {
+                        (p.dot)(n, group, &[&a], &mut out);
+                        sink += out[0][0];
+                    }
+                    sink
+                })
+            });
+        }
         if let Some(rows) = k.rows {
             for g4 in [2, 4] {
                 g.bench_function(format!("{g4}-rows"), |b| {

@@ -239,6 +239,10 @@ pub(crate) mod x86 {
         let mut accm = [_mm256_setzero_ps(); C];
         for b in 0..nb {
             let x = group.as_ptr().add(b * BLOCK);
+            if C == 1 {
+                // One token streams the weights from memory (see avx2::PF).
+                crate::dot::avx2::prefetch_lines(x.wrapping_add(crate::dot::avx2::PF), BLOCK);
+            }
             let d = _mm256_cvtph_ps(_mm_loadu_si128(x.add(D) as *const __m128i));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(x.add(DMIN) as *const __m128i));
             let mut y = [std::ptr::null::<u8>(); C];

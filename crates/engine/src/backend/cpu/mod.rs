@@ -3,6 +3,7 @@
 //! run the `quant::dot` kernels over row tiles on a persistent rayon pool (one per backend).
 
 mod attn;
+mod pages;
 mod rope;
 mod simd;
 
@@ -125,7 +126,7 @@ impl CpuWeight {
 struct Packed {
     packing: Packing,
     group_bytes: usize,
-    data: Vec<u8>,
+    data: pages::WeightBuf,
 }
 
 pub struct CpuBuf {
@@ -210,7 +211,7 @@ fn packed_tile(p: &Packed, n: usize, t: usize, m: usize, rows: Range<usize>, act
     let mut cols: [&[u8]; MAX_COLS] = [&[]; MAX_COLS];
     for r in rows.step_by(PACK_ROWS) {
         let g = r / PACK_ROWS;
-        let group = &p.data[g * p.group_bytes..(g + 1) * p.group_bytes];
+        let group = &p.data.as_slice()[g * p.group_bytes..(g + 1) * p.group_bytes];
         for t0 in (0..t).step_by(MAX_COLS) {
             let c = (t - t0).min(MAX_COLS);
             for (j, col) in cols.iter_mut().enumerate().take(c) {
@@ -278,9 +279,10 @@ impl Backend for Cpu {
             let n = src.shape[0] as usize;
             let group_bytes = (packing.group_bytes)(n);
             let rows_bytes = PACK_ROWS * src.ty.row_bytes(n as u64).unwrap_or(0) as usize;
-            let mut data = vec![0u8; n_rows as usize / PACK_ROWS * group_bytes];
+            let mut data = pages::WeightBuf::zeroed(n_rows as usize / PACK_ROWS * group_bytes);
             self.pool.install(|| {
-                data.par_chunks_mut(group_bytes)
+                data.as_mut_slice()
+                    .par_chunks_mut(group_bytes)
                     .zip(src.data.par_chunks(rows_bytes))
                     .for_each(|(dst, rows)| (packing.pack)(n, rows, dst))
             });
@@ -781,7 +783,7 @@ mod tests {
                 let cols: Vec<&[u8]> = (t0..t0 + c).map(|j| &acts[j * ab..(j + 1) * ab]).collect();
                 for g in 0..rows / PACK_ROWS {
                     let mut want = vec![[0f32; PACK_ROWS]; c];
-                    dot::packed::q4k_x8_reference(n, &p.data[g * p.group_bytes..], &cols, &mut want);
+                    dot::packed::q4k_x8_reference(n, &p.data.as_slice()[g * p.group_bytes..], &cols, &mut want);
                     for (j, w) in want.iter().enumerate() {
                         assert_eq!(
                             &a.row(t0 + j)[g * PACK_ROWS..(g + 1) * PACK_ROWS],
