@@ -103,15 +103,20 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
             );
             for (i, r) in ranges.iter().enumerate() {
                 let row = &mut kq[i * TILE_KV..(i + 1) * TILE_KV];
-                for (j, x) in row.iter_mut().enumerate() {
-                    // KQ·scale + mask (0 where visible, -inf elsewhere).
-                    *x = if r.contains(&(tile.start + j)) {
-                        *x * a.scale + 0.0
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                }
-                let tile_max = row.iter().fold(f32::NEG_INFINITY, |mx, &x| if mx > x { mx } else { x });
+                let tile_max = if r.start <= tile.start && tile.end <= r.end {
+                    // The whole tile is visible: KQ·scale + 0.
+                    simd::scale_max(row, a.scale)
+                } else {
+                    for (j, x) in row.iter_mut().enumerate() {
+                        // KQ·scale + mask (0 where visible, -inf elsewhere).
+                        *x = if r.contains(&(tile.start + j)) {
+                            *x * a.scale + 0.0
+                        } else {
+                            f32::NEG_INFINITY
+                        };
+                    }
+                    row.iter().fold(f32::NEG_INFINITY, |mx, &x| if mx > x { mx } else { x })
+                };
                 if tile_max == f32::NEG_INFINITY {
                     row.fill(0.0);
                     continue;

@@ -472,15 +472,36 @@ impl Backend for Cpu {
     fn rms_norm(&self, x: &CpuBuf, w: &CpuWeight, eps: f32, out: &mut CpuBuf) {
         let n = x.cols;
         let wv = w.vector();
-        let body = |xr: &[f32], yr: &mut [f32]| {
-            let sum: f64 = xr.iter().map(|&v| (v * v) as f64).sum();
+        let finish = |sum: f64, xr: &[f32], yr: &mut [f32]| {
             let mean = (sum / n as f64) as f32;
             let scale = 1.0 / (mean + eps).sqrt();
             for ((y, &v), &g) in yr.iter_mut().zip(xr).zip(wv) {
                 *y = (v * scale) * g;
             }
         };
-        map_rows(x, out, body);
+        // Four rows at a time: their sums advance side by side (each in its own order).
+        let body = |xs: &[f32], ys: &mut [f32]| {
+            if xs.len() == 4 * n {
+                let rows: [&[f32]; 4] = std::array::from_fn(|r| &xs[r * n..(r + 1) * n]);
+                let sums = simd::sum_squares_x4(rows);
+                for ((sum, xr), yr) in sums.into_iter().zip(xs.chunks(n)).zip(ys.chunks_mut(n)) {
+                    finish(sum, xr, yr);
+                }
+            } else {
+                for (xr, yr) in xs.chunks(n).zip(ys.chunks_mut(n)) {
+                    finish(xr.iter().map(|&v| (v * v) as f64).sum(), xr, yr);
+                }
+            }
+        };
+        out.set_shape(x.rows, n);
+        if x.rows > 1 {
+            x.view()
+                .par_chunks(4 * n)
+                .zip(out.view_mut().par_chunks_mut(4 * n))
+                .for_each(|(a, b)| body(a, b));
+        } else {
+            body(x.view(), out.view_mut());
+        }
     }
 
     // ggml-cpu/ops.cpp ggml_compute_forward_norm_f32: mean, then variance of the centred row, both

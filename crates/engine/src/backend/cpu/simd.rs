@@ -109,6 +109,36 @@ pub fn softmax_exp(x: &mut [f32], max: f32) -> f64 {
     sum
 }
 
+/// `x[i] = x[i]·scale + 0.0` (a multiply and an add, as ggml's mask step), returning the
+/// largest value (−∞ for an empty row).
+pub fn scale_max(x: &mut [f32], scale: f32) -> f32 {
+    let mut i = 0;
+    let mut mx = f32::NEG_INFINITY;
+    #[cfg(target_arch = "x86_64")]
+    if avx2() && x.len() >= 8 {
+        // SAFETY: AVX2 present; the loop reads and writes 8 values from i < len - 7.
+        unsafe {
+            let (sv, zero) = (_mm256_set1_ps(scale), _mm256_setzero_ps());
+            let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+            while i + 8 <= x.len() {
+                let p = x.as_mut_ptr().add(i);
+                let v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(p), sv), zero);
+                _mm256_storeu_ps(p, v);
+                m = _mm256_max_ps(m, v);
+                i += 8;
+            }
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+            mx = lanes.iter().fold(mx, |a, &b| a.max(b));
+        }
+    }
+    for v in &mut x[i..] {
+        *v = *v * scale + 0.0;
+        mx = mx.max(*v);
+    }
+    mx
+}
+
 /// Rows per block of [`gemm`] (callers pad `m` to a multiple).
 pub const GEMM_ROWS: usize = 4;
 
@@ -351,9 +381,71 @@ unsafe fn silu_mul_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// For each of four rows, `Σ (x·x as f64)` summed in row order, as ggml's rms_norm sums a row
+/// (`ggml_float` accumulation): the four rows' sums advance side by side in the lanes of one
+/// f64 vector, each lane the same sequence of operations as the scalar loop.
+pub fn sum_squares_x4(rows: [&[f32]; 4]) -> [f64; 4] {
+    let n = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2 present; every row holds at least n values.
+        return unsafe { sum_squares_x4_avx2(rows, n) };
+    }
+    rows.map(|r| r[..n].iter().map(|&v| (v * v) as f64).sum())
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_squares_x4_avx2(rows: [&[f32]; 4], n: usize) -> [f64; 4] {
+    let mut acc = _mm256_setzero_pd();
+    let n4 = n / 4 * 4;
+    for i in (0..n4).step_by(4) {
+        let [a, b, c, d] = rows.map(|r| _mm_loadu_ps(r.as_ptr().add(i)));
+        // Transpose: t[j] holds value i + j of the four rows.
+        let (ab0, ab1) = (_mm_unpacklo_ps(a, b), _mm_unpackhi_ps(a, b));
+        let (cd0, cd1) = (_mm_unpacklo_ps(c, d), _mm_unpackhi_ps(c, d));
+        let t = [
+            _mm_movelh_ps(ab0, cd0),
+            _mm_movehl_ps(cd0, ab0),
+            _mm_movelh_ps(ab1, cd1),
+            _mm_movehl_ps(cd1, ab1),
+        ];
+        for v in t {
+            acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(v, v)));
+        }
+    }
+    let mut s = [0f64; 4];
+    _mm256_storeu_pd(s.as_mut_ptr(), acc);
+    for (sum, r) in s.iter_mut().zip(rows) {
+        for &v in &r[n4..n] {
+            *sum += (v * v) as f64;
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Four rows' sums of squares side by side equal each row's scalar sum bit for bit, including
+    /// the tail past the last group of four and rows whose sums need many f64 bits.
+    #[test]
+    fn sum_squares_x4_equals_row_by_row() {
+        let mut s = 9u32;
+        let mut val = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            ((s >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * [1e-3, 1.0, 3e3][(s & 3).min(2) as usize]
+        };
+        for n in [1, 3, 4, 5, 576, 1023] {
+            let rows: Vec<Vec<f32>> = (0..4).map(|_| (0..n).map(|_| val()).collect()).collect();
+            let got = sum_squares_x4(std::array::from_fn(|r| rows[r].as_slice()));
+            for (g, r) in got.iter().zip(&rows) {
+                let want: f64 = r.iter().map(|&v| (v * v) as f64).sum();
+                assert_eq!(g.to_bits(), want.to_bits(), "n={n}");
+            }
+        }
+    }
 
     #[test]
     fn vector_helpers_match_scalar() {
