@@ -15,8 +15,10 @@ threads=${THREADS:-2}
 {
   echo "# $(date -u +%FT%TZ) $(uname -srm)"
   grep -m1 'model name' /proc/cpuinfo
+  grep -m1 '^flags' /proc/cpuinfo
   echo "threads: $threads"
   "$hf2q" --version
+  echo "working tree: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
 } > "$out/machine.txt"
 rounds=${ROUNDS:-3}
 for round in $(seq 1 "$rounds"); do
