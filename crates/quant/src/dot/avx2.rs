@@ -346,19 +346,21 @@ unsafe fn legacy_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: &[&[u
     }
 }
 
+/// A several-row legacy kernel `$f::<L, R, C>` for `R` = 2 or 4 rows and 1 to 4 columns.
+macro_rules! legacy_rows_dispatch {
+    ($f:ident, $r:literal, $n:expr, $ws:expr, $acts:expr, $out:expr) => {
+        match $acts.len() {
+            1 => $f::<L, $r, 1>($n, $ws, $acts, $out),
+            2 => $f::<L, $r, 2>($n, $ws, $acts, $out),
+            3 => $f::<L, $r, 3>($n, $ws, $acts, $out),
+            4 => $f::<L, $r, 4>($n, $ws, $acts, $out),
+            k => panic!("legacy kernel: {k} activation rows (1 to 4 supported)"),
+        }
+    };
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn legacy_rows<L: Legacy>(n: usize, ws: &[&[u8]], acts: &[&[u8]], out: &mut [[f32; MAX_COLS]]) {
-    macro_rules! cols {
-        ($r:literal) => {
-            match acts.len() {
-                1 => legacy_rows_cols::<L, $r, 1>(n, ws, acts, out),
-                2 => legacy_rows_cols::<L, $r, 2>(n, ws, acts, out),
-                3 => legacy_rows_cols::<L, $r, 3>(n, ws, acts, out),
-                4 => legacy_rows_cols::<L, $r, 4>(n, ws, acts, out),
-                k => panic!("legacy kernel: {k} activation rows (1 to 4 supported)"),
-            }
-        };
-    }
     match ws.len() {
         // AVX2 has 16 vector registers: four rows by more than two columns would spill the
         // accumulators, so they run as two pairs of rows.
@@ -367,8 +369,8 @@ unsafe fn legacy_rows<L: Legacy>(n: usize, ws: &[&[u8]], acts: &[&[u8]], out: &m
             legacy_rows::<L>(n, &ws[..2], acts, lo);
             legacy_rows::<L>(n, &ws[2..], acts, hi);
         }
-        4 => cols!(4),
-        2 => cols!(2),
+        4 => legacy_rows_dispatch!(legacy_rows_cols, 4, n, ws, acts, out),
+        2 => legacy_rows_dispatch!(legacy_rows_cols, 2, n, ws, acts, out),
         r => panic!("legacy kernel: {r} weight rows (2 or 4 supported)"),
     }
 }
@@ -510,20 +512,9 @@ unsafe fn legacy_vnni_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: 
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl")]
 unsafe fn legacy_rows_vnni<L: Legacy>(n: usize, ws: &[&[u8]], acts: &[&[u8]], out: &mut [[f32; MAX_COLS]]) {
-    macro_rules! cols {
-        ($r:literal) => {
-            match acts.len() {
-                1 => legacy_rows_vnni_cols::<L, $r, 1>(n, ws, acts, out),
-                2 => legacy_rows_vnni_cols::<L, $r, 2>(n, ws, acts, out),
-                3 => legacy_rows_vnni_cols::<L, $r, 3>(n, ws, acts, out),
-                4 => legacy_rows_vnni_cols::<L, $r, 4>(n, ws, acts, out),
-                k => panic!("legacy kernel: {k} activation rows (1 to 4 supported)"),
-            }
-        };
-    }
     match ws.len() {
-        2 => cols!(2),
-        4 => cols!(4),
+        2 => legacy_rows_dispatch!(legacy_rows_vnni_cols, 2, n, ws, acts, out),
+        4 => legacy_rows_dispatch!(legacy_rows_vnni_cols, 4, n, ws, acts, out),
         r => panic!("legacy kernel: {r} weight rows (2 or 4 supported)"),
     }
 }
