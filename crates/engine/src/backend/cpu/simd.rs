@@ -112,31 +112,39 @@ pub fn softmax_exp(x: &mut [f32], max: f32) -> f64 {
 /// `x[i] = x[i]·scale + 0.0` (a multiply and an add, as ggml's mask step), returning the
 /// largest value (−∞ for an empty row).
 pub fn scale_max(x: &mut [f32], scale: f32) -> f32 {
-    let mut i = 0;
-    let mut mx = f32::NEG_INFINITY;
     #[cfg(target_arch = "x86_64")]
-    if avx2() && x.len() >= 8 {
-        // SAFETY: AVX2 present; the loop reads and writes 8 values from i < len - 7.
-        unsafe {
-            let (sv, zero) = (_mm256_set1_ps(scale), _mm256_setzero_ps());
-            let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
-            while i + 8 <= x.len() {
-                let p = x.as_mut_ptr().add(i);
-                let v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(p), sv), zero);
-                _mm256_storeu_ps(p, v);
-                m = _mm256_max_ps(m, v);
-                i += 8;
-            }
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), m);
-            mx = lanes.iter().fold(mx, |a, &b| a.max(b));
-        }
+    if avx2() {
+        // SAFETY: AVX2 present.
+        return unsafe { scale_max_avx2(x, scale) };
     }
-    for v in &mut x[i..] {
+    scale_max_tail(x, scale, f32::NEG_INFINITY)
+}
+
+fn scale_max_tail(x: &mut [f32], scale: f32, mut mx: f32) -> f32 {
+    for v in x {
         *v = *v * scale + 0.0;
         mx = mx.max(*v);
     }
     mx
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn scale_max_avx2(x: &mut [f32], scale: f32) -> f32 {
+    let (sv, zero) = (_mm256_set1_ps(scale), _mm256_setzero_ps());
+    let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i + 8 <= x.len() {
+        let p = x.as_mut_ptr().add(i);
+        let v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(p), sv), zero);
+        _mm256_storeu_ps(p, v);
+        m = _mm256_max_ps(m, v);
+        i += 8;
+    }
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+    let mx = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    scale_max_tail(&mut x[i..], scale, mx)
 }
 
 /// Rows per block of [`gemm`] (callers pad `m` to a multiple).
