@@ -652,6 +652,7 @@ mod tests {
         fn unit(&mut self) -> f32 {
             (self.next() >> 40) as f32 / (1u64 << 24) as f32
         }
+        #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
         fn gauss(&mut self) -> f32 {
             let (u, v) = (self.unit().max(1e-7), self.unit());
             (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
@@ -659,6 +660,7 @@ mod tests {
     }
 
     /// One row of `n` values from a distribution picked by `kind`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn random_row(rng: &mut Rng, kind: u64, n: usize) -> Vec<f32> {
         let scale = [1e-3f32, 0.02, 1.0, 37.0, 1e-20, 1e25][(rng.next() % 6) as usize];
         (0..n)

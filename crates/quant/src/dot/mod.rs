@@ -3,8 +3,9 @@
 //! (Q8_0, Q8_1, Q8_K, F16, BF16 or F32; `ggml-cpu/ggml-cpu.c` type_traits_cpu), then each weight
 //! block is multiplied with the matching activation block in integers and scaled in f32.
 //!
-//! Every type has a scalar reference ([`scalar`]); the common ones have AVX2 kernels ([`avx2`])
-//! chosen at run time. Types without an integer kernel use a generic path that dequantizes the
+//! Every type has a scalar reference ([`scalar`]); the common ones have AVX2 kernels ([`avx2`],
+//! with AVX-512 VNNI variants) on x86-64 and NEON kernels ([`neon`]) on aarch64, chosen at run
+//! time. Types without an integer kernel use a generic path that dequantizes the
 //! weight block and the activation block and multiplies in f32 (the same sum, different rounding).
 
 use crate::GgmlType;
@@ -14,6 +15,9 @@ pub mod scalar;
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
 
 /// How many activation rows one kernel call handles (weight blocks are unpacked once for all).
 pub const MAX_COLS: usize = 4;
@@ -34,6 +38,7 @@ pub const MAX_ROWS: usize = 4;
 pub enum KernelPath {
     Scalar,
     Avx2,
+    Neon,
 }
 
 impl KernelPath {
@@ -49,6 +54,10 @@ impl KernelPath {
             if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
                 return KernelPath::Avx2;
             }
+            // NEON is part of the aarch64 baseline.
+            #[cfg(target_arch = "aarch64")]
+            return KernelPath::Neon;
+            #[allow(unreachable_code)]
             KernelPath::Scalar
         })
     }
@@ -57,6 +66,7 @@ impl KernelPath {
         match self {
             KernelPath::Scalar => "scalar",
             KernelPath::Avx2 => "avx2",
+            KernelPath::Neon => "neon",
         }
     }
 }
@@ -126,6 +136,21 @@ pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
             });
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if path == KernelPath::Neon {
+        if let Some(dot) = neon::dot_fn(w) {
+            return Some(Kernel {
+                weight: w,
+                act,
+                dot,
+                rows: None,
+                max_rows: 1,
+                batch: None,
+                batch_min: usize::MAX,
+                path,
+            });
+        }
+    }
     let dot = scalar::dot_fn(w)?;
     Some(Kernel {
         weight: w,
@@ -177,9 +202,9 @@ pub const ACT_Q8_1: usize = 40;
 
 /// Convert one activation row to `act` with the numbers ggml's CPU `from_float` for that type
 /// produces on x86 (`quantize_row_q8_0`/`q8_1`: scale `127/amax`, round half to even, scales
-/// rounded to f16; Q8_K is `quantize_row_q8_K_ref`; F16/BF16 round to nearest even). Q8_0 and
-/// Q8_1 scales are stored as f32 (already rounded through f16) so kernels do not convert them for
-/// every weight row. `dst` holds [`act_row_bytes`].
+/// rounded to f16; on the NEON path ARM's `1/d` scale, `neon::quantize_q8_block`; Q8_K is
+/// `quantize_row_q8_K_ref`; F16/BF16 round to nearest even). Q8_0 and Q8_1 scales are stored as
+/// f32 (already rounded through f16) so kernels do not convert them for every weight row. `dst` holds [`act_row_bytes`].
 pub fn quantize_act(act: GgmlType, src: &[f32], dst: &mut [u8]) {
     use GgmlType as T;
     match act {
@@ -211,6 +236,13 @@ pub fn quantize_act(act: GgmlType, src: &[f32], dst: &mut [u8]) {
                 for (x, y) in src.chunks_exact(32).zip(dst.chunks_exact_mut(bs)) {
                     // SAFETY: AVX2 present; x has 32 values, y has bs bytes.
                     unsafe { avx2::quantize_q8_block(x, y, sum) };
+                }
+                return;
+            }
+            #[cfg(target_arch = "aarch64")]
+            if KernelPath::detect() == KernelPath::Neon {
+                for (x, y) in src.chunks_exact(32).zip(dst.chunks_exact_mut(bs)) {
+                    neon::quantize_q8_block(x, y, sum);
                 }
                 return;
             }

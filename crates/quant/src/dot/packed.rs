@@ -334,7 +334,9 @@ pub(crate) mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dot::{act_row_bytes, quantize_act, KernelPath};
+    #[cfg(target_arch = "x86_64")]
+    use crate::dot::KernelPath;
+    use crate::dot::{act_row_bytes, quantize_act};
 
     fn lcg(seed: &mut u64) -> u64 {
         *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -424,6 +426,7 @@ mod tests {
 
     #[allow(clippy::type_complexity)]
     fn kernels() -> Vec<(&'static str, PackedFn)> {
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut k: Vec<(&'static str, PackedFn)> = vec![("reference", q4k_x8_reference)];
         #[cfg(target_arch = "x86_64")]
         if KernelPath::detect() == KernelPath::Avx2 {

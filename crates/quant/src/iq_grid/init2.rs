@@ -33,6 +33,7 @@ pub(crate) struct Iq2Data {
     neighbours: Vec<u16>,
     /// Parallel to `neighbours`: each neighbour's packed 2-bit coordinates (its `kgrid` entry; 0 at
     /// the count slots), then `PACKED_PAD` zeros so that 8-wide loads never run past the end.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the AVX2 search
     neighbours_packed: Vec<u16>,
 }
 
@@ -60,6 +61,7 @@ impl Iq2Data {
     /// The packed 2-bit coordinates of the neighbours of `u` (same order as [`Self::neighbours`]),
     /// followed by at least 7 more readable entries (from the next lists or padding) for 8-wide loads.
     #[inline]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub fn neighbours_packed(&self, u: u16) -> &[u16] {
         let m = self.map[u as usize];
         debug_assert!(m < 0);

@@ -400,6 +400,7 @@ fn sorted_positions<const N: usize>(xb: &[f32]) -> [usize; N] {
 /// -0 equal to +0), so the stable order is the unique order of (value, position), which an unstable
 /// sort of distinct keys `(order-preserving bits of the value, position)` finds. With a NaN the
 /// stable sort's outcome depends on its algorithm: that block takes [`sorted_positions`] itself.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by the AVX2 search
 fn sorted_positions_keyed<const N: usize>(xb: &[f32]) -> [usize; N] {
     assert!(xb.len() == N && N <= u32::MAX as usize);
     if xb.iter().any(|v| v.is_nan()) {

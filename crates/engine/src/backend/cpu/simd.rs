@@ -10,6 +10,7 @@ use quant::dot::avx2::hsum_f32_8 as hsum;
 use quant::fp::{f16_to_f32, f32_to_f16};
 
 /// Whether the AVX2 helpers may run (checked once).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub fn avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -91,6 +92,7 @@ pub fn scale_f16(acc: &mut [u16], s: f32) {
 /// `x[i] = exp(x[i] - max)` for every element, returning the sum (f64), with the vector exp of
 /// ggml's softmax (`ggml_vec_soft_max_f32`: 16 lanes at a time, the tail with `expf`).
 pub fn softmax_exp(x: &mut [f32], max: f32) -> f64 {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut i = 0;
     let mut sum = 0f64;
     #[cfg(target_arch = "x86_64")]
