@@ -23,16 +23,16 @@ int main(int argc, char **argv) {
     if (!f) { perror(argv[1]); return 1; }
     const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
                                     GGML_TYPE_Q8_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-                                    GGML_TYPE_Q6_K};
+                                    GGML_TYPE_Q6_K, GGML_TYPE_F32, GGML_TYPE_F16};
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
         const enum ggml_type ty = types[t];
         const struct ggml_type_traits_cpu *cpu = ggml_get_type_traits_cpu(ty);
         const enum ggml_type act = cpu->vec_dot_type;
         // 32-value blocks: 1 to 16 blocks (odd counts end with one block alone); K-quants: 1 to 4
-        // superblocks, twice.
+        // superblocks, twice; F32/F16: 37 to 296 values (16 at a time, then one by one).
         const int blck = (int)ggml_blck_size(ty), rows = blck == 32 ? 16 : 8;
         for (int s = 0; s < rows; s++) {
-            const int n = blck == 32 ? 32 * (s + 1) : 256 * (s % 4 + 1);
+            const int n = blck == 32 ? 32 * (s + 1) : blck == 256 ? 256 * (s % 4 + 1) : 37 * (s + 1);
             float *w = malloc(4 * n), *a = malloc(4 * n);
             // Scales that vary from block to block, some blocks of larger values.
             for (int i = 0; i < n; i++) w[i] = frand() * (1.0f + (float)((i / 32) % 5));

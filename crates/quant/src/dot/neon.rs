@@ -538,6 +538,49 @@ impl KQuant for Q6K {
     }
 }
 
+/// ggml_vec_dot_f32 / ggml_vec_dot_f16 (`vec.cpp`, NEON without FP16 vector arithmetic: f16
+/// converted to f32): 16 values per step into four FMA accumulators, reduced (0+2, 1+3, then
+/// 0+1) and summed across lanes, then the leftovers one by one into an f64 sum.
+#[target_feature(enable = "neon")]
+unsafe fn float_dot<const F16: bool>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
+    let es = if F16 { 2 } else { 4 };
+    assert!(w.len() >= n * es);
+    let load = |p: *const u8, i: usize| -> float32x4_t {
+        if F16 {
+            let h = std::ptr::read_unaligned(p.add(2 * i) as *const [u16; 4]);
+            vld1q_f32(h.map(f16_to_f32).as_ptr())
+        } else {
+            vld1q_f32(p.add(4 * i) as *const f32)
+        }
+    };
+    let scalar = |p: *const u8, i: usize| -> f32 {
+        if F16 {
+            f16_at(p.add(2 * i))
+        } else {
+            f32_at(p.add(4 * i))
+        }
+    };
+    let np = n & !15;
+    for (o, a) in out.iter_mut().zip(acts) {
+        assert!(a.len() >= n * es);
+        let (x, y) = (w.as_ptr(), a.as_ptr());
+        let mut sum = [vdupq_n_f32(0.0); 4];
+        let mut i = 0;
+        while i < np {
+            for (j, s) in sum.iter_mut().enumerate() {
+                *s = vfmaq_f32(*s, load(x, i + 4 * j), load(y, i + 4 * j));
+            }
+            i += 16;
+        }
+        let s01 = vaddq_f32(vaddq_f32(sum[0], sum[2]), vaddq_f32(sum[1], sum[3]));
+        let mut sumf = vaddvq_f32(s01) as f64;
+        for i in np..n {
+            sumf += (scalar(x, i) * scalar(y, i)) as f64;
+        }
+        *o = sumf as f32;
+    }
+}
+
 /// One block of 32 activations as ggml's ARM `quantize_row_q8_0`/`q8_1` computes it
 /// (`id = 1/d`, `vcvtnq_s32_f32` rounding to nearest even), in hf2q's activation layout.
 pub fn quantize_q8_block(x: &[f32], y: &mut [u8], sum: bool) {
