@@ -72,6 +72,8 @@ pub fn dot_fn_with(w: GgmlType, dotprod: bool) -> Option<DotFn> {
             |_, n, w, a, o| unsafe { kquant_dp::<Q6K>(n, w, a, o) },
             |_, n, w, a, o| unsafe { kquant_nodp::<Q6K>(n, w, a, o) }
         ),
+        T::F32 => |_, n, w, a, o| unsafe { float_dot::<false>(n, w, a, o) },
+        T::F16 => |_, n, w, a, o| unsafe { float_dot::<true>(n, w, a, o) },
         _ => return None,
     })
 }
@@ -540,7 +542,7 @@ impl KQuant for Q6K {
 
 /// ggml_vec_dot_f32 / ggml_vec_dot_f16 (`vec.cpp`, NEON without FP16 vector arithmetic: f16
 /// converted to f32): 16 values per step into four FMA accumulators, reduced (0+2, 1+3, then
-/// 0+1) and summed across lanes, then the leftovers one by one into an f64 sum.
+/// 0+1) and summed across lanes, then the leftovers one by one (an f32 sum for F32, f64 for F16).
 #[target_feature(enable = "neon")]
 unsafe fn float_dot<const F16: bool>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     let es = if F16 { 2 } else { 4 };
@@ -573,11 +575,27 @@ unsafe fn float_dot<const F16: bool>(n: usize, w: &[u8], acts: &[&[u8]], out: &m
             i += 16;
         }
         let s01 = vaddq_f32(vaddq_f32(sum[0], sum[2]), vaddq_f32(sum[1], sum[3]));
-        let mut sumf = vaddvq_f32(s01) as f64;
-        for i in np..n {
-            sumf += (scalar(x, i) * scalar(y, i)) as f64;
-        }
-        *o = sumf as f32;
+        *o = if F16 {
+            // ggml_vec_dot_f16: `ggml_float sumf`, leftovers `sumf += (ggml_float)(x*y)`.
+            let mut sumf = vaddvq_f32(s01) as f64;
+            for i in np..n {
+                sumf += (scalar(x, i) * scalar(y, i)) as f64;
+            }
+            sumf as f32
+        } else {
+            // ggml_vec_dot_f32: `float sumf`, leftovers `sumf += x*y`. GCC 12 vectorizes that loop
+            // as an in-order reduction when there are 4 or more: whole fours as products then adds
+            // in order (not fused), the last 1-3 fused.
+            let mut sumf = vaddvq_f32(s01);
+            let fours = if n - np >= 4 { (n - np) / 4 * 4 } else { 0 };
+            for i in np..np + fours {
+                sumf += scalar(x, i) * scalar(y, i);
+            }
+            for i in np + fours..n {
+                sumf = scalar(x, i).mul_add(scalar(y, i), sumf);
+            }
+            sumf
+        };
     }
 }
 
