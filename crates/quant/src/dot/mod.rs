@@ -117,6 +117,22 @@ pub struct Kernel {
     pub path: KernelPath,
 }
 
+impl Kernel {
+    /// A kernel with only the one-row dot product (no several-row or batch variants).
+    fn single(weight: GgmlType, act: GgmlType, dot: DotFn, path: KernelPath) -> Kernel {
+        Kernel {
+            weight,
+            act,
+            dot,
+            rows: None,
+            max_rows: 1,
+            batch: None,
+            batch_min: usize::MAX,
+            path,
+        }
+    }
+}
+
 /// The kernel for weights of type `w` on `path` (falling back to the scalar kernel where the path
 /// has none for `w`). `None` when `w` cannot be multiplied at all.
 pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
@@ -125,43 +141,21 @@ pub fn kernel(w: GgmlType, path: KernelPath) -> Option<Kernel> {
     if path == KernelPath::Avx2 {
         if let Some(dot) = avx2::dot_fn(w) {
             return Some(Kernel {
-                weight: w,
-                act,
-                dot,
                 rows: avx2::rows_fn(w),
                 max_rows: avx2::max_rows(w),
                 batch: avx2::batch_fn(w),
                 batch_min: avx2::BATCH_MIN,
-                path,
+                ..Kernel::single(w, act, dot, path)
             });
         }
     }
     #[cfg(target_arch = "aarch64")]
     if path == KernelPath::Neon {
         if let Some(dot) = neon::dot_fn(w) {
-            return Some(Kernel {
-                weight: w,
-                act,
-                dot,
-                rows: None,
-                max_rows: 1,
-                batch: None,
-                batch_min: usize::MAX,
-                path,
-            });
+            return Some(Kernel::single(w, act, dot, path));
         }
     }
-    let dot = scalar::dot_fn(w)?;
-    Some(Kernel {
-        weight: w,
-        act,
-        dot,
-        rows: None,
-        max_rows: 1,
-        batch: None,
-        batch_min: usize::MAX,
-        path: KernelPath::Scalar,
-    })
+    Some(Kernel::single(w, act, scalar::dot_fn(w)?, KernelPath::Scalar))
 }
 
 /// A kernel that multiplies weights of type `w` by unquantized f32 activations (the weight row is
@@ -172,16 +166,12 @@ pub fn kernel_f32(w: GgmlType) -> Option<Kernel> {
     if w == GgmlType::F32 {
         return kernel(w, KernelPath::detect());
     }
-    Some(Kernel {
-        weight: w,
-        act: GgmlType::F32,
-        dot: scalar::dequant_f32,
-        rows: None,
-        max_rows: 1,
-        batch: None,
-        batch_min: usize::MAX,
-        path: KernelPath::Scalar,
-    })
+    Some(Kernel::single(
+        w,
+        GgmlType::F32,
+        scalar::dequant_f32,
+        KernelPath::Scalar,
+    ))
 }
 
 /// Bytes of one activation row of `n` values converted to `act`. Q8_0 and Q8_1 activations use

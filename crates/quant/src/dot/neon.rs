@@ -26,52 +26,26 @@ pub fn dot_fn(w: GgmlType) -> Option<DotFn> {
 /// extension computes it. The `dotprod` kernels need a CPU that has it.
 pub fn dot_fn_with(w: GgmlType, dotprod: bool) -> Option<DotFn> {
     use GgmlType as T;
+    // One weight type's kernel of a family, in the dot-product or the emulated order.
     macro_rules! pick {
-        ($dp:expr, $nodp:expr) => {
+        ($dp:ident, $nodp:ident, $t:ty) => {
             if dotprod {
-                $dp
+                |_, n, w, a, o| unsafe { $dp::<$t>(n, w, a, o) }
             } else {
-                $nodp
+                |_, n, w, a, o| unsafe { $nodp::<$t>(n, w, a, o) }
             }
         };
     }
     Some(match w {
-        T::Q4_0 => pick!(
-            |_, n, w, a, o| unsafe { legacy_dp::<Q4_0>(n, w, a, o) },
-            |_, n, w, a, o| unsafe { legacy_nodp::<Q4_0>(n, w, a, o) }
-        ),
-        T::Q4_1 => pick!(
-            |_, n, w, a, o| unsafe { legacy_dp::<Q4_1>(n, w, a, o) },
-            |_, n, w, a, o| unsafe { legacy_nodp::<Q4_1>(n, w, a, o) }
-        ),
-        T::Q5_0 => pick!(
-            |_, n, w, a, o| unsafe { legacy_dp::<Q5_0>(n, w, a, o) },
-            |_, n, w, a, o| unsafe { legacy_nodp::<Q5_0>(n, w, a, o) }
-        ),
-        T::Q5_1 => pick!(
-            |_, n, w, a, o| unsafe { legacy_dp::<Q5_1>(n, w, a, o) },
-            |_, n, w, a, o| unsafe { legacy_nodp::<Q5_1>(n, w, a, o) }
-        ),
-        T::Q8_0 => pick!(
-            |_, n, w, a, o| unsafe { legacy_dp::<Q8_0>(n, w, a, o) },
-            |_, n, w, a, o| unsafe { legacy_nodp::<Q8_0>(n, w, a, o) }
-        ),
-        T::IQ4_NL => pick!(
-            |_, n, w, a, o| unsafe { legacy_dp::<Iq4Nl>(n, w, a, o) },
-            |_, n, w, a, o| unsafe { legacy_nodp::<Iq4Nl>(n, w, a, o) }
-        ),
-        T::Q4_K => pick!(
-            |_, n, w, a, o| unsafe { kquant_dp::<Q4K>(n, w, a, o) },
-            |_, n, w, a, o| unsafe { kquant_nodp::<Q4K>(n, w, a, o) }
-        ),
-        T::Q5_K => pick!(
-            |_, n, w, a, o| unsafe { kquant_dp::<Q5K>(n, w, a, o) },
-            |_, n, w, a, o| unsafe { kquant_nodp::<Q5K>(n, w, a, o) }
-        ),
-        T::Q6_K => pick!(
-            |_, n, w, a, o| unsafe { kquant_dp::<Q6K>(n, w, a, o) },
-            |_, n, w, a, o| unsafe { kquant_nodp::<Q6K>(n, w, a, o) }
-        ),
+        T::Q4_0 => pick!(legacy_dp, legacy_nodp, Q4_0),
+        T::Q4_1 => pick!(legacy_dp, legacy_nodp, Q4_1),
+        T::Q5_0 => pick!(legacy_dp, legacy_nodp, Q5_0),
+        T::Q5_1 => pick!(legacy_dp, legacy_nodp, Q5_1),
+        T::Q8_0 => pick!(legacy_dp, legacy_nodp, Q8_0),
+        T::IQ4_NL => pick!(legacy_dp, legacy_nodp, Iq4Nl),
+        T::Q4_K => pick!(kquant_dp, kquant_nodp, Q4K),
+        T::Q5_K => pick!(kquant_dp, kquant_nodp, Q5K),
+        T::Q6_K => pick!(kquant_dp, kquant_nodp, Q6K),
         T::F32 => |_, n, w, a, o| unsafe { float_dot::<false>(n, w, a, o) },
         T::F16 => |_, n, w, a, o| unsafe { float_dot::<true>(n, w, a, o) },
         _ => return None,
@@ -131,6 +105,8 @@ trait Legacy {
     const MIN: bool;
     /// IQ4_NL sums each pair of blocks in scalar f32 instead of two vector accumulators.
     const SCALAR_PAIRS: bool = false;
+    /// Q5_1 keeps the even and odd blocks' min terms in two sums (Q4_1 in one).
+    const TWO_MIN_SUMS: bool = false;
     /// Quants 0..15 and 16..31.
     unsafe fn quants(p: *const u8) -> (int8x16_t, int8x16_t);
     /// The last block of an odd count, as ggml's scalar loop adds it (`sumi` exact).
@@ -195,6 +171,7 @@ struct Q5_1;
 impl Legacy for Q5_1 {
     const BYTES: usize = 24;
     const MIN: bool = true;
+    const TWO_MIN_SUMS: bool = true;
     #[inline(always)]
     unsafe fn quants(p: *const u8) -> (int8x16_t, int8x16_t) {
         let (hl, hh) = high_bits(p.add(4));
@@ -301,13 +278,13 @@ unsafe fn legacy<L: Legacy, const DP: bool, const C: usize>(n: usize, w: &[u8], 
             if L::MIN {
                 let (m0, m1) = (f16_at(x0.add(2)), f16_at(x1.add(2)));
                 let (s0, s1) = (f32_at(y0.add(4)), f32_at(y1.add(4)));
-                if L::BYTES == 20 {
-                    // Q4_1: `summs += m0*s0 + m1*s1`
-                    summs[c][0] += m0.mul_add(s0, m1 * s1);
-                } else {
+                if L::TWO_MIN_SUMS {
                     // Q5_1: `summs0 += m0*s0; summs1 += m1*s1`
                     summs[c][0] = m0.mul_add(s0, summs[c][0]);
                     summs[c][1] = m1.mul_add(s1, summs[c][1]);
+                } else {
+                    // Q4_1: `summs += m0*s0 + m1*s1`
+                    summs[c][0] += m0.mul_add(s0, m1 * s1);
                 }
             }
         }
@@ -318,7 +295,7 @@ unsafe fn legacy<L: Legacy, const DP: bool, const C: usize>(n: usize, w: &[u8], 
             sumf[c] = vaddvq_f32(sumv[c][0]) + vaddvq_f32(sumv[c][1]);
             if L::MIN {
                 sumf[c] += summs[c][0];
-                if L::BYTES != 20 {
+                if L::TWO_MIN_SUMS {
                     sumf[c] += summs[c][1];
                 }
             }
