@@ -49,30 +49,45 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
     let rb = kv.row_bytes;
     // K of each KV head as f32, tile t at [t·hd·64 ..], element (d, key) at d·64 + key; V as
     // f32 rows. Both zero-padded to whole tiles (padded keys are masked).
-    let (kt, vf): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (0..a.n_kv_head)
+    let mut kt = vec![vec![0f32; n_tiles * hd * TILE_KV]; a.n_kv_head];
+    let mut vf = vec![vec![0f32; n_tiles * TILE_KV * hd]; a.n_kv_head];
+    // One task per (KV head, key tile): a few KV heads alone would leave threads idle.
+    let pieces: Vec<(usize, &mut [f32], &mut [f32])> = kt
+        .iter_mut()
+        .zip(vf.iter_mut())
+        .enumerate()
+        .flat_map(|(kh, (kt, vf))| {
+            kt.chunks_mut(hd * TILE_KV)
+                .zip(vf.chunks_mut(TILE_KV * hd))
+                .map(move |(kt, vf)| (kh, kt, vf))
+        })
+        .collect();
+    let n_pieces = pieces.len();
+    pieces
         .into_par_iter()
-        .map(|kh| {
+        .enumerate()
+        .with_max_len(1)
+        .for_each(|(p, (kh, kt, vf))| {
             let (k, v) = (&kv.k[a.layer], &kv.v[a.layer]);
-            let mut kt = vec![0f32; n_tiles * hd * TILE_KV];
-            let mut vf = vec![0f32; n_tiles * TILE_KV * hd];
+            let t = p % (n_pieces / a.n_kv_head);
             let mut row = vec![0f32; hd];
-            for j in 0..n_keys {
+            for j in t * TILE_KV..((t + 1) * TILE_KV).min(n_keys) {
                 let off = j * rb + kh * hd * 2;
                 simd::f16_to_f32s(&k[off..off + 2 * hd], &mut row);
-                let tile = &mut kt[(j / TILE_KV) * hd * TILE_KV..];
                 for (d, &x) in row.iter().enumerate() {
-                    tile[d * TILE_KV + j % TILE_KV] = x;
+                    kt[d * TILE_KV + j % TILE_KV] = x;
                 }
-                simd::f16_to_f32s(&v[off..off + 2 * hd], &mut vf[j * hd..(j + 1) * hd]);
+                let jj = j % TILE_KV;
+                simd::f16_to_f32s(&v[off..off + 2 * hd], &mut vf[jj * hd..(jj + 1) * hd]);
             }
-            (kt, vf)
-        })
-        .unzip();
+        });
     let outp = SyncPtr(out.data.as_mut_ptr());
     let out_cols = out.cols;
     let n_qt = a.rows.div_ceil(TILE_Q);
-    (0..a.n_head * n_qt).into_par_iter().for_each(|task| {
-        let (h, qt) = (task / n_qt, task % n_qt);
+    // Causal tiles further down cost more: the costliest first, one task at a time, so that no
+    // thread is left waiting on a long tail (rayon would otherwise run runs of tasks unsplit).
+    (0..a.n_head * n_qt).into_par_iter().with_max_len(1).for_each(|task| {
+        let (h, qt) = (task % a.n_head, n_qt - 1 - task / a.n_head);
         let (kt, vf) = (&kt[h / group], &vf[h / group]);
         let i0 = qt * TILE_Q;
         let rows = TILE_Q.min(a.rows - i0);
@@ -199,7 +214,7 @@ fn per_row(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
     };
     let n = a.rows * a.n_head;
     if n > 1 {
-        (0..n).into_par_iter().for_each(task);
+        (0..n).into_par_iter().with_max_len(1).for_each(task);
     } else {
         (0..n).for_each(task);
     }

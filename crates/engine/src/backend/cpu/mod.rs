@@ -601,7 +601,9 @@ impl Backend for Cpu {
             tiles.extend((0..m.div_ceil(tile)).map(|ti| (wi, ti * tile, ((ti + 1) * tile).min(m))));
         }
         let scratch: &[Vec<u8>] = &scratch;
-        tiles.into_par_iter().for_each(|(wi, r0, r1)| {
+        // One tile per task: rayon would otherwise hand out runs of tiles that cannot be split
+        // once started, and the last run leaves the other threads idle.
+        tiles.into_par_iter().with_max_len(1).for_each(|(wi, r0, r1)| {
             let (w, (k, ai, outp)) = (ws[wi], jobs[wi]);
             let m = w.n_rows();
             let acts: &[u8] = &scratch[ai];
