@@ -31,6 +31,7 @@ fn kernels(c: &mut Criterion) {
         (T::Q8_0, 576),
         (T::Q4_0, 576),
         (T::Q4_1, 576),
+        (T::Q5_0, 576),
         (T::Q4_K, 1536),
         (T::Q6_K, 1536),
     ] {
@@ -45,31 +46,48 @@ fn kernels(c: &mut Criterion) {
         }
         let mut g = c.benchmark_group(ty.name());
         g.throughput(Throughput::Elements((ROWS * COLS * n) as u64));
-        g.bench_function(BenchmarkId::new("tile", format!("{ROWS}x{COLS}x{n}")), |b| {
-            b.iter(|| {
-                let mut sink = 0f32;
-                for c0 in (0..COLS).step_by(MAX_COLS) {
-                    let cols: Vec<&[u8]> = (c0..c0 + MAX_COLS).map(|j| &acts[j * ab..(j + 1) * ab]).collect();
-                    let mut r = 0;
-                    if let Some(rows) = k.rows {
-                        let g = k.max_rows.min(MAX_ROWS);
-                        let mut out = [[0f32; MAX_COLS]; MAX_ROWS];
-                        while r + g <= ROWS {
-                            let ws: Vec<&[u8]> = (r..r + g).map(|i| &w[i * rb..(i + 1) * rb]).collect();
-                            rows(ty, n, &ws, &cols, &mut out[..g]);
-                            sink += out[0][0];
-                            r += g;
-                        }
-                    }
-                    let mut out = [0f32; MAX_COLS];
-                    for r in r..ROWS {
-                        (k.dot)(ty, n, &w[r * rb..(r + 1) * rb], &cols, &mut out);
-                        sink += out[0];
+        // The tile through the several-row kernels `rows` (and `dot` for leftover rows), weight
+        // rows of `rb` bytes in `w`.
+        let tile = |w: &[u8], rb: usize, dot: dot::DotFn, rows: Option<dot::DotRowsFn>| {
+            let mut sink = 0f32;
+            for c0 in (0..COLS).step_by(MAX_COLS) {
+                let cols: Vec<&[u8]> = (c0..c0 + MAX_COLS).map(|j| &acts[j * ab..(j + 1) * ab]).collect();
+                let mut r = 0;
+                if let Some(rows) = rows {
+                    let g = k.max_rows.min(MAX_ROWS);
+                    let mut out = [[0f32; MAX_COLS]; MAX_ROWS];
+                    while r + g <= ROWS {
+                        let ws: Vec<&[u8]> = (r..r + g).map(|i| &w[i * rb..(i + 1) * rb]).collect();
+                        rows(ty, n, &ws, &cols, &mut out[..g]);
+                        sink += out[0][0];
+                        r += g;
                     }
                 }
-                sink
-            })
+                let mut out = [0f32; MAX_COLS];
+                for r in r..ROWS {
+                    dot(ty, n, &w[r * rb..(r + 1) * rb], &cols, &mut out);
+                    sink += out[0];
+                }
+            }
+            sink
+        };
+        g.bench_function(BenchmarkId::new("tile", format!("{ROWS}x{COLS}x{n}")), |b| {
+            b.iter(|| tile(&w, rb, k.dot, k.rows))
         });
+        if let Some(u) = k.unpacked {
+            // The tile unpacked to whole bytes first, as the CPU backend does for batches (the
+            // unpacking included in the time).
+            let urb = n / 32 * u.block_bytes;
+            let mut unp = vec![0u8; ROWS * urb];
+            g.bench_function(BenchmarkId::new("unpacked", format!("{ROWS}x{COLS}x{n}")), |b| {
+                b.iter(|| {
+                    for (d, s) in unp.chunks_exact_mut(urb).zip(w.chunks_exact(rb)) {
+                        (u.unpack)(n, s, d);
+                    }
+                    tile(&unp, urb, u.dot, Some(u.rows))
+                })
+            });
+        }
         if let Some(p) = dot::packed::packing(ty, KernelPath::detect()) {
             // The same tile repacked eight rows at a time, as the CPU backend keeps such matrices.
             let gb = (p.group_bytes)(n);

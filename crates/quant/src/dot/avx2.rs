@@ -165,6 +165,10 @@ pub(crate) unsafe fn prefetch_lines(p: *const u8, len: usize) {
 trait Legacy {
     const BYTES: usize;
     const UNSIGNED: bool;
+    /// The block's scale is an f32 at its start (the [`super::Unpacked`] layouts) rather than an f16.
+    const F32_SCALE: bool = false;
+    /// |q| is stored after the quants (the signed unpacked layout), so no kernel computes it.
+    const STORED_ABS: bool = false;
     /// The 32 quants (signed, or unsigned with a min), the scale and the min.
     unsafe fn load(p: *const u8) -> (__m256i, f32, f32);
     /// What signed quants are offset by to make them unsigned bytes (0 for the unsigned types).
@@ -296,6 +300,98 @@ impl Legacy for Iq4Nl {
     }
 }
 
+/// A signed legacy block unpacked to bytes: f32 scale, 32 signed quants, their 32 magnitudes
+/// (68 bytes).
+struct I8Block;
+impl Legacy for I8Block {
+    const BYTES: usize = 68;
+    const UNSIGNED: bool = false;
+    const F32_SCALE: bool = true;
+    const STORED_ABS: bool = true;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        let d = std::ptr::read_unaligned(p as *const f32);
+        (_mm256_loadu_si256(p.add(4) as *const __m256i), d, 0.0)
+    }
+    const BIAS: u8 = 128;
+    #[inline(always)]
+    unsafe fn load_biased(p: *const u8) -> __m256i {
+        _mm256_xor_si256(
+            _mm256_loadu_si256(p.add(4) as *const __m256i),
+            _mm256_set1_epi8(0x80u8 as i8),
+        )
+    }
+}
+
+/// An unsigned legacy block (Q4_1, Q5_1) unpacked to bytes: f32 scale, f32 min, 32 quants
+/// (40 bytes).
+struct U8Block;
+impl Legacy for U8Block {
+    const BYTES: usize = 40;
+    const UNSIGNED: bool = true;
+    const F32_SCALE: bool = true;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        let d = std::ptr::read_unaligned(p as *const f32);
+        let m = std::ptr::read_unaligned(p.add(4) as *const f32);
+        (_mm256_loadu_si256(p.add(8) as *const __m256i), d, m)
+    }
+    const BIAS: u8 = 0;
+    #[inline(always)]
+    unsafe fn load_biased(p: *const u8) -> __m256i {
+        _mm256_loadu_si256(p.add(8) as *const __m256i)
+    }
+}
+
+/// The unpacked form of `w` for batches, on the plain AVX2 path (with VNNI the packed blocks
+/// unpack in a few instructions and gain nothing).
+pub fn unpacked(w: GgmlType) -> Option<super::Unpacked> {
+    use GgmlType as T;
+    if vnni() {
+        return None;
+    }
+    let signed = |unpack| super::Unpacked {
+        block_bytes: I8Block::BYTES,
+        unpack,
+        dot: |_, n, w, a, o| unsafe { legacy::<I8Block>(n, w, a, o) },
+        rows: |_, n, ws, a, o| unsafe { legacy_rows::<I8Block>(n, ws, a, o) },
+    };
+    let unsigned = |unpack| super::Unpacked {
+        block_bytes: U8Block::BYTES,
+        unpack,
+        dot: |_, n, w, a, o| unsafe { legacy::<U8Block>(n, w, a, o) },
+        rows: |_, n, ws, a, o| unsafe { legacy_rows::<U8Block>(n, ws, a, o) },
+    };
+    Some(match w {
+        T::Q4_0 => signed(|n, s, d| unsafe { unpack_row::<Q4_0>(n, s, d) }),
+        T::Q8_0 => signed(|n, s, d| unsafe { unpack_row::<Q8_0>(n, s, d) }),
+        T::Q5_0 => signed(|n, s, d| unsafe { unpack_row::<Q5_0>(n, s, d) }),
+        T::IQ4_NL => signed(|n, s, d| unsafe { unpack_row::<Iq4Nl>(n, s, d) }),
+        T::Q4_1 => unsigned(|n, s, d| unsafe { unpack_row::<Q4_1>(n, s, d) }),
+        T::Q5_1 => unsigned(|n, s, d| unsafe { unpack_row::<Q5_1>(n, s, d) }),
+        _ => return None,
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_row<L: Legacy>(n: usize, src: &[u8], dst: &mut [u8]) {
+    let nb = n / 32;
+    let out = if L::UNSIGNED { U8Block::BYTES } else { I8Block::BYTES };
+    assert!(src.len() >= nb * L::BYTES && dst.len() >= nb * out);
+    for b in 0..nb {
+        let (q, d, m) = L::load(src.as_ptr().add(b * L::BYTES));
+        let o = dst.as_mut_ptr().add(b * out);
+        std::ptr::write_unaligned(o as *mut f32, d);
+        if L::UNSIGNED {
+            std::ptr::write_unaligned(o.add(4) as *mut f32, m);
+            _mm256_storeu_si256(o.add(8) as *mut __m256i, q);
+        } else {
+            _mm256_storeu_si256(o.add(4) as *mut __m256i, q);
+            _mm256_storeu_si256(o.add(36) as *mut __m256i, _mm256_sign_epi8(q, q));
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn legacy<L: Legacy>(n: usize, w: &[u8], acts: &[&[u8]], out: &mut [f32]) {
     match acts.len() {
@@ -416,13 +512,20 @@ unsafe fn legacy_rows_cols<L: Legacy, const R: usize, const C: usize>(
             // Signed × signed multiplies |x| by sign(x)·y (ggml's mul_sum_i8_pairs_float).
             ux[r] = if L::UNSIGNED {
                 qx[r]
+            } else if L::STORED_ABS {
+                _mm256_loadu_si256(wp[r].add(b * L::BYTES + 36) as *const __m256i)
             } else {
                 _mm256_sign_epi8(qx[r], qx[r])
             };
         }
-        // Every legacy block starts with its f16 scale.
-        let h = |r: usize| std::ptr::read_unaligned(wp[r.min(R - 1)].add(b * L::BYTES) as *const u16) as i16;
-        let dxv = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, h(3), h(2), h(1), h(0)));
+        // Every legacy block starts with its f16 scale (f32 in the unpacked layouts).
+        let dxv = if L::F32_SCALE {
+            let d = |r: usize| std::ptr::read_unaligned(wp[r.min(R - 1)].add(b * L::BYTES) as *const f32);
+            _mm_set_ps(d(3), d(2), d(1), d(0))
+        } else {
+            let h = |r: usize| std::ptr::read_unaligned(wp[r.min(R - 1)].add(b * L::BYTES) as *const u16) as i16;
+            _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, h(3), h(2), h(1), h(0)))
+        };
         for c in 0..C {
             let dy = std::ptr::read_unaligned(ap[c].add(b * abytes) as *const f32);
             _mm_storeu_ps(prod[c].as_mut_ptr(), _mm_mul_ps(dxv, _mm_set1_ps(dy)));

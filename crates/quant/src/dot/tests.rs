@@ -89,6 +89,40 @@ fn every_kernel_matches_the_dequantized_product() {
                         }
                     }
                 }
+                if let Some(u) = k.unpacked {
+                    // Unpacked rows give bit for bit the packed kernel's sums, one row at a time
+                    // and in row groups (rows of several scales, so a swapped scale shows).
+                    let rows: Vec<Vec<u8>> = [1f32, -0.7, 0.3, 1.9]
+                        .iter()
+                        .map(|s| {
+                            let wf2: Vec<f32> = wf.iter().map(|v| v * s + 0.1).collect();
+                            crate::quantize(ty, &wf2, n, None).unwrap()
+                        })
+                        .collect();
+                    let unp: Vec<Vec<u8>> = rows
+                        .iter()
+                        .map(|r| {
+                            let mut d = vec![0u8; n / 32 * u.block_bytes];
+                            (u.unpack)(n, r, &mut d);
+                            d
+                        })
+                        .collect();
+                    let refs_u: Vec<&[u8]> = unp.iter().map(|v| v.as_slice()).collect();
+                    let mut o = vec![[0f32; MAX_COLS]; 4];
+                    (u.rows)(ty, n, &refs_u, &refs[..cols], &mut o);
+                    let mut o2 = vec![[0f32; MAX_COLS]; 2];
+                    (u.rows)(ty, n, &refs_u[2..], &refs[..cols], &mut o2);
+                    for (i, r) in rows.iter().enumerate() {
+                        let (mut want, mut got) = (vec![0f32; cols], vec![0f32; cols]);
+                        (k.dot)(ty, n, r, &refs[..cols], &mut want);
+                        (u.dot)(ty, n, &unp[i], &refs[..cols], &mut got);
+                        assert_eq!(got, want, "{ty:?} unpacked row {i}, {cols} columns");
+                        assert_eq!(&o[i][..cols], &want[..], "{ty:?} unpacked 4-row kernel, row {i}");
+                        if i >= 2 {
+                            assert_eq!(&o2[i - 2][..cols], &want[..], "{ty:?} unpacked 2-row kernel");
+                        }
+                    }
+                }
                 for c in 0..cols {
                     // f32 accumulation of ~n products of magnitude ≤ scale: relative error a few
                     // ulps times sqrt(blocks); 1e-5 of the largest result is well above that.

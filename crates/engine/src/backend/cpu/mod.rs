@@ -201,6 +201,76 @@ impl SyncPtr {
     }
 }
 
+thread_local! {
+    /// Each pool thread's buffer for a tile of unpacked weight rows.
+    static UNPACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The kernels one row tile of a matmul runs.
+struct Tile {
+    dot: dot::DotFn,
+    rows: Option<dot::DotRowsFn>,
+    max_rows: usize,
+}
+
+impl Tile {
+    /// Output rows `rows` (weight rows `wb`, `rb` bytes each, from `rows.start`) for all `t`
+    /// activation rows, into the t×m output at `outp`.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        ty: GgmlType,
+        n: usize,
+        t: usize,
+        m: usize,
+        rows: Range<usize>,
+        wb: &[u8],
+        rb: usize,
+        acts: &[u8],
+        abytes: usize,
+        outp: SyncPtr,
+    ) {
+        let (r0, r1) = (rows.start, rows.end);
+        let row = |r: usize| &wb[(r - r0) * rb..(r - r0 + 1) * rb];
+        let mut res = [0f32; MAX_COLS];
+        let mut cols: [&[u8]; MAX_COLS] = [&[]; MAX_COLS];
+        for t0 in (0..t).step_by(MAX_COLS) {
+            let c = (t - t0).min(MAX_COLS);
+            for (j, col) in cols.iter_mut().enumerate().take(c) {
+                *col = &acts[(t0 + j) * abytes..(t0 + j + 1) * abytes];
+            }
+            let mut r = r0;
+            // Several rows per call pay off in batches (more accumulator chains, each
+            // activation block loaded once per row group); a single token streams row by
+            // row (interleaved rows stream from memory at half the speed, `gemv` bench).
+            if let (Some(rows), true) = (self.rows, t > 1) {
+                let mut multi = [[0f32; MAX_COLS]; MAX_ROWS];
+                for group in [self.max_rows.min(MAX_ROWS), 2] {
+                    while r + group <= r1 {
+                        let ws: [&[u8]; MAX_ROWS] = std::array::from_fn(|i| row(r + i.min(group - 1)));
+                        rows(ty, n, &ws[..group], &cols[..c], &mut multi[..group]);
+                        for (i, res) in multi[..group].iter().enumerate() {
+                            for (j, &v) in res[..c].iter().enumerate() {
+                                // SAFETY: (t0 + j, r + i) of this output belongs to this tile
+                                // only; within t×m.
+                                unsafe { *outp.at((t0 + j) * m + r + i) = v };
+                            }
+                        }
+                        r += group;
+                    }
+                }
+            }
+            for r in r..r1 {
+                (self.dot)(ty, n, row(r), &cols[..c], &mut res[..c]);
+                for (j, &v) in res[..c].iter().enumerate() {
+                    // SAFETY: (t0 + j, r) of this output is written by this tile only; within t×m.
+                    unsafe { *outp.at((t0 + j) * m + r) = v };
+                }
+            }
+        }
+    }
+}
+
 /// Rows `rows` (whole groups) of a packed weight by all `t` activation rows, into `out` (t × m):
 /// each group stays in cache while the activations stream past it, four at a time (llama.cpp's
 /// GEMM groups; the remainder takes its GEMV order).
@@ -611,48 +681,51 @@ impl Backend for Cpu {
             if let Some(p) = &w.packed {
                 return packed_tile(p, n, t, m, r0..r1, acts, abytes, outp);
             }
-            let (wb, rb) = (w.bytes(), w.row_bytes());
-            let mut res = [0f32; MAX_COLS];
-            let mut cols: [&[u8]; MAX_COLS] = [&[]; MAX_COLS];
-            for t0 in (0..t).step_by(MAX_COLS) {
-                let c = (t - t0).min(MAX_COLS);
-                for (j, col) in cols.iter_mut().enumerate().take(c) {
-                    *col = &acts[(t0 + j) * abytes..(t0 + j + 1) * abytes];
-                }
-                let mut r = r0;
-                // Batches where llama.cpp sums in another order take that order's kernel.
-                let (dot, rows) = match k.batch {
-                    Some(b) if t >= k.batch_min => (b, None),
-                    _ => (k.dot, k.rows),
-                };
-                // Several rows per call pay off in batches (more accumulator chains, each
-                // activation block loaded once per row group); a single token streams row by
-                // row (interleaved rows stream from memory at half the speed, `gemv` bench).
-                if let (Some(rows), true) = (rows, t > 1) {
-                    let mut multi = [[0f32; MAX_COLS]; MAX_ROWS];
-                    for group in [k.max_rows.min(MAX_ROWS), 2] {
-                        while r + group <= r1 {
-                            let ws: [&[u8]; MAX_ROWS] = std::array::from_fn(|i| {
-                                &wb[(r + i.min(group - 1)) * rb..(r + i.min(group - 1) + 1) * rb]
-                            });
-                            rows(w.ty, n, &ws[..group], &cols[..c], &mut multi[..group]);
-                            for (i, res) in multi[..group].iter().enumerate() {
-                                for (j, &v) in res[..c].iter().enumerate() {
-                                    // SAFETY: (t0 + j, r + i) of output wi belongs to this tile
-                                    // only; within t×m.
-                                    unsafe { *outp.at((t0 + j) * m + r + i) = v };
-                                }
-                            }
-                            r += group;
-                        }
+            // Batches where llama.cpp sums in another order take that order's kernel.
+            let batch = k.batch.filter(|_| t >= k.batch_min);
+            let unpacked = k.unpacked.filter(|_| batch.is_none() && t >= dot::UNPACK_MIN);
+            match unpacked {
+                Some(u) => UNPACKED.with_borrow_mut(|buf| {
+                    // The tile's rows unpacked once for all the batch's activation rows.
+                    let rb = n / 32 * u.block_bytes;
+                    buf.resize((r1 - r0) * rb, 0);
+                    let src = &w.bytes()[r0 * w.row_bytes()..r1 * w.row_bytes()];
+                    for (d, s) in buf.chunks_exact_mut(rb).zip(src.chunks_exact(w.row_bytes())) {
+                        (u.unpack)(n, s, d);
                     }
-                }
-                for r in r..r1 {
-                    dot(w.ty, n, &wb[r * rb..(r + 1) * rb], &cols[..c], &mut res[..c]);
-                    for (j, &v) in res[..c].iter().enumerate() {
-                        // SAFETY: (t0 + j, r) of output wi is written by this tile only; within t×m.
-                        unsafe { *outp.at((t0 + j) * m + r) = v };
-                    }
+                    let kern = Tile {
+                        dot: u.dot,
+                        rows: Some(u.rows),
+                        max_rows: k.max_rows,
+                    };
+                    kern.run(w.ty, n, t, m, r0..r1, buf, rb, acts, abytes, outp);
+                }),
+                None => {
+                    let kern = match batch {
+                        Some(b) => Tile {
+                            dot: b,
+                            rows: None,
+                            max_rows: 1,
+                        },
+                        None => Tile {
+                            dot: k.dot,
+                            rows: k.rows,
+                            max_rows: k.max_rows,
+                        },
+                    };
+                    let rb = w.row_bytes();
+                    kern.run(
+                        w.ty,
+                        n,
+                        t,
+                        m,
+                        r0..r1,
+                        &w.bytes()[r0 * rb..r1 * rb],
+                        rb,
+                        acts,
+                        abytes,
+                        outp,
+                    );
                 }
             }
         });
