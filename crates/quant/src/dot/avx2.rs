@@ -316,10 +316,8 @@ impl Legacy for I8Block {
     const BIAS: u8 = 128;
     #[inline(always)]
     unsafe fn load_biased(p: *const u8) -> __m256i {
-        _mm256_xor_si256(
-            _mm256_loadu_si256(p.add(4) as *const __m256i),
-            _mm256_set1_epi8(0x80u8 as i8),
-        )
+        // The quants sit where a Q8_0 block's would if its f16 scale were an f32.
+        Q8_0::load_biased(p.add(2))
     }
 }
 

@@ -52,35 +52,30 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
     let mut kt = vec![vec![0f32; n_tiles * hd * TILE_KV]; a.n_kv_head];
     let mut vf = vec![vec![0f32; n_tiles * TILE_KV * hd]; a.n_kv_head];
     // One task per (KV head, key tile): a few KV heads alone would leave threads idle.
-    let pieces: Vec<(usize, &mut [f32], &mut [f32])> = kt
+    let pieces: Vec<(usize, usize, &mut [f32], &mut [f32])> = kt
         .iter_mut()
         .zip(vf.iter_mut())
         .enumerate()
         .flat_map(|(kh, (kt, vf))| {
             kt.chunks_mut(hd * TILE_KV)
                 .zip(vf.chunks_mut(TILE_KV * hd))
-                .map(move |(kt, vf)| (kh, kt, vf))
+                .enumerate()
+                .map(move |(t, (kt, vf))| (kh, t, kt, vf))
         })
         .collect();
-    let n_pieces = pieces.len();
-    pieces
-        .into_par_iter()
-        .enumerate()
-        .with_max_len(1)
-        .for_each(|(p, (kh, kt, vf))| {
-            let (k, v) = (&kv.k[a.layer], &kv.v[a.layer]);
-            let t = p % (n_pieces / a.n_kv_head);
-            let mut row = vec![0f32; hd];
-            for j in t * TILE_KV..((t + 1) * TILE_KV).min(n_keys) {
-                let off = j * rb + kh * hd * 2;
-                simd::f16_to_f32s(&k[off..off + 2 * hd], &mut row);
-                for (d, &x) in row.iter().enumerate() {
-                    kt[d * TILE_KV + j % TILE_KV] = x;
-                }
-                let jj = j % TILE_KV;
-                simd::f16_to_f32s(&v[off..off + 2 * hd], &mut vf[jj * hd..(jj + 1) * hd]);
+    pieces.into_par_iter().with_max_len(1).for_each(|(kh, t, kt, vf)| {
+        let (k, v) = (&kv.k[a.layer], &kv.v[a.layer]);
+        let mut row = vec![0f32; hd];
+        for j in t * TILE_KV..((t + 1) * TILE_KV).min(n_keys) {
+            let off = j * rb + kh * hd * 2;
+            simd::f16_to_f32s(&k[off..off + 2 * hd], &mut row);
+            for (d, &x) in row.iter().enumerate() {
+                kt[d * TILE_KV + j % TILE_KV] = x;
             }
-        });
+            let jj = j % TILE_KV;
+            simd::f16_to_f32s(&v[off..off + 2 * hd], &mut vf[jj * hd..(jj + 1) * hd]);
+        }
+    });
     let outp = SyncPtr(out.data.as_mut_ptr());
     let out_cols = out.cols;
     let n_qt = a.rows.div_ceil(TILE_Q);

@@ -684,13 +684,15 @@ impl Backend for Cpu {
             // Batches where llama.cpp sums in another order take that order's kernel.
             let batch = k.batch.filter(|_| t >= k.batch_min);
             let unpacked = k.unpacked.filter(|_| batch.is_none() && t >= dot::UNPACK_MIN);
-            match unpacked {
-                Some(u) => UNPACKED.with_borrow_mut(|buf| {
+            let run = |kern: Tile, wb: &[u8], rb: usize| kern.run(w.ty, n, t, m, r0..r1, wb, rb, acts, abytes, outp);
+            let rb = w.row_bytes();
+            let rows = &w.bytes()[r0 * rb..r1 * rb];
+            match (unpacked, batch) {
+                (Some(u), _) => UNPACKED.with_borrow_mut(|buf| {
                     // The tile's rows unpacked once for all the batch's activation rows.
-                    let rb = n / 32 * u.block_bytes;
-                    buf.resize((r1 - r0) * rb, 0);
-                    let src = &w.bytes()[r0 * w.row_bytes()..r1 * w.row_bytes()];
-                    for (d, s) in buf.chunks_exact_mut(rb).zip(src.chunks_exact(w.row_bytes())) {
+                    let urb = n / 32 * u.block_bytes;
+                    buf.resize((r1 - r0) * urb, 0);
+                    for (d, s) in buf.chunks_exact_mut(urb).zip(rows.chunks_exact(rb)) {
                         (u.unpack)(n, s, d);
                     }
                     let kern = Tile {
@@ -698,35 +700,26 @@ impl Backend for Cpu {
                         rows: Some(u.rows),
                         max_rows: k.max_rows,
                     };
-                    kern.run(w.ty, n, t, m, r0..r1, buf, rb, acts, abytes, outp);
+                    run(kern, buf, urb)
                 }),
-                None => {
-                    let kern = match batch {
-                        Some(b) => Tile {
-                            dot: b,
-                            rows: None,
-                            max_rows: 1,
-                        },
-                        None => Tile {
-                            dot: k.dot,
-                            rows: k.rows,
-                            max_rows: k.max_rows,
-                        },
-                    };
-                    let rb = w.row_bytes();
-                    kern.run(
-                        w.ty,
-                        n,
-                        t,
-                        m,
-                        r0..r1,
-                        &w.bytes()[r0 * rb..r1 * rb],
-                        rb,
-                        acts,
-                        abytes,
-                        outp,
-                    );
-                }
+                (None, Some(b)) => run(
+                    Tile {
+                        dot: b,
+                        rows: None,
+                        max_rows: 1,
+                    },
+                    rows,
+                    rb,
+                ),
+                (None, None) => run(
+                    Tile {
+                        dot: k.dot,
+                        rows: k.rows,
+                        max_rows: k.max_rows,
+                    },
+                    rows,
+                    rb,
+                ),
             }
         });
     }
