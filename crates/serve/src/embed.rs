@@ -1,23 +1,69 @@
-//! `/v1/embeddings`: one engine thread per embedding model. Requests queue to it; the thread takes
-//! every request waiting (up to a token budget) and runs their inputs in one batched forward, so
-//! concurrent requests share the work.
+//! `/v1/embeddings`: one engine thread per embedding model. A request is refused at once (400)
+//! when it has more inputs or tokens than `--embed-max-inputs` / `--embed-max-tokens`. Accepted
+//! requests queue to the thread, which runs their inputs in bounded batches: each batch takes one
+//! input from every waiting request in turn (so a large request cannot starve a small one) up to a
+//! token budget sized to about [`BATCH_SECONDS`] of work, and a request whose client has gone away
+//! is dropped before the next batch. When the thread goes idle it hands freed memory back to the OS.
 
 use crate::error::ApiError;
 use engine::backend::cpu::Cpu;
 use engine::model::bert::{l2_normalize, Bert};
 use engine::tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
+use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::oneshot;
 
-/// Tokens per batched forward across requests.
-const BATCH_TOKENS: usize = 8192;
+/// Work per batched forward: a client that leaves stops costing CPU within about this long.
+const BATCH_SECONDS: f64 = 0.2;
+/// Token budget of the first batch, before a speed was measured; and the bounds of the budget.
+const FIRST_BATCH_TOKENS: usize = 64;
+const MAX_BATCH_TOKENS: usize = 8192;
+
+/// Per-request limits (OpenAI's: 2,048 inputs, 300,000 tokens).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_inputs: usize,
+    pub max_tokens: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_inputs: 2048,
+            max_tokens: 300_000,
+        }
+    }
+}
 
 struct Job {
     inputs: Vec<Vec<u32>>,
+    /// Vectors of the inputs embedded so far (in order), and the next input to batch.
+    done: Vec<Vec<f32>>,
+    next: usize,
     reply: oneshot::Sender<Result<Vec<Vec<f32>>, ApiError>>,
+}
+
+/// Counters for `/metrics`.
+#[derive(Default)]
+struct Counters {
+    waiting: AtomicU64,
+    inputs: AtomicU64,
+    tokens: AtomicU64,
+    busy_micros: AtomicU64,
+}
+
+/// A snapshot of an embedder's counters.
+pub struct Stats {
+    /// Requests queued or being embedded.
+    pub waiting: u64,
+    pub inputs: u64,
+    pub tokens: u64,
+    pub busy_micros: u64,
 }
 
 pub struct Embedder {
@@ -25,8 +71,10 @@ pub struct Embedder {
     pub created: u64,
     pub dim: usize,
     pub max_tokens: usize,
+    limits: Limits,
     tokenizer: Arc<Tokenizer>,
     tx: SyncSender<Job>,
+    counters: Arc<Counters>,
 }
 
 impl Embedder {
@@ -36,15 +84,19 @@ impl Embedder {
         gguf: &Arc<gguf::GgufModel>,
         path: &Path,
         queue_capacity: usize,
+        limits: Limits,
     ) -> engine::Result<Embedder> {
         let model = Bert::load(cpu, gguf, path)?;
         let tokenizer = Tokenizer::from_gguf(gguf.metadata())
             .map_err(|e| engine::EngineError::Model(format!("{}: tokenizer: {e}", path.display())))?;
-        let (tx, rx) = sync_channel::<Job>(queue_capacity.max(1));
+        let capacity = queue_capacity.max(1);
+        let (tx, rx) = sync_channel::<Job>(capacity);
         let (dim, max_tokens) = (model.n_embd, model.n_ctx_train);
+        let counters = Arc::new(Counters::default());
+        let c = counters.clone();
         std::thread::Builder::new()
             .name(format!("hf2q-embed-{id}"))
-            .spawn(move || run(model, rx))
+            .spawn(move || run(model, rx, capacity, &c))
             .map_err(|e| engine::EngineError::Backend(format!("cannot start the embedding thread: {e}")))?;
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -54,14 +106,25 @@ impl Embedder {
             created,
             dim,
             max_tokens,
+            limits,
             tokenizer: Arc::new(tokenizer),
             tx,
+            counters,
         })
+    }
+
+    pub fn stats(&self) -> Stats {
+        let c = &self.counters;
+        Stats {
+            waiting: c.waiting.load(Ordering::Relaxed),
+            inputs: c.inputs.load(Ordering::Relaxed),
+            tokens: c.tokens.load(Ordering::Relaxed),
+            busy_micros: c.busy_micros.load(Ordering::Relaxed),
+        }
     }
 
     /// Validate an OpenAI embeddings request, embed its inputs and build the response.
     pub async fn request(&self, b: &Map<String, Value>) -> Result<Value, ApiError> {
-        let truncate = b.get("truncate").and_then(Value::as_bool).unwrap_or(false);
         let texts_or_ids =
             match b.get("input") {
                 Some(Value::String(s)) => vec![Input::Text(s.clone())],
@@ -97,15 +160,31 @@ impl Embedder {
                     "'input' must be a string, an array of strings, an array of token ids, or an array of such arrays",
                 )),
             };
-        let base64 = match b.get("encoding_format").and_then(Value::as_str) {
-            None | Some("float") => false,
-            Some("base64") => true,
+        if texts_or_ids.len() > self.limits.max_inputs {
+            return Err(ApiError::invalid(
+                "input",
+                format!(
+                    "the request has {} inputs; this server takes at most {} per request (--embed-max-inputs)",
+                    texts_or_ids.len(),
+                    self.limits.max_inputs
+                ),
+            ));
+        }
+        let base64 = match b.get("encoding_format") {
+            None | Some(Value::Null) => false,
+            Some(Value::String(f)) if f == "float" => false,
+            Some(Value::String(f)) if f == "base64" => true,
             Some(f) => {
                 return Err(ApiError::invalid(
                     "encoding_format",
-                    format!("encoding_format {f:?} is not float or base64"),
+                    format!("'encoding_format' must be \"float\" or \"base64\", got {f}"),
                 ))
             }
+        };
+        let truncate = match b.get("truncate") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(t)) => *t,
+            Some(_) => return Err(ApiError::invalid("truncate", "'truncate' must be a boolean")),
         };
         let dims = match b.get("dimensions") {
             None | Some(Value::Null) => None,
@@ -124,8 +203,56 @@ impl Embedder {
                 Some(d)
             }
         };
+        // Tokenizing a few thousand inputs takes a while: off the async workers.
+        let inputs = tokio::task::block_in_place(|| self.tokenize(texts_or_ids, truncate))?;
+        let n_tokens: usize = inputs.iter().map(Vec::len).sum();
+        let n_inputs = inputs.len();
+        let (reply, rx) = oneshot::channel();
+        let job = Job {
+            inputs,
+            done: Vec::with_capacity(n_inputs),
+            next: 0,
+            reply,
+        };
+        self.counters.waiting.fetch_add(1, Ordering::Relaxed);
+        match self.tx.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                self.counters.waiting.fetch_sub(1, Ordering::Relaxed);
+                return Err(ApiError::busy());
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                self.counters.waiting.fetch_sub(1, Ordering::Relaxed);
+                return Err(ApiError::unavailable("the embedding engine stopped"));
+            }
+        }
+        // Dropping `rx` (the client left, the handler was dropped) cancels the remaining batches.
+        let vectors = rx
+            .await
+            .map_err(|_| ApiError::internal("the embedding engine stopped"))??;
+        let data: Vec<Value> = vectors
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut v)| {
+                if let Some(d) = dims {
+                    // Matryoshka: keep the leading dimensions, back to unit length.
+                    v.truncate(d);
+                    l2_normalize(&mut v);
+                }
+                let emb = if base64 { Value::String(b64(&v)) } else { json!(v) };
+                json!({"object": "embedding", "index": i, "embedding": emb})
+            })
+            .collect();
+        Ok(json!({"object": "list", "data": data, "model": self.id,
+                  "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}))
+    }
+
+    /// Token ids of every input, checked against the vocabulary, the model's input length and the
+    /// per-request token limit.
+    fn tokenize(&self, texts_or_ids: Vec<Input>, truncate: bool) -> Result<Vec<Vec<u32>>, ApiError> {
         let n_vocab = self.tokenizer.n_vocab();
         let mut inputs = Vec::with_capacity(texts_or_ids.len());
+        let mut total = 0usize;
         for (i, x) in texts_or_ids.into_iter().enumerate() {
             let mut ids = match x {
                 Input::Text(t) => self
@@ -163,33 +290,20 @@ impl Embedder {
                     *l = last;
                 }
             }
+            total += ids.len();
+            if total > self.limits.max_tokens {
+                return Err(ApiError::invalid(
+                    "input",
+                    format!(
+                        "the request's inputs have more than {} tokens together, this server's limit per \
+                         request (--embed-max-tokens)",
+                        self.limits.max_tokens
+                    ),
+                ));
+            }
             inputs.push(ids);
         }
-        let n_tokens: usize = inputs.iter().map(Vec::len).sum();
-        let (reply, rx) = oneshot::channel();
-        match self.tx.try_send(Job { inputs, reply }) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => return Err(ApiError::busy()),
-            Err(TrySendError::Disconnected(_)) => return Err(ApiError::unavailable("the embedding engine stopped")),
-        }
-        let vectors = rx
-            .await
-            .map_err(|_| ApiError::internal("the embedding engine stopped"))??;
-        let data: Vec<Value> = vectors
-            .into_iter()
-            .enumerate()
-            .map(|(i, mut v)| {
-                if let Some(d) = dims {
-                    // Matryoshka: keep the leading dimensions, back to unit length.
-                    v.truncate(d);
-                    l2_normalize(&mut v);
-                }
-                let emb = if base64 { Value::String(b64(&v)) } else { json!(v) };
-                json!({"object": "embedding", "index": i, "embedding": emb})
-            })
-            .collect();
-        Ok(json!({"object": "list", "data": data, "model": self.id,
-                  "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}))
+        Ok(inputs)
     }
 }
 
@@ -198,34 +312,108 @@ enum Input {
     Ids(Vec<u32>),
 }
 
-fn run(model: Bert<Cpu>, rx: Receiver<Job>) {
-    while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        let mut tokens: usize = jobs[0].inputs.iter().map(Vec::len).sum();
-        while tokens < BATCH_TOKENS {
+fn run(model: Bert<Cpu>, rx: Receiver<Job>, capacity: usize, counters: &Counters) {
+    let mut active: VecDeque<Job> = VecDeque::new();
+    let mut budget = FIRST_BATCH_TOKENS;
+    loop {
+        if active.is_empty() {
+            release_free_memory();
+            match rx.recv() {
+                Ok(j) => active.push_back(j),
+                Err(_) => return,
+            }
+        }
+        while active.len() < capacity {
             match rx.try_recv() {
-                Ok(j) => {
-                    tokens += j.inputs.iter().map(Vec::len).sum::<usize>();
-                    jobs.push(j);
-                }
+                Ok(j) => active.push_back(j),
                 Err(_) => break,
             }
         }
-        let all: Vec<Vec<u32>> = jobs.iter().flat_map(|j| j.inputs.iter().cloned()).collect();
-        match model.embed(&all, true) {
-            Ok(mut vecs) => {
-                for j in jobs {
-                    let rest = vecs.split_off(j.inputs.len());
-                    let _ = j.reply.send(Ok(std::mem::replace(&mut vecs, rest)));
+        // Clients that left: their remaining inputs are not embedded.
+        let before = active.len();
+        active.retain(|j| !j.reply.is_closed());
+        counters
+            .waiting
+            .fetch_sub((before - active.len()) as u64, Ordering::Relaxed);
+        if active.is_empty() {
+            continue;
+        }
+        // One input from each request in turn, up to the budget (at least one input).
+        let mut batch: Vec<(usize, usize)> = Vec::new();
+        let mut tokens = 0usize;
+        'fill: loop {
+            let mut took = false;
+            for (k, j) in active.iter_mut().enumerate() {
+                let Some(ids) = j.inputs.get(j.next) else { continue };
+                if tokens > 0 && tokens + ids.len() > budget {
+                    break 'fill;
+                }
+                tokens += ids.len();
+                batch.push((k, j.next));
+                j.next += 1;
+                took = true;
+            }
+            if !took {
+                break;
+            }
+        }
+        let all: Vec<Vec<u32>> = batch.iter().map(|&(k, i)| active[k].inputs[i].clone()).collect();
+        let t0 = Instant::now();
+        let result = model.embed(&all, true);
+        let took = t0.elapsed();
+        drop(all);
+        counters
+            .busy_micros
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        // Size the next batch to BATCH_SECONDS at the speed just measured.
+        let per_token = took.as_secs_f64() / tokens.max(1) as f64;
+        budget = ((BATCH_SECONDS / per_token.max(1e-9)) as usize).clamp(1, MAX_BATCH_TOKENS);
+        match result {
+            Ok(vecs) => {
+                counters.inputs.fetch_add(vecs.len() as u64, Ordering::Relaxed);
+                counters.tokens.fetch_add(tokens as u64, Ordering::Relaxed);
+                // Batches take inputs in order per request, so each vector goes to the end of its
+                // request's list.
+                for (&(k, _), v) in batch.iter().zip(vecs) {
+                    active[k].done.push(v);
                 }
             }
             Err(e) => {
                 let err: ApiError = e.into();
-                for j in jobs {
-                    let _ = j.reply.send(Err(err.clone()));
+                let mut failed: Vec<usize> = batch.iter().map(|&(k, _)| k).collect();
+                failed.sort_unstable();
+                failed.dedup();
+                for &k in failed.iter().rev() {
+                    if let Some(j) = active.remove(k) {
+                        counters.waiting.fetch_sub(1, Ordering::Relaxed);
+                        let _ = j.reply.send(Err(err.clone()));
+                    }
                 }
+                continue;
             }
         }
+        let mut k = 0;
+        while k < active.len() {
+            if active[k].done.len() == active[k].inputs.len() {
+                let j = active.remove(k).expect("index in range");
+                counters.waiting.fetch_sub(1, Ordering::Relaxed);
+                let _ = j.reply.send(Ok(j.done));
+            } else {
+                k += 1;
+            }
+        }
+        // The next batch starts with another request.
+        active.rotate_left(1.min(active.len()));
+    }
+}
+
+/// Give the heap's free pages back to the OS (glibc keeps them otherwise, so one large batch would
+/// hold its peak memory for the life of the process).
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of the allocator; it takes no pointers.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -9,8 +9,10 @@
 //! answered with a clear 400 until they exist.
 
 pub mod api;
+pub mod conn;
 pub mod embed;
 pub mod error;
+mod metrics;
 pub mod prefix;
 pub mod reasoning;
 pub mod routes;
@@ -28,10 +30,9 @@ use engine::backend::cpu::Cpu;
 use engine::generate::{Finish, GenerateParams, LoadedModel};
 use error::ApiError;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use worker::{Event, Job, Worker};
 
 #[derive(Clone, Debug)]
@@ -55,6 +56,16 @@ pub struct ServeConfig {
     /// Directory keeping prefix-cache blocks across restarts.
     pub kv_persist: Option<PathBuf>,
     pub kv_persist_max_bytes: u64,
+    /// Connection limit and header read timeout.
+    pub conn: conn::ConnLimits,
+    /// Time a client has to send a request's whole body.
+    pub body_timeout: std::time::Duration,
+    /// Interval of SSE keep-alive comments while a stream has nothing else to send.
+    pub sse_keepalive: std::time::Duration,
+    /// Per-request limits of `/v1/embeddings`.
+    pub embed_limits: embed::Limits,
+    /// When `port` is taken, listen on another free port instead of failing (the default port).
+    pub port_fallback: bool,
 }
 
 /// `--kv-budget`: KV cache positions, or bytes converted with the model's bytes per position.
@@ -115,81 +126,12 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(v as u64)
 }
 
-struct Metrics {
-    requests: Mutex<BTreeMap<(String, u16), u64>>,
-    prompt_tokens: AtomicU64,
-    completion_tokens: AtomicU64,
-    cached_tokens: AtomicU64,
-    ttft: Histogram,
-    itl: Histogram,
-    e2e: Histogram,
-    prompt_len: Histogram,
-    completion_len: Histogram,
-}
-
-/// A Prometheus histogram with fixed upper bounds.
-struct Histogram {
-    bounds: &'static [f64],
-    state: Mutex<(Vec<u64>, f64, u64)>,
-}
-
-const SECONDS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-];
-const TOKENS: &[f64] = &[1.0, 8.0, 32.0, 128.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 32768.0];
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram {
-            bounds,
-            state: Mutex::new((vec![0; bounds.len()], 0.0, 0)),
-        }
-    }
-    fn observe(&self, v: f64) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        for (b, c) in self.bounds.iter().zip(st.0.iter_mut()) {
-            if v <= *b {
-                *c += 1;
-            }
-        }
-        st.1 += v;
-        st.2 += 1;
-    }
-    fn render(&self, name: &str, help: &str, out: &mut String) {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
-        for (b, c) in self.bounds.iter().zip(&st.0) {
-            out.push_str(&format!("{name}_bucket{{le=\"{b}\"}} {c}\n"));
-        }
-        out.push_str(&format!(
-            "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}\n",
-            st.2, st.1, st.2
-        ));
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Metrics {
-        Metrics {
-            requests: Mutex::new(BTreeMap::new()),
-            prompt_tokens: AtomicU64::new(0),
-            completion_tokens: AtomicU64::new(0),
-            cached_tokens: AtomicU64::new(0),
-            ttft: Histogram::new(SECONDS),
-            itl: Histogram::new(SECONDS),
-            e2e: Histogram::new(SECONDS),
-            prompt_len: Histogram::new(TOKENS),
-            completion_len: Histogram::new(TOKENS),
-        }
-    }
-}
-
 struct AppState {
     cfg: ServeConfig,
     ready: AtomicBool,
     workers: RwLock<Vec<Arc<Worker>>>,
     embedders: RwLock<Vec<Arc<embed::Embedder>>>,
-    metrics: Metrics,
+    metrics: metrics::Metrics,
     fingerprint: String,
 }
 
@@ -198,17 +140,14 @@ type Shared = Arc<AppState>;
 /// Bind, then load the models in the background (`/readyz` turns 200 once they are loaded), and
 /// serve until SIGINT/SIGTERM; in-flight requests finish before the process exits.
 pub async fn run(cfg: ServeConfig) -> Result<(), String> {
-    let addr = format!("{}:{}", cfg.host, cfg.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let listener = bind(&cfg).await?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let state = Arc::new(AppState {
         cfg: cfg.clone(),
         ready: AtomicBool::new(false),
         workers: RwLock::new(Vec::new()),
         embedders: RwLock::new(Vec::new()),
-        metrics: Metrics::default(),
+        metrics: metrics::Metrics::default(),
         fingerprint: format!("hf2q-{}", env!("CARGO_PKG_VERSION")),
     });
     let loader = state.clone();
@@ -219,7 +158,7 @@ pub async fn run(cfg: ServeConfig) -> Result<(), String> {
     });
     eprintln!("hf2q serve: listening on http://{local}");
     let app = router(state.clone());
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal());
+    let server = conn::serve(listener, app, cfg.conn, shutdown_signal());
     // A failed load ends the server with its error; a successful one leaves this pending forever.
     let load_failed = async move {
         match load.await {
@@ -232,6 +171,32 @@ pub async fn run(cfg: ServeConfig) -> Result<(), String> {
         r = server => r.map_err(|e| e.to_string()),
         e = load_failed => Err(e),
     }
+}
+
+/// Listen on `--host`:`--port`; when the default port is taken, on the next free one (said on
+/// stderr) rather than failing after the models were fetched and converted.
+async fn bind(cfg: &ServeConfig) -> Result<tokio::net::TcpListener, String> {
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let err = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(l) => return Ok(l),
+        Err(e) => e,
+    };
+    if cfg.port_fallback && err.kind() == std::io::ErrorKind::AddrInUse {
+        let next = (cfg.port.saturating_add(1)..=cfg.port.saturating_add(20)).chain([0]);
+        for port in next {
+            if let Ok(l) = tokio::net::TcpListener::bind((cfg.host.as_str(), port)).await {
+                let got = l.local_addr().map_or(port, |a| a.port());
+                eprintln!(
+                    "hf2q serve: port {} is in use; using port {got} instead (choose one with --port)",
+                    cfg.port
+                );
+                return Ok(l);
+            }
+        }
+    }
+    Err(format!(
+        "cannot listen on {addr}: {err} (choose another port with --port)"
+    ))
 }
 
 /// Ready-to-paste requests for the loaded models (the API key, if any, as `$HF2Q_API_KEY`).
@@ -271,8 +236,15 @@ fn load_models(state: &AppState) -> Result<(), String> {
                     .map_err(|e| e.to_string())?
                     .with_exact_activations(),
             );
-            let e = embed::Embedder::start(id.clone(), exact, &gguf, path, state.cfg.queue_capacity)
-                .map_err(|e| e.to_string())?;
+            let e = embed::Embedder::start(
+                id.clone(),
+                exact,
+                &gguf,
+                path,
+                state.cfg.queue_capacity,
+                state.cfg.embed_limits,
+            )
+            .map_err(|e| e.to_string())?;
             state
                 .embedders
                 .write()
@@ -357,7 +329,31 @@ fn router(state: Shared) -> Router {
         .route(routes::HEALTH, get(|| async { Json(json!({"status": "ok"})) }))
         .route(routes::READYZ, get(readyz))
         .route(routes::METRICS, get(metrics))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "no such route") })
+        .fallback(|req: axum::extract::Request| async move {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!("no such route: {} {}", req.method(), req.uri().path()),
+            )
+        })
+        .method_not_allowed_fallback(|req: axum::extract::Request| async move {
+            let allow = if req.uri().path().starts_with("/v1/models")
+                || [routes::HEALTH, routes::READYZ, routes::METRICS].contains(&req.uri().path())
+            {
+                "GET"
+            } else {
+                "POST"
+            };
+            let mut r = ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                format!("{} {} is not served; use {allow}", req.method(), req.uri().path()),
+            )
+            .into_response();
+            r.headers_mut()
+                .insert("allow", axum::http::HeaderValue::from_static(allow));
+            r
+        })
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
@@ -412,21 +408,11 @@ async fn guarded(st: &Shared, req: axum::extract::Request, next: axum::middlewar
     let open = path == routes::HEALTH || path == routes::READYZ;
     let resp = if !open && !authorized(st, req.headers()) {
         ApiError::unauthorized().into_response()
-    } else if req
-        .headers()
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .is_some_and(|n| n > st.cfg.max_body_bytes)
-    {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            format!("the request body exceeds {} bytes", st.cfg.max_body_bytes),
-        )
-        .into_response()
     } else {
-        next.run(req).await
+        match read_body(st, req).await {
+            Ok(req) => next.run(req).await,
+            Err(e) => e.into_response(),
+        }
     };
     let route = if path.starts_with("/v1/models/") {
         routes::MODEL.to_string()
@@ -440,6 +426,62 @@ async fn guarded(st: &Shared, req: axum::extract::Request, next: axum::middlewar
         .entry((route, resp.status().as_u16()))
         .or_default() += 1;
     resp
+}
+
+/// The whole request body, read before the handler runs: within `--max-body-bytes` (413) and
+/// `--body-timeout` (408, so a client that sends less than its Content-Length cannot hold a
+/// connection), with framing errors (bad chunked encoding) as a JSON 400.
+async fn read_body(st: &AppState, req: axum::extract::Request) -> Result<axum::extract::Request, ApiError> {
+    use tokio_stream::StreamExt;
+    let limit = st.cfg.max_body_bytes;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("the request body exceeds {limit} bytes (--max-body-bytes)"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let (parts, body) = req.into_parts();
+    let mut data = body.into_data_stream();
+    let mut buf: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    let read = async {
+        while let Some(chunk) = data.next().await {
+            let chunk = chunk.map_err(|e| {
+                ApiError::bad_request(format!(
+                    "the request body could not be read (malformed chunked encoding or a body shorter \
+                     than its Content-Length): {e}"
+                ))
+            })?;
+            if buf.len() + chunk.len() > limit {
+                return Err(too_large());
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(st.cfg.body_timeout, read).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                format!(
+                    "the request body did not arrive within {} s (--body-timeout)",
+                    st.cfg.body_timeout.as_secs_f64()
+                ),
+            )
+            .with_code("request_timeout"))
+        }
+    }
+    Ok(axum::extract::Request::from_parts(parts, axum::body::Body::from(buf)))
 }
 
 fn authorized(st: &AppState, h: &HeaderMap) -> bool {
@@ -462,24 +504,45 @@ fn body_object(st: &AppState, body: &Bytes) -> Result<serde_json::Map<String, Va
     api::object(body)
 }
 
+/// The text model a request names (or the first one). An embedding model named by a text route
+/// is a 400 saying so; an unknown name is a 404 listing every served model.
 fn worker(st: &AppState, model: Option<&str>) -> Result<Arc<Worker>, ApiError> {
     if !st.ready.load(Ordering::Acquire) {
         return Err(ApiError::unavailable("the model is still loading"));
     }
     let ws = st.workers.read().unwrap_or_else(|e| e.into_inner());
+    let es = st.embedders.read().unwrap_or_else(|e| e.into_inner());
+    let not_text = |id: &str| {
+        ApiError::invalid(
+            "model",
+            format!("{id} is an embedding model: it does not generate text (send it to /v1/embeddings)"),
+        )
+        .with_code("model_not_supported")
+    };
     match model {
-        None => ws
-            .first()
-            .cloned()
-            .ok_or_else(|| ApiError::unavailable("no model loaded")),
+        None => ws.first().cloned().ok_or_else(|| match es.first() {
+            Some(e) => not_text(&e.id),
+            None => ApiError::unavailable("no model loaded"),
+        }),
         Some(id) => ws.iter().find(|w| w.id == id).cloned().ok_or_else(|| {
-            let known: Vec<&str> = ws.iter().map(|w| w.id.as_str()).collect();
+            if es.iter().any(|e| e.id == id) {
+                return not_text(id);
+            }
+            let known: Vec<&str> = ws
+                .iter()
+                .map(|w| w.id.as_str())
+                .chain(es.iter().map(|e| e.id.as_str()))
+                .collect();
             ApiError::not_found(format!(
                 "the model {id:?} does not exist (served: {})",
                 known.join(", ")
             ))
         }),
     }
+}
+
+async fn metrics(State(st): State<Shared>) -> Response {
+    ([("content-type", "text/plain; version=0.0.4")], metrics::render(&st)).into_response()
 }
 
 async fn readyz(State(st): State<Shared>) -> Response {
@@ -604,92 +667,6 @@ async fn detokenize(State(st): State<Shared>, body: Bytes) -> Response {
         Ok::<_, ApiError>(Json(json!({"content": w.model.tokenizer.decode(&ids, true)})).into_response())
     })();
     r.unwrap_or_else(|e| e.into_response())
-}
-
-async fn metrics(State(st): State<Shared>) -> Response {
-    let mut out = String::new();
-    out.push_str("# HELP hf2q_requests_total HTTP requests by route and status.\n# TYPE hf2q_requests_total counter\n");
-    for ((route, status), n) in st.metrics.requests.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-        out.push_str(&format!(
-            "hf2q_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}\n"
-        ));
-    }
-    for (name, help, v) in [
-        (
-            "hf2q_prompt_tokens_total",
-            "Prompt tokens processed.",
-            &st.metrics.prompt_tokens,
-        ),
-        (
-            "hf2q_completion_tokens_total",
-            "Tokens generated.",
-            &st.metrics.completion_tokens,
-        ),
-        (
-            "hf2q_prefix_cache_hit_tokens_total",
-            "Prompt tokens reused from the KV cache.",
-            &st.metrics.cached_tokens,
-        ),
-    ] {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
-            v.load(Ordering::Relaxed)
-        ));
-    }
-    let m = &st.metrics;
-    m.ttft.render(
-        "hf2q_time_to_first_token_seconds",
-        "Request arrival to first generated token.",
-        &mut out,
-    );
-    m.itl.render(
-        "hf2q_inter_token_latency_seconds",
-        "Time between generated tokens of a stream.",
-        &mut out,
-    );
-    m.e2e.render(
-        "hf2q_request_duration_seconds",
-        "Request arrival to the last token.",
-        &mut out,
-    );
-    m.prompt_len
-        .render("hf2q_prompt_tokens", "Prompt length per request.", &mut out);
-    m.completion_len
-        .render("hf2q_completion_tokens", "Generated tokens per request.", &mut out);
-    out.push_str("# HELP hf2q_queue_depth Requests waiting for a slot.\n# TYPE hf2q_queue_depth gauge\n");
-    for w in st.workers.read().unwrap_or_else(|e| e.into_inner()).iter() {
-        out.push_str(&format!("hf2q_queue_depth{{model=\"{}\"}} {}\n", w.id, w.queue_depth()));
-    }
-    out.push_str("# HELP hf2q_active_slots Sequences being decoded.\n# TYPE hf2q_active_slots gauge\n");
-    for w in st.workers.read().unwrap_or_else(|e| e.into_inner()).iter() {
-        out.push_str(&format!(
-            "hf2q_active_slots{{model=\"{}\"}} {}\n",
-            w.id,
-            w.active_slots()
-        ));
-    }
-    out.push_str(
-        "# HELP hf2q_kv_tokens KV cache positions in use (cached prefixes included).\n# TYPE hf2q_kv_tokens gauge\n",
-    );
-    out.push_str(
-        "# HELP hf2q_kv_capacity_tokens KV cache positions of the budget (--kv-budget).\n# TYPE hf2q_kv_capacity_tokens gauge\n",
-    );
-    out.push_str(
-        "# HELP hf2q_prefix_cache_blocks Prefix-cache blocks in memory.\n# TYPE hf2q_prefix_cache_blocks gauge\n",
-    );
-    for w in st.workers.read().unwrap_or_else(|e| e.into_inner()).iter() {
-        out.push_str(&format!("hf2q_kv_tokens{{model=\"{}\"}} {}\n", w.id, w.kv_used()));
-        out.push_str(&format!(
-            "hf2q_kv_capacity_tokens{{model=\"{}\"}} {}\n",
-            w.id, w.kv_capacity
-        ));
-        out.push_str(&format!(
-            "hf2q_prefix_cache_blocks{{model=\"{}\"}} {}\n",
-            w.id,
-            w.prefix_blocks()
-        ));
-    }
-    ([("content-type", "text/plain; version=0.0.4")], out).into_response()
 }
 
 fn finish_reason(f: Finish) -> &'static str {
@@ -817,20 +794,22 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
         }
         let mut template_tools = None;
         let tool_format = tools::ToolFormat::of_template(tpl.source());
-        if let Some(t) = &tools {
-            if tool_format.is_some() {
-                template_tools = Some(&t.tools);
-            } else {
-                tools::inline_tools(&mut msgs, t);
-            }
+        match &tools {
+            Some(t) if tool_format.is_some() => template_tools = Some(&t.tools),
+            Some(t) => tools::inline_tools(&mut msgs, t),
+            // A tool round trip's follow-up often comes without `tools`: a template that knows no
+            // tools still gets the earlier calls and results as text.
+            None if tool_format.is_none() => tools::inline_history(&mut msgs),
+            None => {}
         }
         if tool_format.is_some() {
             tools::arguments_as_objects(&mut msgs);
         }
+        tools::empty_call_content(&mut msgs);
         let tool_format = tool_format.unwrap_or(tools::ToolFormat::Hermes);
         let text = tpl
             .render(&msgs, template_tools, true, &kwargs)
-            .map_err(|e| ApiError::bad_request(format!("chat template: {e}")))?;
+            .map_err(|e| template_error(tpl, &msgs, template_tools, &kwargs, e))?;
         let mut prompt = w
             .model
             .tokenizer
@@ -856,6 +835,22 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
         Ok(p) => respond(st, p, true).await,
         Err(e) => e.into_response(),
     }
+}
+
+/// A 400 for a chat template that failed, naming the first message whose rendering fails (found
+/// by rendering ever longer prefixes of the conversation) and the template line.
+fn template_error(
+    tpl: &engine::chat::ChatTemplate,
+    msgs: &[engine::chat::ChatMessage],
+    tools: Option<&Value>,
+    kwargs: &serde_json::Map<String, Value>,
+    e: engine::chat::ChatError,
+) -> ApiError {
+    let at = (1..=msgs.len())
+        .find(|&k| tpl.render(&msgs[..k], tools, false, kwargs).is_err())
+        .map(|k| format!(" at message {} (role {:?})", k - 1, msgs[k - 1].role))
+        .unwrap_or_default();
+    ApiError::invalid("messages", format!("the chat template failed{at}: {e}"))
 }
 
 async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
@@ -958,11 +953,12 @@ fn tool_calls_json(calls: &[tools::Call], with_index: bool) -> Value {
 /// stream whose chunks carry the choice index.
 async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     let w = p.worker.clone();
-    let (tx, mut raw_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
+    // One channel for every choice: when the client goes away its receiver is dropped, and the
+    // jobs leave the queue (or their slots) at once.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
     for i in 0..p.n {
         let mut params = p.params.clone();
         params.sampling.seed = params.sampling.seed.wrapping_add(i as u64);
-        let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
         let built = match (&p.grammar, &p.format) {
             (Some(lark), _) => Some(w.grammar().and_then(|g| g.lark(lark).map_err(ApiError::from))),
             (None, Some(schema)) => Some(
@@ -977,58 +973,17 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
             Some(Err(e)) => return e.into_response(),
         };
         if let Err(e) = w.submit(Job {
+            choice: i,
             constraint,
             prompt: p.prompt.clone(),
             params,
-            events: etx,
+            events: tx.clone(),
         }) {
             return e.into_response();
         }
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            while let Some(ev) = erx.recv().await {
-                if tx.send((i, ev)).is_err() {
-                    return;
-                }
-            }
-        });
     }
     drop(tx);
-    // Latency metrics: observe every event on its way to the response.
-    let (ttx, timed_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
-    {
-        let st = st.clone();
-        let t0 = std::time::Instant::now();
-        tokio::spawn(async move {
-            let mut last: Option<std::time::Instant> = None;
-            while let Some((i, ev)) = raw_rx.recv().await {
-                let now = std::time::Instant::now();
-                match &ev {
-                    Event::Token(..) => {
-                        match last {
-                            None => st.metrics.ttft.observe((now - t0).as_secs_f64()),
-                            Some(l) => st.metrics.itl.observe((now - l).as_secs_f64()),
-                        }
-                        last = Some(now);
-                    }
-                    Event::Done {
-                        prompt_tokens,
-                        completion_tokens,
-                        ..
-                    } => {
-                        st.metrics.e2e.observe((now - t0).as_secs_f64());
-                        st.metrics.prompt_len.observe(*prompt_tokens as f64);
-                        st.metrics.completion_len.observe(*completion_tokens as f64);
-                    }
-                    Event::Error(_) => {}
-                }
-                if ttx.send((i, ev)).is_err() {
-                    return;
-                }
-            }
-        });
-    }
-    let mut rx = timed_rx;
+    let mut timing = Timing::new();
     let id = new_id(if chat { "chatcmpl" } else { "cmpl" });
     let created = now();
     let object = if chat { "chat.completion" } else { "text_completion" };
@@ -1056,6 +1011,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
         let mut finishes: Vec<Option<Finish>> = vec![None; p.n];
         let (mut pt, mut ct, mut cached) = (0, 0, 0);
         while let Some((i, ev)) = rx.recv().await {
+            timing.observe(&st, &ev);
             match ev {
                 Event::Token(t, lp) => {
                     texts[i].push_str(&t);
@@ -1170,9 +1126,13 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
         (0..n).map(|_| reasoning_mode.map(reasoning::Splitter::new)).collect();
     let mut done = 0usize;
     let (mut ct, mut cached) = (0, 0);
+    // Comments every --sse-keepalive while nothing else is sent (a request waiting for a slot,
+    // a long prefill), so clients and proxies see the stream alive.
+    let keep_alive = KeepAlive::new().interval(st.cfg.sse_keepalive);
     let stream = async_stream(rx, move |ev| -> (Vec<SseEvent>, bool) {
         let mut out = Vec::new();
         let Some((i, ev)) = ev else { return (out, true) };
+        timing.observe(&st, &ev);
         if chat && !started[i] {
             started[i] = true;
             out.push(chunk(json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}), None));
@@ -1279,7 +1239,45 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
             }
         }
     });
-    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+    Sse::new(stream).keep_alive(keep_alive).into_response()
+}
+
+/// Latency metrics of one request, observed as its events arrive.
+struct Timing {
+    t0: std::time::Instant,
+    last: Option<std::time::Instant>,
+}
+
+impl Timing {
+    fn new() -> Timing {
+        Timing {
+            t0: std::time::Instant::now(),
+            last: None,
+        }
+    }
+
+    fn observe(&mut self, st: &AppState, ev: &Event) {
+        let now = std::time::Instant::now();
+        match ev {
+            Event::Token(..) => {
+                match self.last {
+                    None => st.metrics.ttft.observe((now - self.t0).as_secs_f64()),
+                    Some(l) => st.metrics.itl.observe((now - l).as_secs_f64()),
+                }
+                self.last = Some(now);
+            }
+            Event::Done {
+                prompt_tokens,
+                completion_tokens,
+                ..
+            } => {
+                st.metrics.e2e.observe((now - self.t0).as_secs_f64());
+                st.metrics.prompt_len.observe(*prompt_tokens as f64);
+                st.metrics.completion_len.observe(*completion_tokens as f64);
+            }
+            Event::Error(_) => {}
+        }
+    }
 }
 
 fn record(st: &AppState, p: usize, c: usize, cached: usize) {
@@ -1289,8 +1287,8 @@ fn record(st: &AppState, p: usize, c: usize, cached: usize) {
 }
 
 /// Turn engine events into SSE events until `f` says the stream is complete. When the client goes
-/// away the SSE stream is dropped, the forwarding task's next send fails and it drops the engine's
-/// receivers, which stops the generations at their next token.
+/// away the SSE stream is dropped and the forwarding task ends at once (it watches for that), which
+/// drops the engine's receiver: queued jobs leave the queue, running ones stop at their next step.
 fn async_stream<T: Send + 'static>(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
     mut f: impl FnMut(Option<T>) -> (Vec<SseEvent>, bool) + Send + 'static,
@@ -1298,7 +1296,10 @@ fn async_stream<T: Send + 'static>(
     let (otx, orx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {
-            let ev = rx.recv().await;
+            let ev = tokio::select! {
+                ev = rx.recv() => ev,
+                _ = otx.closed() => return,
+            };
             let end_of_input = ev.is_none();
             let (events, complete) = f(ev);
             for e in events {

@@ -180,16 +180,29 @@ pub fn inline_tools(messages: &mut Vec<ChatMessage>, req: &ToolRequest) {
         "You can call functions. To call one, reply with exactly\n<tool_call>\n{\"name\": \"FUNCTION\", \"arguments\": {…}}\n</tool_call>\nAvailable functions (JSON):\n",
     );
     sys.push_str(&req.tools.to_string());
+    inline_history(messages);
+    match messages.first_mut() {
+        Some(m) if m.role == "system" => {
+            let old = m.content.as_str().unwrap_or("").to_string();
+            m.content = Value::String(format!("{old}\n\n{sys}"));
+        }
+        _ => messages.insert(0, ChatMessage::new("system", sys)),
+    }
+}
+
+/// For templates without tool support: earlier assistant calls become `<tool_call>` text and tool
+/// results user messages, so the conversation renders with or without `tools` in the request.
+pub fn inline_history(messages: &mut [ChatMessage]) {
     for m in messages.iter_mut() {
         if m.role == "assistant" {
             if let Some(calls) = m.extra.remove("tool_calls").and_then(|c| c.as_array().cloned()) {
-                let mut text = m.content.as_str().unwrap_or("").to_string();
+                let mut text = text_of(&m.content);
                 for c in calls {
                     let f = &c["function"];
-                    let args: Value = f["arguments"]
-                        .as_str()
-                        .and_then(|a| serde_json::from_str(a).ok())
-                        .unwrap_or(Value::Null);
+                    let args: Value = match &f["arguments"] {
+                        Value::String(a) => serde_json::from_str(a).unwrap_or(Value::String(a.clone())),
+                        other => other.clone(),
+                    };
                     text.push_str(&format!(
                         "{OPEN}\n{}\n{CLOSE}",
                         json!({"name": f["name"], "arguments": args})
@@ -199,15 +212,30 @@ pub fn inline_tools(messages: &mut Vec<ChatMessage>, req: &ToolRequest) {
             }
         } else if m.role == "tool" {
             m.role = "user".into();
-            m.content = Value::String(format!("Function result: {}", m.content.as_str().unwrap_or("")));
+            m.content = Value::String(format!("Function result: {}", text_of(&m.content)));
         }
     }
-    match messages.first_mut() {
-        Some(m) if m.role == "system" => {
-            let old = m.content.as_str().unwrap_or("").to_string();
-            m.content = Value::String(format!("{old}\n\n{sys}"));
+}
+
+/// An assistant message that only calls tools often has `"content": null`; templates concatenate
+/// it with strings, so it becomes `""` (which every template treats as empty).
+pub fn empty_call_content(messages: &mut [ChatMessage]) {
+    for m in messages.iter_mut() {
+        if m.role == "assistant" && m.content.is_null() && m.extra.contains_key("tool_calls") {
+            m.content = Value::String(String::new());
         }
-        _ => messages.insert(0, ChatMessage::new("system", sys)),
+    }
+}
+
+/// The text of a message's content: a string, or its text parts joined.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
     }
 }
 

@@ -17,9 +17,9 @@ use engine::backend::cpu::Cpu;
 use engine::backend::KvType;
 use engine::generate::{Decoding, Finish, GenerateParams, LoadedModel};
 use engine::model::llama::{Logits, SeqStep};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::prefix::{chain_keys, PrefixStore, BLOCK};
@@ -38,11 +38,79 @@ pub enum Event {
 }
 
 pub struct Job {
+    /// Which choice of its request this job is (`n` > 1 runs one job per choice).
+    pub choice: usize,
     pub prompt: Vec<u32>,
     pub params: GenerateParams,
     /// Structured output: the grammar the reply must follow.
     pub constraint: Option<engine::grammar::Constraint>,
-    pub events: UnboundedSender<Event>,
+    /// Events tagged with `choice`. All choices of a request share the channel; when the client
+    /// goes away its receiver is dropped and the jobs leave the queue or their slots.
+    pub events: UnboundedSender<(usize, Event)>,
+}
+
+impl Job {
+    /// Send an event; false when the client is gone.
+    fn send(&self, ev: Event) -> bool {
+        self.events.send((self.choice, ev)).is_ok()
+    }
+
+    fn gone(&self) -> bool {
+        self.events.is_closed()
+    }
+}
+
+/// The requests waiting for a slot, in arrival order, bounded by `--queue-capacity`. Requests whose
+/// client went away are dropped from it as soon as anyone looks (a new request, the engine
+/// thread, `/metrics`), so they neither hold a place nor add to the 429s.
+struct JobQueue {
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+    capacity: usize,
+}
+
+impl JobQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Job>> {
+        let mut q = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        q.retain(|j| !j.gone());
+        q
+    }
+
+    /// Queue `job`; false when the queue is full.
+    fn push(&self, job: Job) -> bool {
+        let mut q = self.lock();
+        if q.len() >= self.capacity {
+            return false;
+        }
+        q.push_back(job);
+        drop(q);
+        self.ready.notify_one();
+        true
+    }
+
+    /// The oldest waiting job; with `wait`, block until there is one (waking now and then to drop
+    /// jobs whose client left).
+    fn pop(&self, wait: bool) -> Option<Job> {
+        let mut q = self.lock();
+        loop {
+            if let Some(j) = q.pop_front() {
+                return Some(j);
+            }
+            if !wait {
+                return None;
+            }
+            q = self
+                .ready
+                .wait_timeout(q, std::time::Duration::from_millis(200))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            q.retain(|j| !j.gone());
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
 }
 
 /// Scheduler limits.
@@ -64,11 +132,15 @@ pub struct Worker {
     pub grammar: std::sync::OnceLock<Result<Arc<engine::grammar::GrammarFactory>, String>>,
     pub n_ctx: usize,
     pub created: u64,
-    tx: SyncSender<Job>,
-    queued: Arc<AtomicUsize>,
+    queue: Arc<JobQueue>,
+    held: Arc<AtomicUsize>,
+    /// False once the engine thread has ended.
+    alive: Arc<AtomicBool>,
     active: Arc<AtomicUsize>,
-    /// KV positions held by all slots and the prefix cache, and the budget they share.
-    kv_used: Arc<AtomicUsize>,
+    /// KV positions reserved by running requests, those kept for reuse (idle slots' tokens and
+    /// the prefix cache), and the budget they share.
+    kv_active: Arc<AtomicUsize>,
+    kv_cached: Arc<AtomicUsize>,
     pub kv_capacity: usize,
     prefix_blocks: Arc<AtomicUsize>,
 }
@@ -99,8 +171,12 @@ impl Worker {
         limits: Limits,
         store: PrefixStore,
     ) -> engine::Result<Worker> {
-        let (tx, rx) = sync_channel::<Job>(limits.queue_capacity.max(1));
-        let queued = Arc::new(AtomicUsize::new(0));
+        let queue = Arc::new(JobQueue {
+            jobs: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            capacity: limits.queue_capacity.max(1),
+        });
+        let alive = Arc::new(AtomicBool::new(true));
         let active = Arc::new(AtomicUsize::new(0));
         let backend = model.model.backend().clone();
         let mut slots = Vec::new();
@@ -116,12 +192,15 @@ impl Worker {
                 used: 0,
             });
         }
-        let kv_used = Arc::new(AtomicUsize::new(0));
+        let kv_active = Arc::new(AtomicUsize::new(0));
+        let kv_cached = Arc::new(AtomicUsize::new(0));
         let prefix_blocks = Arc::new(AtomicUsize::new(0));
+        let held = Arc::new(AtomicUsize::new(0));
         let gauges = Gauges {
-            queued: queued.clone(),
             active: active.clone(),
-            kv_used: kv_used.clone(),
+            held: held.clone(),
+            kv_active: kv_active.clone(),
+            kv_cached: kv_cached.clone(),
             prefix_blocks: prefix_blocks.clone(),
         };
         let m = model.clone();
@@ -132,9 +211,20 @@ impl Worker {
             tick: 0,
             waiting: None,
         };
+        let (q, life) = (queue.clone(), alive.clone());
         std::thread::Builder::new()
             .name(format!("hf2q-engine-{id}"))
-            .spawn(move || schedule(&m, sched, rx, &gauges, limits))
+            .spawn(move || {
+                // Marks the engine stopped however the thread ends (a panic included).
+                struct Alive(Arc<AtomicBool>);
+                impl Drop for Alive {
+                    fn drop(&mut self) {
+                        self.0.store(false, Ordering::Release);
+                    }
+                }
+                let _alive = Alive(life);
+                schedule(&m, sched, &q, &gauges, limits)
+            })
             .map_err(|e| engine::EngineError::Backend(format!("cannot start the engine thread: {e}")))?;
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -145,10 +235,12 @@ impl Worker {
             grammar: std::sync::OnceLock::new(),
             n_ctx: limits.n_ctx,
             created,
-            tx,
-            queued,
+            queue,
+            held,
+            alive,
             active,
-            kv_used,
+            kv_active,
+            kv_cached,
             kv_capacity: limits.kv_budget,
             prefix_blocks,
         })
@@ -168,33 +260,34 @@ impl Worker {
 
     /// Queue a job; a full queue is a 429.
     pub fn submit(&self, job: Job) -> Result<(), ApiError> {
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        match self.tx.try_send(job) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(_)) => {
-                self.queued.fetch_sub(1, Ordering::Relaxed);
-                Err(ApiError::busy())
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                self.queued.fetch_sub(1, Ordering::Relaxed);
-                Err(ApiError::unavailable(format!(
-                    "the engine of model {} stopped",
-                    self.id
-                )))
-            }
+        if !self.alive.load(Ordering::Acquire) {
+            return Err(ApiError::unavailable(format!(
+                "the engine of model {} stopped",
+                self.id
+            )));
+        }
+        if self.queue.push(job) {
+            Ok(())
+        } else {
+            Err(ApiError::busy())
         }
     }
 
+    /// Requests waiting for a slot (those whose client left are not counted).
     pub fn queue_depth(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
+        self.queue.len() + self.held.load(Ordering::Relaxed)
     }
 
     pub fn active_slots(&self) -> usize {
         self.active.load(Ordering::Acquire)
     }
 
-    pub fn kv_used(&self) -> usize {
-        self.kv_used.load(Ordering::Acquire)
+    /// KV positions reserved by running requests, and those kept for reuse.
+    pub fn kv(&self) -> KvUse {
+        KvUse {
+            active: self.kv_active.load(Ordering::Acquire),
+            cached: self.kv_cached.load(Ordering::Acquire),
+        }
     }
 
     /// Blocks of [`BLOCK`] tokens held in memory by the prefix cache.
@@ -203,11 +296,19 @@ impl Worker {
     }
 }
 
+#[derive(Clone, Copy, Debug)]
+pub struct KvUse {
+    pub active: usize,
+    pub cached: usize,
+}
+
 /// What the engine thread reports to `/metrics`.
 struct Gauges {
-    queued: Arc<AtomicUsize>,
     active: Arc<AtomicUsize>,
-    kv_used: Arc<AtomicUsize>,
+    /// 1 while the queue's head waits for KV budget outside the queue.
+    held: Arc<AtomicUsize>,
+    kv_active: Arc<AtomicUsize>,
+    kv_cached: Arc<AtomicUsize>,
     prefix_blocks: Arc<AtomicUsize>,
 }
 
@@ -230,6 +331,15 @@ impl Sched {
     /// Positions held now: every slot's allocation and the cached blocks.
     fn used(&self, b: &Cpu) -> usize {
         self.slots.iter().map(|s| b.kv_capacity(&s.kv)).sum::<usize>() + self.store.len() * BLOCK
+    }
+
+    /// Positions reserved by running requests.
+    fn active(&self, b: &Cpu) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.active.is_some())
+            .map(|s| b.kv_capacity(&s.kv))
+            .sum()
     }
 
     /// Give up memory until `extra` more positions fit in the budget: least recently used cache
@@ -274,7 +384,7 @@ impl Sched {
     }
 }
 
-fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, rx: Receiver<Job>, gauges: &Gauges, limits: Limits) {
+fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, queue: &JobQueue, gauges: &Gauges, limits: Limits) {
     let mut scratch = m.model.scratch(limits.prefill_chunk + sc.slots.len());
     let b = m.model.backend().clone();
     loop {
@@ -284,24 +394,14 @@ fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, rx: Receiver<Job>, gauges: &Gau
                 Some(j) => j,
                 None => {
                     let busy = sc.slots.iter().any(|s| s.active.is_some());
-                    if busy {
-                        match rx.try_recv() {
-                            Ok(j) => j,
-                            Err(TryRecvError::Empty) => break,
-                            Err(TryRecvError::Disconnected) => return,
-                        }
-                    } else {
-                        match rx.recv() {
-                            Ok(j) => j,
-                            Err(_) => return,
-                        }
+                    match queue.pop(!busy) {
+                        Some(j) => j,
+                        None => break,
                     }
                 }
             };
             match admit(&b, &mut sc, job) {
-                Admit::Started | Admit::Refused => {
-                    gauges.queued.fetch_sub(1, Ordering::Relaxed);
-                }
+                Admit::Started | Admit::Refused => {}
                 Admit::Wait(job) => {
                     sc.waiting = Some(*job);
                     break;
@@ -312,12 +412,22 @@ fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, rx: Receiver<Job>, gauges: &Gau
             sc.slots.iter().filter(|s| s.active.is_some()).count(),
             Ordering::Relaxed,
         );
+        gauges.held.store(usize::from(sc.waiting.is_some()), Ordering::Relaxed);
+        // A client that left during its prompt's prefill (no token sent yet to notice it by).
+        for i in 0..sc.slots.len() {
+            if sc.slots[i].active.as_ref().is_some_and(|a| a.job.gone()) {
+                sc.slots[i].active = None;
+                sc.retire(&b, i);
+            }
+        }
         let finished = step(m, &mut sc.slots, &mut scratch, limits.prefill_chunk);
         for i in finished {
             sc.retire(&b, i);
         }
         // KV figures first: a reader who sees the slot idle also sees its memory given back.
-        gauges.kv_used.store(sc.used(&b), Ordering::Release);
+        let active = sc.active(&b);
+        gauges.kv_active.store(active, Ordering::Release);
+        gauges.kv_cached.store(sc.used(&b) - active, Ordering::Release);
         gauges.prefix_blocks.store(sc.store.len(), Ordering::Release);
         gauges.active.store(
             sc.slots.iter().filter(|s| s.active.is_some()).count(),
@@ -337,7 +447,7 @@ enum Admit {
 /// Start a job in the idle slot sharing the longest prefix with its prompt, extended by the
 /// prefix cache's blocks, once its KV reservation fits in the budget.
 fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
-    if job.events.is_closed() {
+    if job.gone() {
         return Admit::Refused;
     }
     let n_ctx = sc.slots[0].n_ctx;
@@ -352,7 +462,7 @@ fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
             sc.budget
         ))
         .with_code("kv_budget_exceeded");
-        let _ = job.events.send(Event::Error(e));
+        job.send(Event::Error(e));
         return Admit::Refused;
     }
     let (best, from_slot) = sc
@@ -373,7 +483,7 @@ fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
             None => d,
         },
         Err(e) => {
-            let _ = job.events.send(Event::Error(e.into()));
+            job.send(Event::Error(e.into()));
             return Admit::Refused;
         }
     };
@@ -385,7 +495,7 @@ fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
     b.kv_release(&mut slot.kv, need.min(have));
     if let Err(e) = b.kv_reserve(&mut slot.kv, need) {
         slot.tokens.clear();
-        let _ = job.events.send(Event::Error(e.into()));
+        job.send(Event::Error(e.into()));
         return Admit::Refused;
     }
     // Whole blocks beyond what the slot kept, from the prefix cache, as long as they continue it.
@@ -476,7 +586,7 @@ fn step(
             let err: ApiError = e.into();
             for (i, _, _) in &feeds {
                 if let Some(a) = slots[*i].active.take() {
-                    let _ = a.job.events.send(Event::Error(err.clone()));
+                    a.job.send(Event::Error(err.clone()));
                 }
                 slots[*i].tokens.clear();
             }
@@ -496,13 +606,12 @@ fn step(
         }
         let mut logits = out.next().unwrap_or_default();
         let st = a.decoding.step(m, &mut logits);
-        let mut gone = (!st.text.is_empty() || st.logprob.is_some())
-            && a.job.events.send(Event::Token(st.text, st.logprob)).is_err();
+        let mut gone = (!st.text.is_empty() || st.logprob.is_some()) && !a.job.send(Event::Token(st.text, st.logprob));
         // No room for the sampled token: the context is full, the answer ends here.
         let full = st.finish.is_none() && s.tokens.len() >= s.n_ctx;
         if full && !gone {
             let rest = a.decoding.flush();
-            gone = !rest.is_empty() && a.job.events.send(Event::Token(rest, None)).is_err();
+            gone = !rest.is_empty() && !a.job.send(Event::Token(rest, None));
         }
         let finish = if gone {
             Some(Finish::Cancelled)
@@ -517,7 +626,7 @@ fn step(
                 finished.push(i);
                 let a = s.active.take().expect("active");
                 if f != Finish::Cancelled {
-                    let _ = a.job.events.send(Event::Done {
+                    a.job.send(Event::Done {
                         finish: f,
                         prompt_tokens: a.job.prompt.len(),
                         completion_tokens: a.decoding.tokens.len(),
