@@ -75,8 +75,11 @@ fn init_logging(cli: &Cli) -> CliResult {
     };
     let filter =
         EnvFilter::try_new(&level).map_err(|e| CliError::input(format!("invalid --log-level `{level}`: {e}")))?;
+    // Colours only on a terminal: logs sent to a file or a pipe stay plain text.
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => builder.with_target(false).init(),

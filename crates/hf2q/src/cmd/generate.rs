@@ -258,10 +258,14 @@ fn stream(
     Ok(g)
 }
 
-/// A final newline on a terminal only: piped output is exactly the generated text.
+/// End the reply's line. On a terminal it goes to stdout; otherwise stdout stays exactly the
+/// generated text and the newline goes to stderr, so that in a combined log (`2>&1`, a terminal
+/// showing stderr) what follows starts on its own line.
 fn end_line() {
     if std::io::stdout().is_terminal() {
         println!();
+    } else {
+        eprintln!();
     }
 }
 

@@ -3,6 +3,7 @@
 use crate::error::{CliError, CliResult};
 use clap::Args;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -11,9 +12,10 @@ pub struct ServeArgs {
     pub models: Vec<PathBuf>,
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
-    /// TCP port (0 = any free port; the address is printed to stderr).
-    #[arg(long, default_value_t = 8080)]
-    pub port: u16,
+    /// TCP port [default: 8080, or the next free port when 8080 is taken]. 0 = any free port; the
+    /// address is printed to stderr. A port given here that is taken is an error.
+    #[arg(long)]
+    pub port: Option<u16>,
     /// Require `Authorization: Bearer KEY` on every route except /health and /readyz.
     #[arg(long, env = "HF2Q_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
@@ -48,11 +50,43 @@ pub struct ServeArgs {
     /// Largest accepted request body.
     #[arg(long, default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Open connections at once; a client past the limit gets a 503 and the connection is closed.
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's head (request line and headers); idle keep-alive
+    /// connections are closed after it too.
+    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
+    pub header_timeout: f64,
+    /// Seconds a client has to send a request's whole body (408 after it).
+    #[arg(long, default_value_t = 30.0, value_parser = seconds)]
+    pub body_timeout: f64,
+    /// Seconds between SSE keep-alive comments while a stream has nothing else to send (a request
+    /// waiting for a slot, a long prompt being read).
+    #[arg(long, default_value_t = 15.0, value_parser = seconds)]
+    pub sse_keepalive: f64,
+    /// Most inputs in one /v1/embeddings request (400 past it; OpenAI's limit).
+    #[arg(long, default_value_t = 2048)]
+    pub embed_max_inputs: usize,
+    /// Most tokens of all inputs of one /v1/embeddings request together (400 past it; OpenAI's limit).
+    #[arg(long, default_value_t = 300_000)]
+    pub embed_max_tokens: usize,
+}
+
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds between 0 and 86400")),
+    }
 }
 
 pub fn run(args: ServeArgs) -> CliResult {
     if args.parallel == 0 || args.prefill_chunk == 0 {
         return Err(CliError::input("--parallel and --prefill-chunk must be at least 1"));
+    }
+    if args.max_connections == 0 || args.embed_max_inputs == 0 || args.embed_max_tokens == 0 {
+        return Err(CliError::input(
+            "--max-connections, --embed-max-inputs and --embed-max-tokens must be at least 1",
+        ));
     }
     for m in &args.models {
         if !m.is_file() {
@@ -61,7 +95,8 @@ pub fn run(args: ServeArgs) -> CliResult {
     }
     let cfg = serve::ServeConfig {
         host: args.host,
-        port: args.port,
+        port: args.port.unwrap_or(8080),
+        port_fallback: args.port.is_none(),
         models: args.models,
         api_key: args.api_key,
         threads: args.threads,
@@ -74,6 +109,16 @@ pub fn run(args: ServeArgs) -> CliResult {
         kv_budget: args.kv_budget,
         kv_persist: args.kv_persist,
         kv_persist_max_bytes: args.kv_persist_max_bytes,
+        conn: serve::conn::ConnLimits {
+            max_connections: args.max_connections,
+            header_timeout: Duration::from_secs_f64(args.header_timeout),
+        },
+        body_timeout: Duration::from_secs_f64(args.body_timeout),
+        sse_keepalive: Duration::from_secs_f64(args.sse_keepalive),
+        embed_limits: serve::embed::Limits {
+            max_inputs: args.embed_max_inputs,
+            max_tokens: args.embed_max_tokens,
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
