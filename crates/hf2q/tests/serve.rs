@@ -5,108 +5,14 @@
 
 mod common;
 
+use common::server::Server;
 use common::smollm2;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        Server::start_with(&[smollm2()], extra)
-    }
-
-    fn start_with(models: &[PathBuf], extra: &[&str]) -> Server {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hf2q"));
-        cmd.arg("serve");
-        for m in models {
-            cmd.arg("-m").arg(m);
-        }
-        let mut child = cmd
-            .args(["--port", "0", "-t", "2"])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let addr = loop {
-            let line = lines.next().expect("server exited").unwrap();
-            if let Some(a) = line.strip_prefix("hf2q serve: listening on http://") {
-                break a.to_string();
-            }
-        };
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        let s = Server { child, addr };
-        let t = Instant::now();
-        while s.request("GET", "/readyz", None, None).0 != 200 {
-            assert!(t.elapsed() < Duration::from_secs(60), "model did not load");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        s
-    }
-
-    /// (status, headers, body) with chunked bodies decoded.
-    fn request(&self, method: &str, path: &str, body: Option<&str>, key: Option<&str>) -> (u16, String, String) {
-        let mut c = TcpStream::connect(&self.addr).unwrap();
-        let body = body.unwrap_or("");
-        let auth = key
-            .map(|k| format!("Authorization: Bearer {k}\r\n"))
-            .unwrap_or_default();
-        write!(
-            c,
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut raw = Vec::new();
-        c.read_to_end(&mut raw).unwrap();
-        let raw = String::from_utf8(raw).unwrap();
-        let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
-        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-            dechunk(rest)
-        } else {
-            rest.to_string()
-        };
-        (status, head.to_string(), body)
-    }
-
-    fn json(&self, method: &str, path: &str, body: Value, key: Option<&str>) -> (u16, Value) {
-        let (st, _, b) = self.request(method, path, Some(&body.to_string()), key);
-        (
-            st,
-            serde_json::from_str(&b).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {b}")),
-        )
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (len, rest) = s.split_once("\r\n").unwrap();
-        let n = usize::from_str_radix(len.trim(), 16).unwrap();
-        if n == 0 {
-            return out;
-        }
-        out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
-    }
-}
 
 /// llama.cpp's greedy chat replies for the Q4_1 model: (prompt, reply) pairs.
 fn q4_1_goldens() -> Vec<(String, String)> {
@@ -215,9 +121,14 @@ fn completions_tokenize_models_metrics() {
     assert!(m.contains("hf2q_time_to_first_token_seconds_count 1"), "{m}");
     assert!(m.contains("hf2q_request_duration_seconds_count 1"), "{m}");
     assert!(m.contains("hf2q_inter_token_latency_seconds_count"), "{m}");
-    // The completion's 5 prompt + 8 generated tokens (minus the last, never fed) stay cached.
+    // The completion's 5 prompt + 8 generated tokens (minus the last, never fed) stay cached;
+    // nothing is in use by a request any more.
     assert!(
-        m.contains("hf2q_kv_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 12"),
+        m.contains("hf2q_kv_cached_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 12"),
+        "{m}"
+    );
+    assert!(
+        m.contains("hf2q_kv_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 0"),
         "{m}"
     );
     assert!(
@@ -899,13 +810,15 @@ fn kv_budget_is_shared_and_never_truncates() {
     assert_eq!(got[0].0, alone[0]);
     assert_eq!(got[1].0, alone[1]);
     let m = s.request("GET", "/metrics", None, None).2;
-    let used: usize = m
-        .lines()
-        .find(|l| l.starts_with("hf2q_kv_tokens{"))
-        .and_then(|l| l.rsplit(' ').next())
-        .unwrap()
-        .parse()
-        .unwrap();
+    let sample = |name: &str| -> usize {
+        m.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let used = sample("hf2q_kv_tokens{") + sample("hf2q_kv_cached_tokens{");
     assert!(used <= 300, "KV positions held {used} exceed the budget");
     assert!(
         m.contains("hf2q_kv_capacity_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 300"),

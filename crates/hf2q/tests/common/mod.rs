@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::PathBuf;
 
 pub fn models_dir() -> PathBuf {
