@@ -1314,3 +1314,29 @@ fn async_stream<T: Send + 'static>(
     });
     tokio_stream::wrappers::UnboundedReceiverStream::new(orx)
 }
+
+#[cfg(test)]
+mod tests {
+    use engine::chat::{ChatMessage, ChatTemplate};
+
+    /// Regression: a template failure said only "chat template failed at line 4"; it now names
+    /// the first message that fails to render as well.
+    #[test]
+    fn template_errors_name_the_message_and_line() {
+        let tpl = ChatTemplate::new(
+            "{% for m in messages %}\n{{ m.role }}: \n{{ m.content + '\\n' }}\n{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let mut msgs = vec![ChatMessage::new("user", "hi"), ChatMessage::new("assistant", "x")];
+        msgs.push(ChatMessage::new("user", "again"));
+        msgs[1].content = serde_json::Value::Null;
+        let kwargs = serde_json::Map::new();
+        let e = tpl.render(&msgs, None, true, &kwargs).unwrap_err();
+        let api = super::template_error(&tpl, &msgs, None, &kwargs, e);
+        assert_eq!(api.param.as_deref(), Some("messages"));
+        assert!(api.message.contains("at message 1 (role \"assistant\")"), "{}", api.message);
+        assert!(api.message.contains("line 3"), "{}", api.message);
+    }
+}
