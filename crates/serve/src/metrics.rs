@@ -160,13 +160,13 @@ pub(crate) fn render(st: &AppState) -> String {
         }
     }
     let embedders = st.embedders.read().unwrap_or_else(|e| e.into_inner()).clone();
-    let embed_gauges: [Gauge<crate::embed::Embedder, f64>; 4] = [
+    let embed_gauges: [Gauge<crate::embed::Embedder, f64>; 6] = [
         (
             "hf2q_embedding_requests_waiting",
             "Embedding requests queued or being embedded.",
             |e| e.stats().waiting as f64,
         ),
-        ("hf2q_embedding_inputs_total", "Inputs embedded.", |e| {
+        ("hf2q_embedding_inputs_total", "Inputs (passages) embedded.", |e| {
             e.stats().inputs as f64
         }),
         ("hf2q_embedding_tokens_total", "Tokens embedded.", |e| {
@@ -174,8 +174,24 @@ pub(crate) fn render(st: &AppState) -> String {
         }),
         (
             "hf2q_embedding_seconds_total",
-            "Seconds spent in embedding forwards (tokens or inputs per second: rate of the totals over this).",
+            "Seconds spent in embedding forwards.",
             |e| e.stats().busy_micros as f64 / 1e6,
+        ),
+        (
+            "hf2q_embedding_tokens_per_second",
+            "Tokens embedded per second of forward time, since start.",
+            |e| {
+                let s = e.stats();
+                s.tokens as f64 * 1e6 / s.busy_micros.max(1) as f64
+            },
+        ),
+        (
+            "hf2q_embedding_inputs_per_second",
+            "Inputs (passages) embedded per second of forward time, since start.",
+            |e| {
+                let s = e.stats();
+                s.inputs as f64 * 1e6 / s.busy_micros.max(1) as f64
+            },
         ),
     ];
     for (name, help, value) in embed_gauges {

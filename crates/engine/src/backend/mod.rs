@@ -149,6 +149,20 @@ pub trait Backend: Send + Sync + 'static {
     );
     /// Causal softmax attention of the query rows over the cache; writes those rows of `out`.
     fn attention(&self, q: &Self::Buf, kv: &Self::Kv, args: &AttnArgs, out: &mut Self::Buf);
+    /// Bidirectional attention for encoders over the f32 Q/K/V rows of a whole batch, one call per
+    /// layer: each sequence (a range of rows) attends to all of its rows, per head (`n_head` heads
+    /// across the columns). `out` takes Q's shape.
+    #[allow(clippy::too_many_arguments)]
+    fn encoder_attention(
+        &self,
+        q: &Self::Buf,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        seqs: &[std::ops::Range<usize>],
+        n_head: usize,
+        scale: f32,
+        out: &mut Self::Buf,
+    );
     /// `out = silu(gate) * up`.
     fn swiglu(&self, gate: &Self::Buf, up: &Self::Buf, out: &mut Self::Buf);
     /// `x += y`.

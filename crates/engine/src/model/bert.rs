@@ -5,7 +5,7 @@
 //! in one batched forward, each attending only to its own tokens.
 
 use super::Loader;
-use crate::backend::{AttnArgs, Backend, KvType, Rope};
+use crate::backend::{Backend, Rope};
 use crate::{EngineError, Result};
 use gguf::GgufModel;
 use std::path::Path;
@@ -234,12 +234,14 @@ impl<B: Backend> Bert<B> {
         }
         b.layer_norm(&x, &self.embd_norm.0, &self.embd_norm.1, self.eps, &mut xn);
         std::mem::swap(&mut x, &mut xn);
-        let mut kvs: Vec<B::Kv> = inputs
-            .iter()
-            .map(|t| b.alloc_kv(self.layers.len(), t.len(), e, KvType::F16))
-            .collect::<Result<_>>()?;
+        let mut seqs = Vec::with_capacity(inputs.len());
+        let mut row0 = 0;
+        for t in inputs {
+            seqs.push(row0..row0 + t.len());
+            row0 += t.len();
+        }
         let scale = 1.0 / (hd as f32).sqrt();
-        for (il, ly) in self.layers.iter().enumerate() {
+        for ly in &self.layers {
             if let Some(w) = &ly.qkv {
                 b.matmul(w, &x, &mut qkv);
                 split3(b, &qkv, e, &mut q, &mut k, &mut v);
@@ -255,25 +257,8 @@ impl<B: Backend> Bert<B> {
                 b.rope(&mut q, hd, &positions, r);
                 b.rope(&mut k, hd, &positions, r);
             }
-            let mut row0 = 0;
-            for (kv, toks) in kvs.iter_mut().zip(inputs) {
-                let rows = toks.len();
-                b.store_kv(kv, il, 0, &k, &v, row0..row0 + rows);
-                let args = AttnArgs {
-                    layer: il,
-                    row0,
-                    rows,
-                    pos0: 0,
-                    n_head: self.n_head,
-                    n_kv_head: self.n_head,
-                    head_dim: hd,
-                    scale,
-                    window: None,
-                    causal: false,
-                };
-                b.attention(&q, kv, &args, &mut attn);
-                row0 += rows;
-            }
+            // Every sequence attends to all of its own tokens, the whole batch in one call.
+            b.encoder_attention(&q, &k, &v, &seqs, self.n_head, scale, &mut attn);
             b.matmul(&ly.o, &attn, &mut o);
             if let Some(bias) = &ly.bo {
                 b.add_bias(&mut o, bias);

@@ -1,6 +1,7 @@
 //! `hf2q embed`: one vector per input from a BERT / Nomic-BERT GGUF, pooled as the model says and
 //! L2-normalised (as sentence-transformers does for these models) unless `--no-normalize`. Weights
-//! are multiplied by unquantized activations unless `--fast` (see `Cpu::with_exact_activations`).
+//! are decoded to f32 once and multiplied by f32 activations with a blocked GEMM over each batch
+//! (see `Cpu::with_exact_activations`).
 
 use super::runtime::ModelArgs;
 use crate::error::{CliError, CliResult};
@@ -27,12 +28,12 @@ pub struct EmbedArgs {
     /// Cut inputs longer than the model's maximum instead of failing.
     #[arg(long)]
     pub truncate: bool,
-    /// Multiply by ggml-style quantized activations (faster, less accurate for quantized models)
-    /// instead of dequantized weights × f32 activations.
-    #[arg(long)]
+    /// Gone: it multiplied by ggml-style quantized activations, which is now 3.5× slower than the
+    /// default f32 GEMM path and less accurate. Accepted (with a warning) so scripts keep working.
+    #[arg(long, hide = true)]
     pub fast: bool,
     /// Inputs per forward step.
-    #[arg(short = 'b', long = "batch", default_value_t = 32)]
+    #[arg(short = 'b', long = "batch", default_value_t = 64)]
     pub batch: usize,
 }
 
@@ -68,7 +69,10 @@ pub fn run(args: EmbedArgs) -> CliResult {
     }
     args.model.backend()?; // validates --device
     let cpu = engine::backend::cpu::Cpu::new(args.model.threads)?;
-    let cpu = std::sync::Arc::new(if args.fast { cpu } else { cpu.with_exact_activations() });
+    if args.fast {
+        eprintln!("warning: --fast is gone: the default path is faster and exact; ignoring it");
+    }
+    let cpu = std::sync::Arc::new(cpu.with_exact_activations());
     let gguf = engine::model::open_gguf(&args.model.model)?;
     let m = Bert::load(cpu, &gguf, &args.model.model)?;
     let tok = engine::tokenizer::Tokenizer::from_gguf(gguf.metadata())

@@ -3,6 +3,8 @@
 //! run the `quant::dot` kernels over row tiles on a persistent rayon pool (one per backend).
 
 mod attn;
+mod dense;
+pub use dense::matmul as dense_matmul;
 mod pages;
 mod rope;
 mod simd;
@@ -51,9 +53,10 @@ impl Cpu {
         })
     }
 
-    /// Weights loaded from now on are multiplied by unquantized f32 activations (their rows
-    /// dequantized on the fly): for encoders, whose outputs are compared as vectors, this removes
-    /// the activation-rounding error of ggml's quantized dot products at some speed.
+    /// Weights loaded from now on are multiplied by unquantized f32 activations: for encoders,
+    /// whose outputs are compared as vectors, this removes the activation-rounding error of ggml's
+    /// quantized dot products. Matrices used only in matrix products are decoded to f32 once at
+    /// load and multiplied with a blocked GEMM over the whole batch (`dense.rs`).
     pub fn with_exact_activations(mut self) -> Cpu {
         self.exact_activations = true;
         self
@@ -97,6 +100,8 @@ pub struct CpuWeight {
     packed: Option<Packed>,
     /// 1-D tensors (norms, biases, rope factors) decoded to f32 once.
     f32s: Option<Vec<f32>>,
+    /// Exact-activation mode: the matrix decoded to f32 for the GEMM path (`dense.rs`).
+    dense: Option<dense::Dense>,
 }
 
 // SAFETY: `ptr` points into the read-only memory map kept alive by `_owner`; nothing writes it.
@@ -362,6 +367,14 @@ impl Backend for Cpu {
                 data,
             }
         });
+        // HF2Q_KERNEL=scalar keeps the per-row reference (dequantize a row, f64 sums) instead.
+        let dense =
+            (self.exact_activations && self.path != KernelPath::Scalar && src.matmul_only && src.shape.len() == 2)
+                .then(|| {
+                    let (k, n) = (src.shape[0] as usize, src.shape[1] as usize);
+                    self.pool.install(|| dense::Dense::decode(src.ty, src.data, k, n))
+                })
+                .flatten();
         Ok(CpuWeight {
             ptr: src.data.as_ptr(),
             len: src.data.len(),
@@ -371,6 +384,7 @@ impl Backend for Cpu {
             kernel,
             packed,
             f32s,
+            dense,
         })
     }
 
@@ -595,9 +609,25 @@ impl Backend for Cpu {
     }
 
     fn gelu(&self, x: &mut CpuBuf) {
-        for v in x.view_mut() {
-            *v = 0.5 * *v * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2));
-        }
+        let v = x.view_mut();
+        self.pool.install(|| dense::gelu(v));
+    }
+
+    fn encoder_attention(
+        &self,
+        q: &CpuBuf,
+        k: &CpuBuf,
+        v: &CpuBuf,
+        seqs: &[Range<usize>],
+        n_head: usize,
+        scale: f32,
+        out: &mut CpuBuf,
+    ) {
+        let hd = q.cols / n_head.max(1);
+        out.set_shape(q.rows, q.cols);
+        let o = &mut out.data;
+        self.pool
+            .install(|| dense::attention(q.view(), k.view(), v.view(), seqs, n_head, hd, scale, o));
     }
 
     fn head_rms_norm(&self, x: &mut CpuBuf, w: &CpuWeight, head_dim: usize, eps: f32) {
@@ -620,6 +650,15 @@ impl Backend for Cpu {
     fn matmul_many(&self, ws: &[&CpuWeight], x: &CpuBuf, outs: &mut [&mut CpuBuf]) {
         assert_eq!(ws.len(), outs.len());
         let (t, n) = (x.rows, x.cols);
+        if ws.iter().all(|w| w.dense.is_some()) {
+            for (w, out) in ws.iter().zip(outs.iter_mut()) {
+                let d = w.dense.as_ref().expect("checked");
+                assert_eq!(n, d.k, "matmul: activations of {n} columns by weight rows of {}", d.k);
+                out.set_shape(t, d.n_out);
+                self.pool.install(|| d.matmul(x.view(), t, &mut out.data, self.threads));
+            }
+            return;
+        }
         let mut acts_of: Vec<GgmlType> = Vec::new();
         let mut jobs = Vec::with_capacity(ws.len());
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
