@@ -115,58 +115,41 @@ unsafe fn attend_head(
     let n = rows.len();
     let base = rows.start * width + col;
     scores.resize(n * n, 0.0);
-    // scores[i][j] = scale · q_i · k_j (rhs element (d, j) is k[j][d]).
+    // scores[i][j] = q_i · k_j (rhs element (d, j) is k[j][d]).
     gemm::gemm(
-        n,
-        n,
-        hd,
-        scores.as_mut_ptr(),
-        1,
-        n as isize,
+        n, n, hd,
+        scores.as_mut_ptr(), 1, n as isize,
         false,
-        q.add(base),
-        1,
-        width as isize,
-        k.add(base),
-        width as isize,
-        1,
-        0.0,
-        scale,
-        false,
-        false,
-        false,
+        q.add(base), 1, width as isize,
+        k.add(base), width as isize, 1,
+        0.0, 1.0,
+        false, false, false,
         gemm::Parallelism::None,
     );
+    // Softmax of scale·scores per row, left unnormalised: the 1/Σ goes onto the head's output
+    // row instead (hd values rather than n).
+    let mut inv = Vec::with_capacity(n);
     for row in scores.chunks_exact_mut(n) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum = super::simd::softmax_exp(row, max);
-        let inv = (1.0 / sum) as f32;
-        for p in row.iter_mut() {
-            *p *= inv;
+        let max = super::simd::scale_max(row, scale);
+        inv.push((1.0 / super::simd::softmax_exp(row, max)) as f32);
+    }
+    // out_i = Σ_j p_ij v_j, then / Σ_j p_ij.
+    gemm::gemm(
+        n, hd, n,
+        out.add(base), 1, width as isize,
+        false,
+        scores.as_ptr(), 1, n as isize,
+        v.add(base), 1, width as isize,
+        0.0, 1.0,
+        false, false, false,
+        gemm::Parallelism::None,
+    );
+    for (i, &s) in inv.iter().enumerate() {
+        let row = std::slice::from_raw_parts_mut(out.add(base + i * width), hd);
+        for x in row {
+            *x *= s;
         }
     }
-    // out_i = Σ_j p_ij v_j.
-    gemm::gemm(
-        n,
-        hd,
-        n,
-        out.add(base),
-        1,
-        width as isize,
-        false,
-        scores.as_ptr(),
-        1,
-        n as isize,
-        v.add(base),
-        1,
-        width as isize,
-        0.0,
-        1.0,
-        false,
-        false,
-        false,
-        gemm::Parallelism::None,
-    );
 }
 
 /// Bidirectional (encoder) attention over f32 Q/K/V rows of a whole batch at once: every
