@@ -117,13 +117,24 @@ unsafe fn attend_head(
     scores.resize(n * n, 0.0);
     // scores[i][j] = q_i · k_j (rhs element (d, j) is k[j][d]).
     gemm::gemm(
-        n, n, hd,
-        scores.as_mut_ptr(), 1, n as isize,
+        n,
+        n,
+        hd,
+        scores.as_mut_ptr(),
+        1,
+        n as isize,
         false,
-        q.add(base), 1, width as isize,
-        k.add(base), width as isize, 1,
-        0.0, 1.0,
-        false, false, false,
+        q.add(base),
+        1,
+        width as isize,
+        k.add(base),
+        width as isize,
+        1,
+        0.0,
+        1.0,
+        false,
+        false,
+        false,
         gemm::Parallelism::None,
     );
     // Softmax of scale·scores per row, left unnormalised: the 1/Σ goes onto the head's output
@@ -135,13 +146,24 @@ unsafe fn attend_head(
     }
     // out_i = Σ_j p_ij v_j, then / Σ_j p_ij.
     gemm::gemm(
-        n, hd, n,
-        out.add(base), 1, width as isize,
+        n,
+        hd,
+        n,
+        out.add(base),
+        1,
+        width as isize,
         false,
-        scores.as_ptr(), 1, n as isize,
-        v.add(base), 1, width as isize,
-        0.0, 1.0,
-        false, false, false,
+        scores.as_ptr(),
+        1,
+        n as isize,
+        v.add(base),
+        1,
+        width as isize,
+        0.0,
+        1.0,
+        false,
+        false,
+        false,
         gemm::Parallelism::None,
     );
     for (i, &s) in inv.iter().enumerate() {
@@ -244,6 +266,11 @@ const ERFC_SCALED: [f32; 14] = [
 /// the loops vectorise. Largest error against the exact erf below 1.6e-7 (tests).
 pub fn erf_block(x: &mut [f32], tmp: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F is present (checked at run time); it implies FMA's instructions.
+        return unsafe { erf_block_avx512(x, tmp) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
         // SAFETY: AVX2 and FMA are present (checked at run time).
         return unsafe { erf_block_fma(x, tmp) };
@@ -256,6 +283,13 @@ pub fn erf_block(x: &mut [f32], tmp: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn erf_block_fma(x: &mut [f32], tmp: &mut [f32]) {
+    erf_block_any(x, tmp)
+}
+
+/// [`erf_block`] in 16 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn erf_block_avx512(x: &mut [f32], tmp: &mut [f32]) {
     erf_block_any(x, tmp)
 }
 

@@ -173,6 +173,10 @@ pub struct CpuKv {
 }
 
 /// `body(x_row, out_row)` for every row, on the pool when there is more than one row.
+/// Element-wise ops over at least this many values run on the pool (smaller ones, such as a decode
+/// step's rows, would spend more on the hand-off than on the work). Same results either way.
+const PARALLEL_ELEMS: usize = 1 << 16;
+
 fn map_rows(x: &CpuBuf, out: &mut CpuBuf, body: impl Fn(&[f32], &mut [f32]) + Send + Sync) {
     let n = x.cols;
     out.set_shape(x.rows, n);
@@ -593,13 +597,28 @@ impl Backend for Cpu {
     fn layer_norm(&self, x: &CpuBuf, w: &CpuWeight, b: &CpuWeight, eps: f32, out: &mut CpuBuf) {
         let n = x.cols;
         let (wv, bv) = (w.vector(), b.vector());
+        // Sums in eight f64 lanes (vectorised), then the lanes in order.
+        fn sum8(x: &[f32], square: bool) -> f64 {
+            let mut acc = [0f64; 8];
+            let mut it = x.chunks_exact(8);
+            for c in &mut it {
+                for (a, &v) in acc.iter_mut().zip(c) {
+                    let v = if square { v * v } else { v };
+                    *a += v as f64;
+                }
+            }
+            for (a, &v) in acc.iter_mut().zip(it.remainder()) {
+                let v = if square { v * v } else { v };
+                *a += v as f64;
+            }
+            acc.iter().sum()
+        }
         let body = |xr: &[f32], yr: &mut [f32]| {
-            let mean = (xr.iter().map(|&v| v as f64).sum::<f64>() / n as f64) as f32;
-            let mut var = 0f64;
+            let mean = (sum8(xr, false) / n as f64) as f32;
             for (y, &v) in yr.iter_mut().zip(xr) {
                 *y = v - mean;
-                var += (*y * *y) as f64;
             }
+            let var = sum8(yr, true);
             let scale = 1.0 / ((var / n as f64) as f32 + eps).sqrt();
             for ((y, &g), &c) in yr.iter_mut().zip(wv).zip(bv) {
                 *y = (*y * scale) * g + c;
@@ -766,10 +785,16 @@ impl Backend for Cpu {
     fn add_bias(&self, x: &mut CpuBuf, b: &CpuWeight) {
         let bv = b.vector();
         let n = x.cols;
-        for r in x.view_mut().chunks_mut(n) {
+        let body = |r: &mut [f32]| {
             for (v, &c) in r.iter_mut().zip(bv) {
                 *v += c;
             }
+        };
+        // Whole-batch encoder activations go to the pool; a decode step's row stays on this thread.
+        if x.rows * n >= PARALLEL_ELEMS {
+            x.view_mut().par_chunks_mut(n).for_each(body);
+        } else {
+            x.view_mut().chunks_mut(n).for_each(body);
         }
     }
 
@@ -830,8 +855,18 @@ impl Backend for Cpu {
 
     fn add(&self, x: &mut CpuBuf, y: &CpuBuf) {
         assert_eq!((x.rows, x.cols), (y.rows, y.cols));
-        for (a, &b) in x.view_mut().iter_mut().zip(y.view()) {
-            *a += b;
+        let body = |(a, b): (&mut [f32], &[f32])| {
+            for (a, &b) in a.iter_mut().zip(b) {
+                *a += b;
+            }
+        };
+        if x.rows * x.cols >= PARALLEL_ELEMS {
+            x.view_mut()
+                .par_chunks_mut(4096)
+                .zip(y.view().par_chunks(4096))
+                .for_each(body);
+        } else {
+            body((x.view_mut(), y.view()));
         }
     }
 
