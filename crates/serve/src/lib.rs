@@ -1336,7 +1336,11 @@ mod tests {
         let e = tpl.render(&msgs, None, true, &kwargs).unwrap_err();
         let api = super::template_error(&tpl, &msgs, None, &kwargs, e);
         assert_eq!(api.param.as_deref(), Some("messages"));
-        assert!(api.message.contains("at message 1 (role \"assistant\")"), "{}", api.message);
+        assert!(
+            api.message.contains("at message 1 (role \"assistant\")"),
+            "{}",
+            api.message
+        );
         assert!(api.message.contains("line 3"), "{}", api.message);
     }
 }
