@@ -229,7 +229,7 @@ pub fn gelu(x: &mut [f32]) {
 
 /// erf(a)/a = 2/√π Σ (−1)ⁿ a²ⁿ / (n!(2n+1)): the Taylor coefficients, used for |a| < 1.
 const ERF_SMALL: [f32; 12] = [
-    1.128_379_2,
+    std::f32::consts::FRAC_2_SQRT_PI,
     -0.376_126_38,
     0.112_837_92,
     -0.026_866_172,
@@ -393,7 +393,7 @@ mod tests {
         let w = n_head * hd;
         let seqs = [0..5, 5..6, 6..76, 76..83];
         let rows = 83;
-        let f = |i: usize, s: f32| ((i as f32 * s).sin() * 2.0) as f32;
+        let f = |i: usize, s: f32| (i as f32 * s).sin() * 2.0;
         let q: Vec<f32> = (0..rows * w).map(|i| f(i, 0.37)).collect();
         let k: Vec<f32> = (0..rows * w).map(|i| f(i, 0.71)).collect();
         let v: Vec<f32> = (0..rows * w).map(|i| f(i, 1.13)).collect();
