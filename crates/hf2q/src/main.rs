@@ -128,6 +128,16 @@ fn main() -> ExitCode {
             };
         }
     };
+    // A command whose output goes to a pipe that closes (`hf2q info FILE | head`) ends quietly,
+    // as other command-line tools do, instead of panicking in `println!`. The server keeps Rust's
+    // ignored SIGPIPE: a client that hangs up is an error on that connection, never a signal.
+    #[cfg(unix)]
+    if !matches!(cli.command, Command::Serve(_)) {
+        // SAFETY: restoring the default disposition of one signal before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

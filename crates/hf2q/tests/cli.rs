@@ -350,3 +350,27 @@ fn bad_input_exits_3_with_one_line() {
         assert!(!out.exists(), "no output file after a failure of {args:?}");
     }
 }
+
+/// Regression: `hf2q info FILE | head` panicked ("failed printing to stdout: Broken pipe", with a
+/// backtrace). Every command that prints ends quietly on a closed pipe.
+#[test]
+fn closed_pipe_ends_quietly() {
+    let bin = env!("CARGO_BIN_EXE_hf2q");
+    let m = smollm2();
+    for args in [
+        format!("info --tensors '{}'", m.display()),
+        format!("info --json --full '{}'", m.display()),
+        "completions bash".to_string(),
+    ] {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("'{bin}' {args} | head -c 10 > /dev/null"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args}: {err}"
+        );
+    }
+}

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::server::{bin, cpu_seconds, error_object, minilm_gguf, split_response, Server};
+use common::server::{bin, cpu_seconds, error_object, minilm_gguf, rss_bytes, split_response, Server};
 use common::smollm2;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -73,9 +73,15 @@ fn abandoned_embeddings_stop_using_the_cpu() {
     let tmp = tempfile::tempdir().unwrap();
     let s = Server::start_with(&[minilm_gguf(tmp.path())], &[]);
     let mut c = TcpStream::connect(&s.addr).unwrap();
-    c.write_all(&post(&json!({"input": vec!["hi"; 2048]}))).unwrap();
+    // 2,048 inputs of ~50 tokens: several seconds of work even on a fast machine.
+    let text = "the quick brown fox jumps over the lazy dog and keeps running far away ".repeat(3);
+    c.write_all(&post(&json!({"input": vec![text; 2048]}))).unwrap();
     std::thread::sleep(Duration::from_secs(1));
     let busy0 = cpu_seconds(s.pid());
+    // Still working when the client leaves (else the test would show nothing).
+    c.set_nonblocking(true).unwrap();
+    let mut probe = [0u8; 1];
+    assert!(c.read(&mut probe).is_err(), "the request finished within a second");
     drop(c);
     std::thread::sleep(Duration::from_secs(1));
     let after = cpu_seconds(s.pid());
@@ -91,6 +97,39 @@ fn abandoned_embeddings_stop_using_the_cpu() {
     let (st, r) = s.json("POST", "/v1/embeddings", json!({"input": "Hello!"}), None);
     assert_eq!(st, 200, "{r}");
     eprintln!("a single input after the abandoned request: {:?}", t.elapsed());
+}
+
+/// Regression: a large embeddings request raised RSS for good (0.78 to 2.93 GB in the report).
+/// Half a second after the embedding thread goes idle, freed memory goes back to the OS.
+#[test]
+fn embeddings_give_their_memory_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start_with(&[minilm_gguf(tmp.path())], &[]);
+    let (st, _) = s.json("POST", "/v1/embeddings", json!({"input": "warm"}), None);
+    assert_eq!(st, 200);
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = rss_bytes(s.pid());
+    let text = "the quick brown fox jumps over the lazy dog and keeps running far away ".repeat(3);
+    let (st, r) = s.json("POST", "/v1/embeddings", json!({"input": vec![text; 2048]}), None);
+    assert_eq!(st, 200);
+    assert_eq!(r["data"].as_array().unwrap().len(), 2048);
+    let peak = rss_bytes(s.pid());
+    std::thread::sleep(Duration::from_secs(2));
+    let after = rss_bytes(s.pid());
+    eprintln!(
+        "RSS idle {} MiB, after the request {} MiB, 2 s later {} MiB",
+        idle >> 20,
+        peak >> 20,
+        after >> 20
+    );
+    // The vectors, their JSON and the batch buffers are ~150 MiB here; 48 MiB of slack covers
+    // allocator bookkeeping and thread stacks.
+    assert!(
+        after < idle + (48 << 20),
+        "RSS stayed at {} MiB (idle {} MiB)",
+        after >> 20,
+        idle >> 20
+    );
 }
 
 /// Regression: one large embeddings request made every request behind it wait (a single

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -23,6 +23,8 @@ const BATCH_SECONDS: f64 = 0.2;
 /// Token budget of the first batch, before a speed was measured; and the bounds of the budget.
 const FIRST_BATCH_TOKENS: usize = 64;
 const MAX_BATCH_TOKENS: usize = 8192;
+/// How long the thread waits idle before giving freed memory back to the OS.
+const IDLE_TRIM: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Per-request limits (OpenAI's: 2,048 inputs, 300,000 tokens).
 #[derive(Clone, Copy, Debug)]
@@ -317,10 +319,18 @@ fn run(model: Bert<Cpu>, rx: Receiver<Job>, capacity: usize, counters: &Counters
     let mut budget = FIRST_BATCH_TOKENS;
     loop {
         if active.is_empty() {
-            release_free_memory();
-            match rx.recv() {
+            // Idle: once nothing has come for a moment (the last replies are serialised and sent
+            // by then, on other threads), hand freed memory back, then wait.
+            match rx.recv_timeout(IDLE_TRIM) {
                 Ok(j) => active.push_back(j),
-                Err(_) => return,
+                Err(RecvTimeoutError::Timeout) => {
+                    release_free_memory();
+                    match rx.recv() {
+                        Ok(j) => active.push_back(j),
+                        Err(_) => return,
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
             }
         }
         while active.len() < capacity {
