@@ -492,18 +492,6 @@ fn authorized(st: &AppState, h: &HeaderMap) -> bool {
         .is_some_and(|k| k == key)
 }
 
-/// Read the whole body within the size limit (bodies without a length are limited here).
-fn body_object(st: &AppState, body: &Bytes) -> Result<serde_json::Map<String, Value>, ApiError> {
-    if body.len() > st.cfg.max_body_bytes {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            format!("the request body exceeds {} bytes", st.cfg.max_body_bytes),
-        ));
-    }
-    api::object(body)
-}
-
 /// The text model a request names (or the first one). An embedding model named by a text route
 /// is a 400 saying so; an unknown name is a 404 listing every served model.
 fn worker(st: &AppState, model: Option<&str>) -> Result<Arc<Worker>, ApiError> {
@@ -589,7 +577,7 @@ async fn get_model(State(st): State<Shared>, Path(id): Path<String>) -> Response
 }
 
 async fn embeddings(State(st): State<Shared>, body: Bytes) -> Response {
-    let b = match body_object(&st, &body) {
+    let b = match api::object(&body) {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
@@ -625,7 +613,7 @@ async fn embeddings(State(st): State<Shared>, body: Bytes) -> Response {
 
 async fn tokenize(State(st): State<Shared>, body: Bytes) -> Response {
     let r = (|| {
-        let b = body_object(&st, &body)?;
+        let b = api::object(&body)?;
         let w = worker(&st, b.get("model").and_then(Value::as_str))?;
         let content = b
             .get("content")
@@ -645,7 +633,7 @@ async fn tokenize(State(st): State<Shared>, body: Bytes) -> Response {
 
 async fn detokenize(State(st): State<Shared>, body: Bytes) -> Response {
     let r = (|| {
-        let b = body_object(&st, &body)?;
+        let b = api::object(&body)?;
         let w = worker(&st, b.get("model").and_then(Value::as_str))?;
         let toks = b
             .get("tokens")
@@ -772,7 +760,7 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
 
 async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
     let prepared = (|| {
-        let b = body_object(&st, &body)?;
+        let b = api::object(&body)?;
         let v = api::common(&b, true)?;
         let mut msgs = api::messages(&b)?;
         let tools = tools::parse(&b)?;
@@ -855,7 +843,7 @@ fn template_error(
 
 async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
     let prepared = (|| {
-        let b = body_object(&st, &body)?;
+        let b = api::object(&body)?;
         let v = api::common(&b, false)?;
         let w = worker(&st, v.model.as_deref())?;
         let prompt = match b.get("prompt") {

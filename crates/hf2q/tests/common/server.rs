@@ -73,15 +73,7 @@ impl Server {
         .unwrap();
         let mut raw = Vec::new();
         c.read_to_end(&mut raw).unwrap();
-        let raw = String::from_utf8(raw).unwrap();
-        let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
-        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-            dechunk(rest)
-        } else {
-            rest.to_string()
-        };
-        (status, head.to_string(), body)
+        split_response(&String::from_utf8(raw).unwrap())
     }
 
     pub fn json(&self, method: &str, path: &str, body: Value, key: Option<&str>) -> (u16, Value) {

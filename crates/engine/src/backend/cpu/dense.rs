@@ -70,35 +70,70 @@ pub fn matmul(w: &[f32], n: usize, k: usize, x: &[f32], t: usize, out: &mut [f32
     } else {
         gemm::Parallelism::None
     };
-    // SAFETY: the strides below address exactly the checked extents: dst t×n (row stride n),
-    // lhs t×k (row stride k), rhs k×n read from w's rows (element (kk, o) at o·k + kk).
+    // SAFETY: the strides address exactly the checked extents: out t×n (row stride n), x t×k
+    // (row stride k), rhs k×n read from w's rows (element (kk, o) at o·k + kk).
     unsafe {
-        gemm::gemm(
+        product(
             t,
             n,
             k,
             out.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
+            n,
             x.as_ptr(),
-            1,
-            k as isize,
+            k,
             w.as_ptr(),
-            k as isize,
             1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
+            k,
             parallelism,
-        );
+        )
     }
 }
 
+/// `dst = lhs · rhs` in f32 (dst overwritten): `dst` m×n and `lhs` m×k with contiguous rows of
+/// the given row strides; `rhs` k×n with element (r, c) at `r·rhs_rs + c·rhs_cs`.
+///
+/// # Safety
+/// Every element so addressed must lie inside live allocations, `dst`'s apart from the others'.
+#[allow(clippy::too_many_arguments)]
+unsafe fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: usize,
+    lhs: *const f32,
+    lhs_rs: usize,
+    rhs: *const f32,
+    rhs_rs: usize,
+    rhs_cs: usize,
+    parallelism: gemm::Parallelism,
+) {
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        1,
+        dst_rs as isize,
+        false,
+        lhs,
+        1,
+        lhs_rs as isize,
+        rhs,
+        rhs_cs as isize,
+        rhs_rs as isize,
+        0.0,
+        1.0,
+        false,
+        false,
+        false,
+        parallelism,
+    );
+}
+
 /// One `(sequence, head)` task of [`attention`]: scores, softmax and the weighted sum of values,
-/// all f32. `q`, `k`, `v` and `out` are `[rows][width]`; the head's columns start at `col`.
+/// all f32. `q`, `k`, `v` and `out` are `[rows][width]`; the head's columns start at `col`;
+/// the last argument keeps the scores and the rows' softmax sums between tasks of one thread.
 #[allow(clippy::too_many_arguments)]
 unsafe fn attend_head(
     q: *const f32,
@@ -110,60 +145,44 @@ unsafe fn attend_head(
     col: usize,
     hd: usize,
     scale: f32,
-    scores: &mut Vec<f32>,
+    (scores, inv): &mut (Vec<f32>, Vec<f32>),
 ) {
     let n = rows.len();
     let base = rows.start * width + col;
     scores.resize(n * n, 0.0);
     // scores[i][j] = q_i · k_j (rhs element (d, j) is k[j][d]).
-    gemm::gemm(
+    product(
         n,
         n,
         hd,
         scores.as_mut_ptr(),
-        1,
-        n as isize,
-        false,
+        n,
         q.add(base),
-        1,
-        width as isize,
+        width,
         k.add(base),
-        width as isize,
         1,
-        0.0,
-        1.0,
-        false,
-        false,
-        false,
+        width,
         gemm::Parallelism::None,
     );
     // Softmax of scale·scores per row, left unnormalised: the 1/Σ goes onto the head's output
     // row instead (hd values rather than n).
-    let mut inv = Vec::with_capacity(n);
+    inv.clear();
     for row in scores.chunks_exact_mut(n) {
         let max = super::simd::scale_max(row, scale);
         inv.push((1.0 / super::simd::softmax_exp(row, max)) as f32);
     }
     // out_i = Σ_j p_ij v_j, then / Σ_j p_ij.
-    gemm::gemm(
+    product(
         n,
         hd,
         n,
         out.add(base),
-        1,
-        width as isize,
-        false,
+        width,
         scores.as_ptr(),
-        1,
-        n as isize,
+        n,
         v.add(base),
+        width,
         1,
-        width as isize,
-        0.0,
-        1.0,
-        false,
-        false,
-        false,
         gemm::Parallelism::None,
     );
     for (i, &s) in inv.iter().enumerate() {
@@ -201,10 +220,10 @@ pub fn attention(
     tasks
         .par_iter()
         .with_max_len(1)
-        .for_each_init(Vec::new, |scores, &(s, h)| {
+        .for_each_init(<(Vec<f32>, Vec<f32>)>::default, |scratch, &(s, h)| {
             let p = &p;
             // SAFETY: every block addressed lies inside the checked extents (rows × width).
-            unsafe { attend_head(p.0, p.1, p.2, p.3, width, seqs[s].clone(), h * hd, hd, scale, scores) }
+            unsafe { attend_head(p.0, p.1, p.2, p.3, width, seqs[s].clone(), h * hd, hd, scale, scratch) }
         });
 }
 
