@@ -4,7 +4,7 @@
 
 use crate::backend::{Backend, KvType};
 use crate::chat::ChatTemplate;
-use crate::model::llama::{Llama, Logits, Scratch, SeqStep};
+use crate::model::{Logits, Model, Scratch, SeqStep};
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::{EngineError, Result};
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// A model with its tokenizer and chat template.
 pub struct LoadedModel<B: Backend> {
     pub path: PathBuf,
-    pub model: Llama<B>,
+    pub model: Box<dyn Model<B>>,
     pub tokenizer: Arc<Tokenizer>,
     pub template: Option<ChatTemplate>,
 }
@@ -23,16 +23,16 @@ pub struct LoadedModel<B: Backend> {
 impl<B: Backend> LoadedModel<B> {
     pub fn load(backend: Arc<B>, path: &Path) -> Result<LoadedModel<B>> {
         let gguf = crate::model::open_gguf(path)?;
-        let model = Llama::load(backend, &gguf, path)?;
+        let model = crate::model::load(backend, &gguf, path)?;
         let meta = gguf.metadata();
         let tokenizer = Tokenizer::from_gguf(meta)
             .map_err(|e| EngineError::Model(format!("{}: tokenizer: {e}", path.display())))?;
-        if tokenizer.n_vocab() != model.params.n_vocab {
+        if tokenizer.n_vocab() != model.info().n_vocab {
             return Err(EngineError::Model(format!(
                 "{}: the tokenizer has {} tokens but the model {}",
                 path.display(),
                 tokenizer.n_vocab(),
-                model.params.n_vocab
+                model.info().n_vocab
             )));
         }
         let template = ChatTemplate::from_gguf(meta, &tokenizer)
@@ -103,7 +103,7 @@ pub struct Generated {
 pub struct Session<B: Backend> {
     pub kv: B::Kv,
     pub tokens: Vec<u32>,
-    scratch: Scratch<B>,
+    scratch: Scratch,
 }
 
 impl<B: Backend> Session<B> {
@@ -132,10 +132,10 @@ impl<B: Backend> Session<B> {
             });
         }
         for &t in tokens {
-            if t as usize >= m.model.params.n_vocab {
+            if t as usize >= m.model.info().n_vocab {
                 return Err(EngineError::Input(format!(
                     "token id {t} is outside the vocabulary of {} tokens",
-                    m.model.params.n_vocab
+                    m.model.info().n_vocab
                 )));
             }
         }

@@ -255,7 +255,7 @@ fn load_models(state: &AppState) -> Result<(), String> {
         }
         let m = LoadedModel::load(cpu.clone(), path).map_err(|e| e.to_string())?;
         let n_ctx = if state.cfg.ctx == 0 {
-            m.model.params.n_ctx_train
+            m.model.info().n_ctx_train
         } else {
             state.cfg.ctx
         };
@@ -598,7 +598,8 @@ async fn embeddings(State(st): State<Shared>, body: Bytes) -> Response {
                 "model",
                 format!(
                     "{} is not an embedding model (architecture {})",
-                    w.id, w.model.model.params.arch
+                    w.id,
+                    w.model.model.info().arch
                 ),
             )
             .into_response(),

@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use engine::backend::cpu::Cpu;
 use engine::backend::KvType;
 use engine::generate::{Decoding, Finish, GenerateParams, LoadedModel};
-use engine::model::llama::{Logits, SeqStep};
+use engine::model::{Logits, SeqStep};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -535,7 +535,7 @@ fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
 fn step(
     m: &LoadedModel<Cpu>,
     slots: &mut [Slot],
-    scratch: &mut engine::model::llama::Scratch<Cpu>,
+    scratch: &mut engine::model::Scratch,
     prefill_chunk: usize,
 ) -> Vec<usize> {
     // Plan what each slot feeds this step.

@@ -95,7 +95,9 @@ pub trait Backend: Send + Sync + 'static {
 
     fn alloc(&self, rows: usize, cols: usize) -> Self::Buf;
     fn shape(&self, b: &Self::Buf) -> (usize, usize);
-    fn alloc_kv(&self, n_layer: usize, n_ctx: usize, kv_dim: usize, ty: KvType) -> crate::Result<Self::Kv>;
+    /// A cache of up to `n_ctx` positions laid out per layer (a layer that shares another's cache
+    /// stores nothing).
+    fn alloc_kv(&self, layers: &[crate::model::KvLayer], n_ctx: usize, ty: KvType) -> crate::Result<Self::Kv>;
     /// Positions the cache can hold now (allocated); at most its `n_ctx`.
     fn kv_capacity(&self, kv: &Self::Kv) -> usize;
     /// Grow the allocation to hold at least `positions` (up to `n_ctx`); existing rows are kept.
@@ -122,8 +124,11 @@ pub trait Backend: Send + Sync + 'static {
     fn layer_norm(&self, x: &Self::Buf, w: &Self::Weight, b: &Self::Weight, eps: f32, out: &mut Self::Buf);
     /// GELU in place, the exact form `x/2 · (1 + erf(x/√2))` (transformers' "gelu").
     fn gelu(&self, x: &mut Self::Buf);
-    /// The same per head: each row of `x` holds heads of `head_dim` values, normalised in place.
-    fn head_rms_norm(&self, x: &mut Self::Buf, w: &Self::Weight, head_dim: usize, eps: f32);
+    /// The same per head: each row of `x` holds heads of `head_dim` values, normalised in place
+    /// (times `w` when given).
+    fn head_rms_norm(&self, x: &mut Self::Buf, w: Option<&Self::Weight>, head_dim: usize, eps: f32);
+    /// GELU in place, the tanh approximation (ggml_gelu).
+    fn gelu_tanh(&self, x: &mut Self::Buf);
     /// `out = x · Wᵀ`: x is (rows, n_in), W holds n_out rows of n_in values, out is (rows, n_out).
     fn matmul(&self, w: &Self::Weight, x: &Self::Buf, out: &mut Self::Buf);
     /// Several products of the same activations (`outs[i] = x · ws[i]ᵀ`); backends may share the
@@ -147,8 +152,9 @@ pub trait Backend: Send + Sync + 'static {
         v: &Self::Buf,
         src_rows: std::ops::Range<usize>,
     );
-    /// Causal softmax attention of the query rows over the cache; writes those rows of `out`.
-    fn attention(&self, q: &Self::Buf, kv: &Self::Kv, args: &AttnArgs, out: &mut Self::Buf);
+    /// Softmax attention of one layer for every sequence of a step, one call: each run's query
+    /// rows attend over its own cache; writes those rows of `out`.
+    fn attention(&self, q: &Self::Buf, runs: &[(&Self::Kv, AttnArgs)], out: &mut Self::Buf);
     /// Bidirectional attention for encoders over the f32 Q/K/V rows of a whole batch, one call per
     /// layer: each sequence (a range of rows) attends to all of its rows, per head (`n_head` heads
     /// across the columns). `out` takes Q's shape.
@@ -165,6 +171,29 @@ pub trait Backend: Send + Sync + 'static {
     );
     /// `out = silu(gate) * up`.
     fn swiglu(&self, gate: &Self::Buf, up: &Self::Buf, out: &mut Self::Buf);
+    /// `out = gelu_tanh(gate) * up` (ggml_geglu: the tanh approximation).
+    fn geglu(&self, gate: &Self::Buf, up: &Self::Buf, out: &mut Self::Buf);
+    /// `x *= f`.
+    fn scale(&self, x: &mut Self::Buf, f: f32);
+    /// `x = tanh(x / cap) * cap` (logit soft-capping).
+    fn softcap(&self, x: &mut Self::Buf, cap: f32);
+    /// `x *= y` element by element (same shapes).
+    fn mul(&self, x: &mut Self::Buf, y: &Self::Buf);
+    /// `x *= w` for every row (a weight vector as long as a row).
+    fn mul_row(&self, x: &mut Self::Buf, w: &Self::Weight);
+    /// Products with their own activations each (`jobs[i].2 = jobs[i].1 · jobs[i].0ᵀ`), in one
+    /// parallel region where the backend can (the experts of a MoE layer).
+    fn matmul_each(&self, jobs: &mut [(&Self::Weight, &Self::Buf, &mut Self::Buf)]) {
+        for (w, x, out) in jobs.iter_mut() {
+            self.matmul(w, x, out);
+        }
+    }
+    /// `dst[rows[i]] = src[i]`; `dst` keeps its shape.
+    fn scatter_rows(&self, src: &Self::Buf, rows: &[usize], dst: &mut Self::Buf);
+    /// `out[t] = Σ_k w[t·k_per + k] · src[t·k_per + k]`, summed in k order (the MoE combine).
+    fn weighted_sum_rows(&self, src: &Self::Buf, weights: &[f32], k_per: usize, out: &mut Self::Buf);
+    /// Set the logical shape (rows, cols) of a buffer within its capacity.
+    fn reshape(&self, x: &mut Self::Buf, rows: usize, cols: usize);
     /// `x += y`.
     fn add(&self, x: &mut Self::Buf, y: &Self::Buf);
     /// Copy a buffer to the host.

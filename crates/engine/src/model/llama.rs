@@ -2,8 +2,10 @@
 //! (per-head Q/K RMS norm), with tied or separate output weights
 //! (llama.cpp `src/models/llama.cpp`, `qwen2.cpp`, `qwen3.cpp`; transformers `modeling_llama.py`).
 
+use super::batch::{self, KvLayer, Model, ModelInfo, Scratch, SeqStep};
+use super::blocks::{self, AttnShape, Ffn, FfnBufs, Glu, LayerFfn, MoeBufs};
 use super::{DecoderParams, Loader};
-use crate::backend::{AttnArgs, Backend, KvType};
+use crate::backend::Backend;
 use crate::{EngineError, Result};
 use gguf::GgufModel;
 use std::path::Path;
@@ -21,13 +23,13 @@ struct Layer<B: Backend> {
     q_norm: Option<B::Weight>,
     k_norm: Option<B::Weight>,
     ffn_norm: B::Weight,
-    gate: B::Weight,
-    up: B::Weight,
-    down: B::Weight,
+    ffn: LayerFfn<B>,
 }
 
 pub struct Llama<B: Backend> {
     pub params: DecoderParams,
+    info: ModelInfo,
+    kv: Vec<KvLayer>,
     backend: Arc<B>,
     tok_embd: B::Weight,
     output_norm: B::Weight,
@@ -36,25 +38,8 @@ pub struct Llama<B: Backend> {
     layers: Vec<Layer<B>>,
 }
 
-/// Which rows of a sequence's step produce logits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Logits {
-    None,
-    Last,
-    All,
-}
-
-/// One sequence's part of a batched forward step: `tokens` at positions `pos0 ..`.
-pub struct SeqStep<'a, B: Backend> {
-    pub kv: &'a mut B::Kv,
-    pub tokens: &'a [u32],
-    pub pos0: usize,
-    pub logits: Logits,
-}
-
 /// Activation buffers for steps of up to `rows` tokens, allocated once.
-pub struct Scratch<B: Backend> {
-    rows: usize,
+struct Bufs<B: Backend> {
     x: B::Buf,
     xn: B::Buf,
     q: B::Buf,
@@ -62,23 +47,32 @@ pub struct Scratch<B: Backend> {
     v: B::Buf,
     attn: B::Buf,
     o: B::Buf,
-    gate: B::Buf,
-    up: B::Buf,
-    act: B::Buf,
+    ffn: FfnBufs<B>,
+    moe: Option<MoeBufs<B>>,
     sel: B::Buf,
     seln: B::Buf,
     logits: B::Buf,
 }
 
-impl<B: Backend> Scratch<B> {
-    /// The most tokens one step can hold.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-}
-
 impl<B: Backend> Llama<B> {
     pub fn load(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> Result<Llama<B>> {
+        Llama::load_with(backend, gguf, path, |l, i, p| {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            Ok(LayerFfn::Dense(Ffn {
+                gate: l.mat(&n("ffn_gate.weight"), &[p.n_embd, p.n_ff])?,
+                up: l.mat(&n("ffn_up.weight"), &[p.n_embd, p.n_ff])?,
+                down: l.mat(&n("ffn_down.weight"), &[p.n_ff, p.n_embd])?,
+            }))
+        })
+    }
+
+    /// The Llama graph with each layer's FFN made by `ffn` (dense here, experts for Qwen3-MoE).
+    pub(crate) fn load_with(
+        backend: Arc<B>,
+        gguf: &Arc<GgufModel>,
+        path: &Path,
+        ffn: impl Fn(&Loader<'_, B>, usize, &DecoderParams) -> Result<LayerFfn<B>>,
+    ) -> Result<Llama<B>> {
         let mut params = DecoderParams::from_metadata(gguf.metadata(), path)?;
         let p = &params;
         let l = Loader {
@@ -125,14 +119,16 @@ impl<B: Backend> Llama<B> {
                 q_norm: l.opt(&n("attn_q_norm.weight"), &[hd])?,
                 k_norm: l.opt(&n("attn_k_norm.weight"), &[hd])?,
                 ffn_norm: l.get(&n("ffn_norm.weight"), &[e])?,
-                gate: l.mat(&n("ffn_gate.weight"), &[e, p.n_ff])?,
-                up: l.mat(&n("ffn_up.weight"), &[e, p.n_ff])?,
-                down: l.mat(&n("ffn_down.weight"), &[p.n_ff, e])?,
+                ffn: ffn(&l, i, p)?,
             });
         }
         let output_norm = l.get("output_norm.weight", &[e])?;
+        let info = params.info();
+        let kv = vec![KvLayer::own(kvd, kvd, None); params.n_layer];
         Ok(Llama {
             params,
+            info,
+            kv,
             backend,
             tok_embd,
             output_norm,
@@ -140,22 +136,26 @@ impl<B: Backend> Llama<B> {
             layers,
         })
     }
+}
 
-    pub fn backend(&self) -> &Arc<B> {
+impl<B: Backend> Model<B> for Llama<B> {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn backend(&self) -> &Arc<B> {
         &self.backend
     }
 
-    pub fn new_kv(&self, n_ctx: usize, ty: KvType) -> Result<B::Kv> {
-        let p = &self.params;
-        self.backend.alloc_kv(p.n_layer, n_ctx, p.n_head_kv * p.head_dim, ty)
+    fn kv_layers(&self) -> &[KvLayer] {
+        &self.kv
     }
 
-    pub fn scratch(&self, rows: usize) -> Scratch<B> {
+    fn scratch(&self, rows: usize) -> Scratch {
         let p = &self.params;
         let b = &*self.backend;
         let (qd, kvd) = (p.n_head * p.head_dim, p.n_head_kv * p.head_dim);
-        Scratch {
-            rows,
+        let bufs: Bufs<B> = Bufs {
             x: b.alloc(rows, p.n_embd),
             xn: b.alloc(rows, p.n_embd),
             q: b.alloc(rows, qd),
@@ -163,50 +163,43 @@ impl<B: Backend> Llama<B> {
             v: b.alloc(rows, kvd),
             attn: b.alloc(rows, qd),
             o: b.alloc(rows, p.n_embd.max(qd)),
-            gate: b.alloc(rows, p.n_ff),
-            up: b.alloc(rows, p.n_ff),
-            act: b.alloc(rows, p.n_ff),
+            ffn: FfnBufs::new(b, rows, p.n_ff),
+            moe: self.layers.iter().find_map(|l| match &l.ffn {
+                LayerFfn::Moe(m) => Some(MoeBufs::new(b, rows, p.n_embd, m.n_ff, &m.routing)),
+                LayerFfn::Dense(_) => None,
+            }),
             sel: b.alloc(rows, p.n_embd),
             seln: b.alloc(rows, p.n_embd),
             logits: b.alloc(rows, p.n_vocab),
-        }
+        };
+        Scratch::new(rows, bufs)
     }
 
-    /// One forward step over several sequences; returns the logits rows asked for, in order
-    /// (each `n_vocab` long).
-    pub fn forward(&self, s: &mut Scratch<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>> {
-        let total: usize = seqs.iter().map(|q| q.tokens.len()).sum();
+    fn forward(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>> {
+        let b = &*self.backend;
+        let total = batch::check_step(b, s, seqs)?;
         if total == 0 {
             return Ok(Vec::new());
         }
-        if total > s.rows {
-            return Err(EngineError::Input(format!(
-                "a step of {total} tokens exceeds the batch size {}",
-                s.rows
-            )));
-        }
-        for q in seqs.iter() {
-            let cap = self.backend.kv_capacity(q.kv);
-            if q.pos0 + q.tokens.len() > cap {
-                return Err(EngineError::ContextFull {
-                    need: q.pos0 + q.tokens.len(),
-                    n_ctx: cap,
-                });
-            }
-        }
-        let b = &*self.backend;
-        b.run(|| self.forward_inner(s, seqs, total))
+        let bufs = s.get::<Bufs<B>>()?;
+        b.run(|| self.forward_inner(bufs, seqs))
     }
+}
 
-    fn forward_inner(&self, s: &mut Scratch<B>, seqs: &mut [SeqStep<'_, B>], total: usize) -> Result<Vec<Vec<f32>>> {
+impl<B: Backend> Llama<B> {
+    fn forward_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>> {
         let p = &self.params;
         let b = &*self.backend;
         let hd = p.head_dim;
-        let ids: Vec<u32> = seqs.iter().flat_map(|q| q.tokens.iter().copied()).collect();
-        let positions: Vec<usize> = seqs.iter().flat_map(|q| q.pos0..q.pos0 + q.tokens.len()).collect();
+        let (ids, positions) = batch::ids_positions(seqs);
         b.get_rows(&self.tok_embd, &ids, &mut s.x)?;
         let mut dump = crate::debug::Dump::from_env();
-        let scale = 1.0 / (hd as f32).sqrt();
+        let shape = AttnShape {
+            n_head: p.n_head,
+            n_kv_head: p.n_head_kv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
         for (il, ly) in self.layers.iter().enumerate() {
             b.rms_norm(&s.x, &ly.attn_norm, p.eps, &mut s.xn);
             dump.put(b, &format!("attn_norm-{il}"), &s.xn);
@@ -221,35 +214,17 @@ impl<B: Backend> Llama<B> {
                 b.add_bias(&mut s.v, bias);
             }
             if let Some(w) = &ly.q_norm {
-                b.head_rms_norm(&mut s.q, w, hd, p.eps);
+                b.head_rms_norm(&mut s.q, Some(w), hd, p.eps);
             }
             if let Some(w) = &ly.k_norm {
-                b.head_rms_norm(&mut s.k, w, hd, p.eps);
+                b.head_rms_norm(&mut s.k, Some(w), hd, p.eps);
             }
             b.rope(&mut s.q, hd, &positions, &p.rope);
             b.rope(&mut s.k, hd, &positions, &p.rope);
             dump.put(b, &format!("Qcur-{il}"), &s.q);
             dump.put(b, &format!("Kcur-{il}"), &s.k);
             dump.put(b, &format!("Vcur-{il}"), &s.v);
-            let mut row0 = 0;
-            for q in seqs.iter_mut() {
-                let rows = q.tokens.len();
-                b.store_kv(q.kv, il, q.pos0, &s.k, &s.v, row0..row0 + rows);
-                let args = AttnArgs {
-                    layer: il,
-                    row0,
-                    rows,
-                    pos0: q.pos0,
-                    n_head: p.n_head,
-                    n_kv_head: p.n_head_kv,
-                    head_dim: hd,
-                    scale,
-                    window: None,
-                    causal: true,
-                };
-                b.attention(&s.q, q.kv, &args, &mut s.attn);
-                row0 += rows;
-            }
+            blocks::attend(b, seqs, il, &self.kv[il], shape, &s.q, &s.k, &s.v, &mut s.attn);
             dump.put(b, &format!("kqv_out-{il}"), &s.attn);
             b.matmul(&ly.wo, &s.attn, &mut s.o);
             dump.put(b, &format!("attn_out-{il}"), &s.o);
@@ -257,28 +232,29 @@ impl<B: Backend> Llama<B> {
             dump.put(b, &format!("ffn_inp-{il}"), &s.x);
             b.rms_norm(&s.x, &ly.ffn_norm, p.eps, &mut s.xn);
             dump.put(b, &format!("ffn_norm-{il}"), &s.xn);
-            b.matmul_many(&[&ly.gate, &ly.up], &s.xn, &mut [&mut s.gate, &mut s.up]);
-            dump.put(b, &format!("ffn_gate-{il}"), &s.gate);
-            dump.put(b, &format!("ffn_up-{il}"), &s.up);
-            b.swiglu(&s.gate, &s.up, &mut s.act);
-            dump.put(b, &format!("ffn_swiglu-{il}"), &s.act);
-            b.matmul(&ly.down, &s.act, &mut s.o);
+            match &ly.ffn {
+                LayerFfn::Dense(f) => blocks::ffn(b, f, Glu::Swiglu, &s.xn, &mut s.ffn, &mut s.o),
+                LayerFfn::Moe(m) => {
+                    let t = s.moe.as_mut().expect("MoE buffers for a MoE model");
+                    blocks::moe_ffn(
+                        b,
+                        &m.router,
+                        &m.experts,
+                        &m.routing,
+                        Glu::Swiglu,
+                        &s.xn,
+                        &s.xn,
+                        t,
+                        None,
+                        &mut s.o,
+                    )?
+                }
+            }
             dump.put(b, &format!("ffn_out-{il}"), &s.o);
             b.add(&mut s.x, &s.o);
             dump.put(b, &format!("l_out-{il}"), &s.x);
         }
-        let mut rows = Vec::new();
-        let mut row0 = 0;
-        for q in seqs.iter() {
-            let n = q.tokens.len();
-            match q.logits {
-                Logits::None => {}
-                Logits::Last => rows.push(row0 + n - 1),
-                Logits::All => rows.extend(row0..row0 + n),
-            }
-            row0 += n;
-        }
-        debug_assert!(row0 == total);
+        let rows = batch::output_rows(seqs);
         if rows.is_empty() {
             return Ok(Vec::new());
         }

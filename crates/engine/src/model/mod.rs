@@ -1,8 +1,14 @@
 //! Model graphs, one file per architecture family, and the table that maps a GGUF
 //! `general.architecture` to its graph.
 
+pub mod batch;
 pub mod bert;
+pub mod blocks;
+pub mod gemma;
 pub mod llama;
+pub mod qwen3moe;
+
+pub use batch::{KvLayer, Logits, Model, ModelInfo, Scratch, SeqStep};
 
 use crate::backend::{Backend, KvType, Rope, WeightSource};
 use crate::{EngineError, Result};
@@ -26,54 +32,87 @@ pub struct DecoderParams {
     pub rope: Rope,
 }
 
-/// One row of the architecture table: the GGUF arch string and how its graph wants its rope.
+/// The graph that runs an architecture (one file per family).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Llama,
+    Qwen3Moe,
+    Gemma3,
+    Gemma4,
+}
+
+/// One row of the architecture table: the GGUF arch string, its graph, and how it wants its rope.
 pub struct Arch {
     pub name: &'static str,
+    pub family: Family,
     /// NeoX-style rotation (rotates i with i + n_rot/2) instead of adjacent pairs.
     pub rope_neox: bool,
 }
 
-/// Architectures the engine runs (llama.cpp's `llama_model_rope_type` gives the rope style).
+const fn row(name: &'static str, family: Family, rope_neox: bool) -> Arch {
+    Arch {
+        name,
+        family,
+        rope_neox,
+    }
+}
+
+/// Decoder architectures the engine runs (llama.cpp's `llama_model_rope_type` gives the rope style).
 pub const ARCHITECTURES: &[Arch] = &[
-    Arch {
-        name: "llama",
-        rope_neox: false,
-    },
-    Arch {
-        name: "qwen2",
-        rope_neox: true,
-    },
-    Arch {
-        name: "qwen3",
-        rope_neox: true,
-    },
+    row("llama", Family::Llama, false),
+    row("qwen2", Family::Llama, true),
+    row("qwen3", Family::Llama, true),
+    row("qwen3moe", Family::Qwen3Moe, true),
+    row("gemma3", Family::Gemma3, true),
+    row("gemma4", Family::Gemma4, true),
 ];
+
+/// Load a decoder of any family in the table.
+pub fn load<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> Result<Box<dyn Model<B>>> {
+    let arch_name = gguf.metadata().architecture().unwrap_or_default();
+    let a = arch(arch_name).ok_or_else(|| unsupported(arch_name, path))?;
+    Ok(match a.family {
+        Family::Llama => Box::new(llama::Llama::load(backend, gguf, path)?),
+        Family::Qwen3Moe => Box::new(qwen3moe::load(backend, gguf, path)?),
+        Family::Gemma3 | Family::Gemma4 => Box::new(gemma::Gemma::load(backend, gguf, path)?),
+    })
+}
+
+fn unsupported(arch_name: &str, path: &Path) -> EngineError {
+    let known: Vec<_> = ARCHITECTURES.iter().map(|a| a.name).collect();
+    EngineError::Unsupported(format!(
+        "{}: architecture {arch_name:?} is not supported by the engine yet (supported: {})",
+        path.display(),
+        known.join(", ")
+    ))
+}
 
 pub fn arch(name: &str) -> Option<&'static Arch> {
     ARCHITECTURES.iter().find(|a| a.name == name)
 }
 
-struct Keys<'a> {
-    meta: &'a Metadata,
-    arch: &'a str,
-    path: &'a Path,
+/// Reads `{arch}.*` metadata keys, naming the file when one is missing.
+pub(crate) struct Keys<'a> {
+    pub meta: &'a Metadata,
+    pub arch: &'a str,
+    pub path: &'a Path,
 }
 
 impl Keys<'_> {
-    fn key(&self, k: &str) -> String {
+    pub fn key(&self, k: &str) -> String {
         format!("{}.{k}", self.arch)
     }
-    fn u(&self, k: &str) -> Result<usize> {
+    pub fn u(&self, k: &str) -> Result<usize> {
         let key = self.key(k);
         self.meta
             .get_u64(&key)
             .map(|v| v as usize)
             .ok_or_else(|| self.missing(&key))
     }
-    fn u_or(&self, k: &str, d: usize) -> usize {
+    pub fn u_or(&self, k: &str, d: usize) -> usize {
         self.meta.get_u64(&self.key(k)).map_or(d, |v| v as usize)
     }
-    fn f_or(&self, k: &str, d: f32) -> f32 {
+    pub fn f_or(&self, k: &str, d: f32) -> f32 {
         self.meta.get_f64(&self.key(k)).map_or(d, |v| v as f32)
     }
     fn missing(&self, key: &str) -> EngineError {
@@ -85,18 +124,21 @@ impl Keys<'_> {
 }
 
 impl DecoderParams {
+    pub fn info(&self) -> ModelInfo {
+        ModelInfo {
+            arch: self.arch.clone(),
+            n_vocab: self.n_vocab,
+            n_embd: self.n_embd,
+            n_layer: self.n_layer,
+            n_ctx_train: self.n_ctx_train,
+        }
+    }
+
     pub fn from_metadata(meta: &Metadata, path: &Path) -> Result<DecoderParams> {
         let arch_name = meta
             .architecture()
             .ok_or_else(|| EngineError::Model(format!("{}: general.architecture is missing", path.display())))?;
-        let a = arch(arch_name).ok_or_else(|| {
-            let known: Vec<_> = ARCHITECTURES.iter().map(|a| a.name).collect();
-            EngineError::Unsupported(format!(
-                "{}: architecture {arch_name:?} is not supported by the engine yet (supported: {})",
-                path.display(),
-                known.join(", ")
-            ))
-        })?;
+        let a = arch(arch_name).ok_or_else(|| unsupported(arch_name, path))?;
         let k = Keys {
             meta,
             arch: arch_name,
@@ -162,6 +204,9 @@ impl DecoderParams {
     }
 }
 
+/// The gate and up halves of a fused expert stack, one weight per expert each.
+pub(crate) type GateUp<B> = (Vec<<B as Backend>::Weight>, Vec<<B as Backend>::Weight>);
+
 /// Loads named tensors from a GGUF into backend weights, checking shapes.
 pub(crate) struct Loader<'a, B: Backend> {
     pub backend: &'a B,
@@ -212,6 +257,74 @@ impl<B: Backend> Loader<'_, B> {
             owner: self.gguf.clone(),
         })?;
         Ok(Some(w))
+    }
+
+    /// A stack of `n` matrices `[cols, rows, n]` (a MoE layer's experts), one weight per matrix.
+    pub fn mats(&self, name: &str, cols: usize, rows: usize, n: usize) -> Result<Vec<B::Weight>> {
+        Ok(self
+            .mats_rows(name, cols, rows, n, std::slice::from_ref(&(0..rows)))?
+            .pop()
+            .unwrap_or_default())
+    }
+
+    /// A stack of `n` fused gate-and-up matrices `[cols, 2·rows, n]`: per matrix, the first `rows`
+    /// rows are the gate, the next `rows` the up projection (llama-graph.cpp build_moe_ffn).
+    pub fn mats_split(&self, name: &str, cols: usize, rows: usize, n: usize) -> Result<GateUp<B>> {
+        let halves = self.mats_rows(name, cols, 2 * rows, n, &[0..rows, rows..2 * rows])?;
+        let mut it = halves.into_iter();
+        Ok((it.next().unwrap_or_default(), it.next().unwrap_or_default()))
+    }
+
+    /// A stack of `n` matrices `[cols, rows, n]`, each cut into the row ranges `parts`: one weight
+    /// list per part.
+    fn mats_rows(
+        &self,
+        name: &str,
+        cols: usize,
+        rows: usize,
+        n: usize,
+        parts: &[std::ops::Range<usize>],
+    ) -> Result<Vec<Vec<B::Weight>>> {
+        let (file, info) = self
+            .gguf
+            .tensor(name)
+            .ok_or_else(|| EngineError::Model(format!("{}: tensor {name} is missing", self.path.display())))?;
+        let want = [cols as u64, rows as u64, n as u64];
+        if info.shape != want {
+            return Err(EngineError::Model(format!(
+                "{}: tensor {name} has shape {:?}, expected {want:?}",
+                self.path.display(),
+                info.shape
+            )));
+        }
+        if quant::dot::vec_dot_type(info.ty).is_none() {
+            return Err(EngineError::Unsupported(format!(
+                "{}: tensor {name} has type {}, which has no matrix-multiplication kernel",
+                self.path.display(),
+                info.ty.name()
+            )));
+        }
+        let data = file.tensor_data(info);
+        let rb = data.len() / (rows * n).max(1);
+        parts
+            .iter()
+            .map(|part| {
+                let shape = [cols as u64, part.len() as u64];
+                (0..n)
+                    .map(|e| {
+                        let start = (e * rows + part.start) * rb;
+                        self.backend.load_weight(WeightSource {
+                            name,
+                            ty: info.ty,
+                            shape: &shape,
+                            data: &data[start..start + part.len() * rb],
+                            matmul_only: true,
+                            owner: self.gguf.clone(),
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
     }
 
     /// A matrix used only in matmuls: its type must have a dot kernel.

@@ -7,7 +7,7 @@ use super::runtime::ModelArgs;
 use crate::error::{CliError, CliResult};
 use clap::Args;
 use engine::backend::Backend;
-use engine::model::llama::{Logits, SeqStep};
+use engine::model::{Logits, SeqStep};
 use std::time::Instant;
 
 #[derive(Args)]
@@ -43,7 +43,7 @@ pub fn run(args: BenchArgs) -> CliResult {
     }
     let (cpu, m) = args.model.load()?;
     let model = &m.model;
-    let p = &model.params;
+    let p = model.info();
     let n_vocab = p.n_vocab as u32;
     let max_ctx = args
         .n_prompt
@@ -170,7 +170,7 @@ fn model_label(m: &engine::generate::LoadedModel<engine::backend::cpu::Cpu>) -> 
         .and_then(|f| f.metadata().get_u64("general.file_type"))
         .and_then(|t| gguf::file_type::file_type_name(t).map(|s| s.to_string()))
         .unwrap_or_else(|| "?".into());
-    format!("{} {}", m.model.params.arch, ty)
+    format!("{} {}", m.model.info().arch, ty)
 }
 
 /// Mean and sample standard deviation.

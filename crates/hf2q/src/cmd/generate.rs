@@ -143,7 +143,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
     let prompt = args.prompt.clone().or(file_prompt);
     let (_cpu, m) = args.model.load()?;
     let n_ctx = if args.ctx == 0 {
-        m.model.params.n_ctx_train
+        m.model.info().n_ctx_train
     } else {
         args.ctx
     };

@@ -7,7 +7,7 @@
 use super::runtime::ModelArgs;
 use crate::error::{CliError, CliResult};
 use clap::Args;
-use engine::model::llama::{Logits, SeqStep};
+use engine::model::{Logits, SeqStep};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -98,7 +98,8 @@ pub fn run(args: PerplexityArgs) -> CliResult {
                 kv,
                 tokens: c,
                 pos0: 0,
-                logits: Logits::All,
+                // Only the scored half needs logits (perplexity.cpp marks the same outputs).
+                logits: Logits::From(first),
             })
             .collect();
         let logits = model.forward(&mut scratch, &mut steps)?;
@@ -106,7 +107,7 @@ pub fn run(args: PerplexityArgs) -> CliResult {
         for s in 0..k {
             let beg = (i + s) * n_ctx;
             for j in first..n_ctx - 1 {
-                let row = &logits[s * n_ctx + j];
+                let row = &logits[s * (n_ctx - first) + j - first];
                 let target = tokens[beg + j + 1] as usize;
                 let lp = log_prob(row, target);
                 nll -= lp;

@@ -55,8 +55,8 @@ impl ModelArgs {
         tracing::info!(
             "loaded {} ({} layers, {} vocab) on {}",
             self.model.display(),
-            m.model.params.n_layer,
-            m.model.params.n_vocab,
+            m.model.info().n_layer,
+            m.model.info().n_vocab,
             engine::backend::Backend::name(&*cpu)
         );
         Ok((cpu, m))

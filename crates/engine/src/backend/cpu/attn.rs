@@ -14,12 +14,21 @@ use rayon::prelude::*;
 /// ggml's `GGML_FA_TILE_Q`: batches of at least this many query rows take the f32 path.
 const TILE_Q: usize = 64;
 
-pub(super) fn attention(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
-    out.set_shape(q.rows, a.n_head * a.head_dim);
-    if a.rows >= TILE_Q && kv.ty == KvType::F16 {
-        batched_f32(q, kv, a, out)
-    } else {
-        per_row(cpu, q, kv, a, out)
+/// Every sequence of a step for one layer: long runs take the tiled path one by one, all the
+/// others share one parallel region of (row, head) tasks.
+pub(super) fn attention(cpu: &Cpu, q: &CpuBuf, runs: &[(&CpuKv, AttnArgs)], out: &mut CpuBuf) {
+    let Some((_, first)) = runs.first() else { return };
+    out.set_shape(q.rows, first.n_head * first.head_dim);
+    let mut short = Vec::new();
+    for (kv, a) in runs {
+        if a.rows >= TILE_Q && kv.ty == KvType::F16 {
+            batched_f32(q, kv, a, out)
+        } else {
+            short.push((*kv, *a));
+        }
+    }
+    if !short.is_empty() {
+        per_row(cpu, q, &short, out)
     }
 }
 
@@ -46,7 +55,7 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
     let n_keys = a.pos0 + a.rows;
     let n_tiles = n_keys.div_ceil(TILE_KV);
     let group = a.n_head / a.n_kv_head;
-    let rb = kv.row_bytes;
+    let (kb, vb) = kv.layer_bytes(a.layer);
     // K of each KV head as f32, tile t at [t·hd·64 ..], element (d, key) at d·64 + key; V as
     // f32 rows. Both zero-padded to whole tiles (padded keys are masked).
     let mut kt = vec![vec![0f32; n_tiles * hd * TILE_KV]; a.n_kv_head];
@@ -67,12 +76,13 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
         let (k, v) = (&kv.k[a.layer], &kv.v[a.layer]);
         let mut row = vec![0f32; hd];
         for j in t * TILE_KV..((t + 1) * TILE_KV).min(n_keys) {
-            let off = j * rb + kh * hd * 2;
+            let off = j * kb + kh * hd * 2;
             simd::f16_to_f32s(&k[off..off + 2 * hd], &mut row);
             for (d, &x) in row.iter().enumerate() {
                 kt[d * TILE_KV + j % TILE_KV] = x;
             }
             let jj = j % TILE_KV;
+            let off = j * vb + kh * hd * 2;
             simd::f16_to_f32s(&v[off..off + 2 * hd], &mut vf[jj * hd..(jj + 1) * hd]);
         }
     });
@@ -164,25 +174,34 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
 }
 
 /// Short batches and decoding (ggml's `one_chunk` path), one task per (query row, head).
-fn per_row(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
-    let hd = a.head_dim;
-    let group = a.n_head / a.n_kv_head;
+fn per_row(cpu: &Cpu, q: &CpuBuf, runs: &[(&CpuKv, AttnArgs)], out: &mut CpuBuf) {
+    // Task index → (run, row within it, head).
+    let mut starts = Vec::with_capacity(runs.len() + 1);
+    let mut n = 0;
+    for (_, a) in runs {
+        starts.push(n);
+        n += a.rows * a.n_head;
+    }
     let outp = SyncPtr(out.data.as_mut_ptr());
     let out_cols = out.cols;
     let task = |idx: usize| {
+        let ri = starts.partition_point(|&s| s <= idx) - 1;
+        let (kv, a) = (runs[ri].0, &runs[ri].1);
+        let (hd, group) = (a.head_dim, a.n_head / a.n_kv_head);
+        let idx = idx - starts[ri];
         let (i, h) = (idx / a.n_head, idx % a.n_head);
         let range = key_range(a, i);
         let kh = h / group;
         let qrow = &q.row(a.row0 + i)[h * hd..(h + 1) * hd];
         let k = &kv.k[a.layer];
         let v = &kv.v[a.layer];
-        let rb = kv.row_bytes;
+        let (kb, vb) = kv.layer_bytes(a.layer);
         let mut res = vec![0f32; hd];
         match kv.ty {
             KvType::F16 => {
                 let head_off = kh * hd * 2;
-                let krow = |ic: usize| &k[ic * rb + head_off..ic * rb + head_off + 2 * hd];
-                let vrow = |ic: usize| &v[ic * rb + head_off..ic * rb + head_off + 2 * hd];
+                let krow = |ic: usize| &k[ic * kb + head_off..ic * kb + head_off + 2 * hd];
+                let vrow = |ic: usize| &v[ic * vb + head_off..ic * vb + head_off + 2 * hd];
                 one_chunk_f16(qrow, range, a.scale, krow, vrow, &mut res);
             }
             KvType::Q8_0 => {
@@ -194,9 +213,9 @@ fn per_row(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
                 let codec = quant::codec(GgmlType::Q8_0).expect("Q8_0 codec");
                 online_f32(range, a.scale, &mut res, |ic, vf: &mut Vec<f32>| {
                     let mut s = [0f32];
-                    let kb = &k[ic * rb + head_off..ic * rb + head_off + blen];
-                    (kern.dot)(GgmlType::Q8_0, hd, kb, &[&q8], &mut s);
-                    (codec.dequantize)(&v[ic * rb + head_off..ic * rb + head_off + blen], vf);
+                    let krow = &k[ic * kb + head_off..ic * kb + head_off + blen];
+                    (kern.dot)(GgmlType::Q8_0, hd, krow, &[&q8], &mut s);
+                    (codec.dequantize)(&v[ic * vb + head_off..ic * vb + head_off + blen], vf);
                     s[0]
                 });
             }
@@ -207,7 +226,6 @@ fn per_row(cpu: &Cpu, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
             std::ptr::copy_nonoverlapping(res.as_ptr(), dst, hd);
         }
     };
-    let n = a.rows * a.n_head;
     if n > 1 {
         (0..n).into_par_iter().with_max_len(1).for_each(task);
     } else {
@@ -343,7 +361,13 @@ mod tests {
             let k = filled(&cpu, n, n_kv_head * hd, 1.0);
             let v = filled(&cpu, n, n_kv_head * hd, 2.0);
             let q = filled(&cpu, rows, n_head * hd, 3.0);
-            let mut kv = cpu.alloc_kv(1, 256, n_kv_head * hd, KvType::F16).unwrap();
+            let mut kv = cpu
+                .alloc_kv(
+                    &[crate::model::KvLayer::own(n_kv_head * hd, n_kv_head * hd, None)],
+                    256,
+                    KvType::F16,
+                )
+                .unwrap();
             cpu.store_kv(&mut kv, 0, 0, &k, &v, 0..n);
             let a = AttnArgs {
                 layer: 0,
@@ -358,7 +382,7 @@ mod tests {
                 causal,
             };
             let mut out = cpu.alloc(rows, n_head * hd);
-            cpu.attention(&q, &kv, &a, &mut out);
+            cpu.attention(&q, &[(&kv, a)], &mut out);
             // The tiled path sums in f32 (rel. error ~1e-6 over ≤ 190 keys); the one-chunk path
             // rounds Q and the V accumulator to f16 (2^-11 relative per step).
             let tol = if rows >= TILE_Q { 2e-5 } else { 5e-3 };

@@ -166,10 +166,17 @@ pub struct CpuKv {
     /// Most positions; `cap` are allocated.
     n_ctx: usize,
     cap: usize,
-    kv_dim: usize,
-    row_bytes: usize,
+    /// Per layer: K and V values per position and their bytes (0 for a layer without its own cache).
+    dims: Vec<(usize, usize)>,
+    row_bytes: Vec<(usize, usize)>,
     k: Vec<Vec<u8>>,
     v: Vec<Vec<u8>>,
+}
+
+impl CpuKv {
+    fn layer_bytes(&self, l: usize) -> (usize, usize) {
+        self.row_bytes[l]
+    }
 }
 
 /// `body(x_row, out_row)` for every row, on the pool when there is more than one row.
@@ -195,6 +202,33 @@ fn map_rows(x: &CpuBuf, out: &mut CpuBuf, body: impl Fn(&[f32], &mut [f32]) + Se
 
 /// The rotary (cos, sin) tables of one step's positions.
 type RopeCaches = Arc<Vec<Vec<(f32, f32)>>>;
+
+/// ggml's GELU table (`ggml_table_gelu_f16`): the tanh-form GELU of every f16 value, rounded to f16.
+fn gelu_table() -> &'static [u16] {
+    static TABLE: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|h| {
+                let x = quant::fp::f16_to_f32(h);
+                let y = 0.5 * x * (1.0 + (GELU_SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh());
+                quant::fp::f32_to_f16(y)
+            })
+            .collect()
+    })
+}
+
+const GELU_SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+// ggml-cpu/vec.h ggml_vec_gelu_f32 with GGML_GELU_FP16: the table at the f16-rounded input
+fn gelu_tanh_ggml(table: &[u16], x: f32) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        quant::fp::f16_to_f32(table[quant::fp::f32_to_f16(x) as usize])
+    }
+}
 
 /// A raw pointer for disjoint parallel writes.
 #[derive(Clone, Copy)]
@@ -412,30 +446,39 @@ impl Backend for Cpu {
         (b.rows, b.cols)
     }
 
-    fn alloc_kv(&self, n_layer: usize, n_ctx: usize, kv_dim: usize, ty: KvType) -> Result<CpuKv> {
-        let row_bytes = match ty {
-            KvType::F16 => 2 * kv_dim,
-            KvType::Q8_0 => {
-                if !kv_dim.is_multiple_of(32) {
-                    return Err(EngineError::Config(format!(
-                        "a Q8_0 KV cache needs rows of 32k values, not {kv_dim}"
-                    )));
+    fn alloc_kv(&self, layers: &[crate::model::KvLayer], n_ctx: usize, ty: KvType) -> Result<CpuKv> {
+        let bytes_of = |dim: usize| -> Result<usize> {
+            match ty {
+                KvType::F16 => Ok(2 * dim),
+                KvType::Q8_0 => {
+                    if !dim.is_multiple_of(32) {
+                        return Err(EngineError::Config(format!(
+                            "a Q8_0 KV cache needs rows of 32k values, not {dim}"
+                        )));
+                    }
+                    Ok(dim / 32 * 34)
                 }
-                kv_dim / 32 * 34
             }
         };
-        let bytes = n_ctx
-            .checked_mul(row_bytes)
-            .ok_or_else(|| EngineError::Config(format!("KV cache of {n_ctx} positions overflows")))?;
-        let layer = || vec![0u8; bytes];
+        let mut dims = Vec::with_capacity(layers.len());
+        let mut row_bytes = Vec::with_capacity(layers.len());
+        for l in layers {
+            let (kd, vd) = if l.shares.is_some() { (0, 0) } else { (l.k_dim, l.v_dim) };
+            dims.push((kd, vd));
+            row_bytes.push((bytes_of(kd)?, bytes_of(vd)?));
+        }
+        let per: usize = row_bytes.iter().map(|(k, v)| k + v).sum();
+        if n_ctx.checked_mul(per).is_none() {
+            return Err(EngineError::Config(format!("KV cache of {n_ctx} positions overflows")));
+        }
         Ok(CpuKv {
             ty,
             n_ctx,
             cap: n_ctx,
-            kv_dim,
+            k: row_bytes.iter().map(|r| vec![0u8; n_ctx * r.0]).collect(),
+            v: row_bytes.iter().map(|r| vec![0u8; n_ctx * r.1]).collect(),
+            dims,
             row_bytes,
-            k: (0..n_layer).map(|_| layer()).collect(),
-            v: (0..n_layer).map(|_| layer()).collect(),
         })
     }
 
@@ -451,13 +494,14 @@ impl Backend for Cpu {
             });
         }
         if positions > kv.cap {
-            let bytes = positions * kv.row_bytes;
-            for l in kv.k.iter_mut().chain(kv.v.iter_mut()) {
-                // A fresh zeroed allocation (pages the OS maps lazily, not a memset of the whole
-                // context) with the kept rows copied over.
-                let mut grown = vec![0u8; bytes];
-                grown[..l.len()].copy_from_slice(l);
-                *l = grown;
+            for (l, (kb, vb)) in kv.row_bytes.iter().enumerate() {
+                for (buf, rb) in [(&mut kv.k[l], *kb), (&mut kv.v[l], *vb)] {
+                    // A fresh zeroed allocation (pages the OS maps lazily, not a memset of the
+                    // whole context) with the kept rows copied over.
+                    let mut grown = vec![0u8; positions * rb];
+                    grown[..buf.len()].copy_from_slice(buf);
+                    *buf = grown;
+                }
             }
             kv.cap = positions;
         }
@@ -466,25 +510,25 @@ impl Backend for Cpu {
 
     fn kv_release(&self, kv: &mut CpuKv, positions: usize) {
         let positions = positions.min(kv.cap);
-        let bytes = positions * kv.row_bytes;
-        for l in kv.k.iter_mut().chain(kv.v.iter_mut()) {
-            l.truncate(bytes);
-            l.shrink_to_fit();
+        for (l, (kb, vb)) in kv.row_bytes.iter().enumerate() {
+            for (buf, rb) in [(&mut kv.k[l], *kb), (&mut kv.v[l], *vb)] {
+                buf.truncate(positions * rb);
+                buf.shrink_to_fit();
+            }
         }
         kv.cap = positions;
     }
 
     fn kv_position_bytes(&self, kv: &CpuKv) -> usize {
-        2 * kv.k.len() * kv.row_bytes
+        kv.row_bytes.iter().map(|(k, v)| k + v).sum()
     }
 
     fn kv_export(&self, kv: &CpuKv, range: Range<usize>) -> Vec<u8> {
         assert!(range.end <= kv.cap, "KV export past the allocated positions");
-        let rb = kv.row_bytes;
         let mut out = Vec::with_capacity(range.len() * self.kv_position_bytes(kv));
-        for (k, v) in kv.k.iter().zip(&kv.v) {
-            out.extend_from_slice(&k[range.start * rb..range.end * rb]);
-            out.extend_from_slice(&v[range.start * rb..range.end * rb]);
+        for (l, (kb, vb)) in kv.row_bytes.iter().enumerate() {
+            out.extend_from_slice(&kv.k[l][range.start * kb..range.end * kb]);
+            out.extend_from_slice(&kv.v[l][range.start * vb..range.end * vb]);
         }
         out
     }
@@ -504,11 +548,12 @@ impl Backend for Cpu {
                 n_ctx: kv.cap,
             });
         }
-        let (rb, span) = (kv.row_bytes, n * kv.row_bytes);
-        for (l, (k, v)) in kv.k.iter_mut().zip(kv.v.iter_mut()).enumerate() {
-            let src = &data[2 * l * span..2 * (l + 1) * span];
-            k[pos0 * rb..pos0 * rb + span].copy_from_slice(&src[..span]);
-            v[pos0 * rb..pos0 * rb + span].copy_from_slice(&src[span..]);
+        let mut off = 0;
+        for (l, &(kb, vb)) in kv.row_bytes.iter().enumerate() {
+            kv.k[l][pos0 * kb..(pos0 + n) * kb].copy_from_slice(&data[off..off + n * kb]);
+            off += n * kb;
+            kv.v[l][pos0 * vb..(pos0 + n) * vb].copy_from_slice(&data[off..off + n * vb]);
+            off += n * vb;
         }
         Ok(())
     }
@@ -649,14 +694,30 @@ impl Backend for Cpu {
             .install(|| dense::attention(q.view(), k.view(), v.view(), seqs, n_head, hd, scale, o));
     }
 
-    fn head_rms_norm(&self, x: &mut CpuBuf, w: &CpuWeight, head_dim: usize, eps: f32) {
-        let wv = w.vector();
+    fn head_rms_norm(&self, x: &mut CpuBuf, w: Option<&CpuWeight>, head_dim: usize, eps: f32) {
+        let wv = w.map(|w| w.vector());
         for h in x.view_mut().chunks_mut(head_dim) {
             let sum: f64 = h.iter().map(|&v| (v * v) as f64).sum();
             let scale = 1.0 / ((sum / head_dim as f64) as f32 + eps).sqrt();
-            for (v, &g) in h.iter_mut().zip(wv) {
-                *v = (*v * scale) * g;
+            match wv {
+                Some(wv) => {
+                    for (v, &g) in h.iter_mut().zip(wv) {
+                        *v = (*v * scale) * g;
+                    }
+                }
+                None => {
+                    for v in h.iter_mut() {
+                        *v *= scale;
+                    }
+                }
             }
+        }
+    }
+
+    fn gelu_tanh(&self, x: &mut CpuBuf) {
+        let table = gelu_table();
+        for v in x.view_mut() {
+            *v = gelu_tanh_ggml(table, *v);
         }
     }
 
@@ -668,9 +729,21 @@ impl Backend for Cpu {
     /// once per activation type and all row tiles of all weights run in one parallel region.
     fn matmul_many(&self, ws: &[&CpuWeight], x: &CpuBuf, outs: &mut [&mut CpuBuf]) {
         assert_eq!(ws.len(), outs.len());
-        let (t, n) = (x.rows, x.cols);
-        if ws.iter().all(|w| w.dense.is_some()) {
-            for (w, out) in ws.iter().zip(outs.iter_mut()) {
+        let mut jobs: Vec<(&CpuWeight, &CpuBuf, &mut CpuBuf)> =
+            ws.iter().zip(outs.iter_mut()).map(|(w, o)| (*w, x, &mut **o)).collect();
+        self.matmul_each(&mut jobs);
+    }
+
+    /// Products with their own activations each (a MoE layer's experts): each distinct
+    /// activation matrix is converted once per activation type, and all row tiles of all products
+    /// run in one parallel region.
+    fn matmul_each(&self, jobs: &mut [(&CpuWeight, &CpuBuf, &mut CpuBuf)]) {
+        if jobs.is_empty() {
+            return;
+        }
+        if jobs.iter().all(|(w, _, _)| w.dense.is_some()) {
+            for (w, x, out) in jobs.iter_mut() {
+                let (t, n) = (x.rows, x.cols);
                 let d = w.dense.as_ref().expect("checked");
                 assert_eq!(n, d.k, "matmul: activations of {n} columns by weight rows of {}", d.k);
                 out.set_shape(t, d.n_out);
@@ -678,9 +751,11 @@ impl Backend for Cpu {
             }
             return;
         }
-        let mut acts_of: Vec<GgmlType> = Vec::new();
-        let mut jobs = Vec::with_capacity(ws.len());
-        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+        // (activation buffer, its type) → converted rows, shared by the jobs that use them.
+        let mut acts_of: Vec<(*const f32, GgmlType, usize, usize)> = Vec::new();
+        let mut plan = Vec::with_capacity(jobs.len());
+        for (w, x, out) in jobs.iter_mut() {
+            let (t, n) = (x.rows, x.cols);
             assert_eq!(
                 n,
                 w.row_len(),
@@ -689,18 +764,28 @@ impl Backend for Cpu {
             );
             let k = w.kernel.expect("weight type checked at model load");
             out.set_shape(t, w.n_rows());
-            let ai = match acts_of.iter().position(|&a| a == k.act) {
+            let key = (x.data.as_ptr(), k.act, t, n);
+            let ai = match acts_of.iter().position(|&a| a == key) {
                 Some(i) => i,
                 None => {
-                    acts_of.push(k.act);
+                    acts_of.push(key);
                     acts_of.len() - 1
                 }
             };
-            jobs.push((k, ai, SyncPtr(out.data.as_mut_ptr())));
+            plan.push((k, ai, t, n, SyncPtr(out.data.as_mut_ptr())));
         }
         let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        scratch.resize_with(acts_of.len(), Vec::new);
-        for (buf, &act) in scratch.iter_mut().zip(&acts_of) {
+        let have = scratch.len();
+        scratch.resize_with(acts_of.len().max(have), Vec::new);
+        for (ai, &(_, act, t, n)) in acts_of.iter().enumerate() {
+            // The source of this conversion: the first job using it.
+            let x = jobs
+                .iter()
+                .zip(&plan)
+                .find(|(_, p)| p.1 == ai)
+                .map(|(j, _)| j.1)
+                .expect("every conversion has a job");
+            let buf = &mut scratch[ai];
             let abytes = dot::act_row_bytes(act, n);
             buf.resize(t * abytes, 0);
             if t > 1 {
@@ -712,74 +797,82 @@ impl Backend for Cpu {
             }
         }
         // Row tiles: small enough to keep a tile of weight rows in L1/L2 while all token groups
-        // stream past it, many enough that every thread gets several.
-        let total_rows: usize = ws.iter().map(|w| w.n_rows()).sum();
-        // (A multiple of PACK_ROWS, so that packed groups are never split.)
-        let tile = if t == 1 {
-            total_rows
-                .div_ceil(self.threads * 8)
-                .clamp(8, 256)
-                .next_multiple_of(PACK_ROWS)
-        } else {
-            16
-        };
+        // stream past it, many enough that every thread gets several. (A multiple of PACK_ROWS,
+        // so that packed groups are never split.)
+        let single_rows: usize = jobs
+            .iter()
+            .zip(&plan)
+            .filter(|(_, p)| p.2 == 1)
+            .map(|(j, _)| j.0.n_rows())
+            .sum();
+        let single_tile = single_rows
+            .div_ceil(self.threads * 8)
+            .clamp(8, 256)
+            .next_multiple_of(PACK_ROWS);
         let mut tiles = Vec::new();
-        for (wi, w) in ws.iter().enumerate() {
+        for (wi, ((w, _, _), p)) in jobs.iter().zip(&plan).enumerate() {
             let m = w.n_rows();
+            let tile = if p.2 == 1 { single_tile } else { 16 };
             tiles.extend((0..m.div_ceil(tile)).map(|ti| (wi, ti * tile, ((ti + 1) * tile).min(m))));
         }
         let scratch: &[Vec<u8>] = &scratch;
+        let ws: Vec<&CpuWeight> = jobs.iter().map(|j| j.0).collect();
+        let plan = &plan;
         // One tile per task: rayon would otherwise hand out runs of tiles that cannot be split
         // once started, and the last run leaves the other threads idle.
-        tiles.into_par_iter().with_max_len(1).for_each(|(wi, r0, r1)| {
-            let (w, (k, ai, outp)) = (ws[wi], jobs[wi]);
-            let m = w.n_rows();
-            let acts: &[u8] = &scratch[ai];
-            let abytes = dot::act_row_bytes(k.act, n);
-            if let Some(p) = &w.packed {
-                return packed_tile(p, n, t, m, r0..r1, acts, abytes, outp);
-            }
-            // Batches where llama.cpp sums in another order take that order's kernel.
-            let batch = k.batch.filter(|_| t >= k.batch_min);
-            let unpacked = k.unpacked.filter(|_| batch.is_none() && t >= dot::UNPACK_MIN);
-            let run = |kern: Tile, wb: &[u8], rb: usize| kern.run(w.ty, n, t, m, r0..r1, wb, rb, acts, abytes, outp);
-            let rb = w.row_bytes();
-            let rows = &w.bytes()[r0 * rb..r1 * rb];
-            match (unpacked, batch) {
-                (Some(u), _) => UNPACKED.with_borrow_mut(|buf| {
-                    // The tile's rows unpacked once for all the batch's activation rows.
-                    let urb = n / 32 * u.block_bytes;
-                    buf.resize((r1 - r0) * urb, 0);
-                    for (d, s) in buf.chunks_exact_mut(urb).zip(rows.chunks_exact(rb)) {
-                        (u.unpack)(n, s, d);
-                    }
-                    let kern = Tile {
-                        dot: u.dot,
-                        rows: Some(u.rows),
-                        max_rows: k.max_rows,
-                    };
-                    run(kern, buf, urb)
-                }),
-                (None, Some(b)) => run(
-                    Tile {
-                        dot: b,
-                        rows: None,
-                        max_rows: 1,
-                    },
-                    rows,
-                    rb,
-                ),
-                (None, None) => run(
-                    Tile {
-                        dot: k.dot,
-                        rows: k.rows,
-                        max_rows: k.max_rows,
-                    },
-                    rows,
-                    rb,
-                ),
-            }
-        });
+        let work = || {
+            tiles.into_par_iter().with_max_len(1).for_each(|(wi, r0, r1)| {
+                let (w, (k, ai, t, n, outp)) = (ws[wi], plan[wi]);
+                let m = w.n_rows();
+                let acts: &[u8] = &scratch[ai];
+                let abytes = dot::act_row_bytes(k.act, n);
+                if let Some(p) = &w.packed {
+                    return packed_tile(p, n, t, m, r0..r1, acts, abytes, outp);
+                }
+                // Batches where llama.cpp sums in another order take that order's kernel.
+                let batch = k.batch.filter(|_| t >= k.batch_min);
+                let unpacked = k.unpacked.filter(|_| batch.is_none() && t >= dot::UNPACK_MIN);
+                let run =
+                    |kern: Tile, wb: &[u8], rb: usize| kern.run(w.ty, n, t, m, r0..r1, wb, rb, acts, abytes, outp);
+                let rb = w.row_bytes();
+                let rows = &w.bytes()[r0 * rb..r1 * rb];
+                match (unpacked, batch) {
+                    (Some(u), _) => UNPACKED.with_borrow_mut(|buf| {
+                        // The tile's rows unpacked once for all the batch's activation rows.
+                        let urb = n / 32 * u.block_bytes;
+                        buf.resize((r1 - r0) * urb, 0);
+                        for (d, s) in buf.chunks_exact_mut(urb).zip(rows.chunks_exact(rb)) {
+                            (u.unpack)(n, s, d);
+                        }
+                        let kern = Tile {
+                            dot: u.dot,
+                            rows: Some(u.rows),
+                            max_rows: k.max_rows,
+                        };
+                        run(kern, buf, urb)
+                    }),
+                    (None, Some(b)) => run(
+                        Tile {
+                            dot: b,
+                            rows: None,
+                            max_rows: 1,
+                        },
+                        rows,
+                        rb,
+                    ),
+                    (None, None) => run(
+                        Tile {
+                            dot: k.dot,
+                            rows: k.rows,
+                            max_rows: k.max_rows,
+                        },
+                        rows,
+                        rb,
+                    ),
+                }
+            })
+        };
+        work();
     }
 
     fn add_bias(&self, x: &mut CpuBuf, b: &CpuWeight) {
@@ -822,13 +915,15 @@ impl Backend for Cpu {
             kv.cap,
             pos0 + rows
         );
-        let rb = kv.row_bytes;
-        for (src, dst) in [(k, &mut kv.k[layer]), (v, &mut kv.v[layer])] {
-            assert_eq!(src.cols, kv.kv_dim);
+        let (kb, vb) = kv.layer_bytes(layer);
+        let (kd, vd) = kv.dims[layer];
+        let ty = kv.ty;
+        for (src, dst, rb, dim) in [(k, &mut kv.k[layer], kb, kd), (v, &mut kv.v[layer], vb, vd)] {
+            assert_eq!(src.cols, dim, "KV rows of layer {layer}");
             for i in 0..rows {
                 let p = pos0 + i;
                 let d = &mut dst[p * rb..(p + 1) * rb];
-                match kv.ty {
+                match ty {
                     KvType::F16 => dot::quantize_act(GgmlType::F16, src.row(row0 + i), d),
                     KvType::Q8_0 => dot::quantize_q8_0_ggml(src.row(row0 + i), d),
                 }
@@ -836,8 +931,100 @@ impl Backend for Cpu {
         }
     }
 
-    fn attention(&self, q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
-        attn::attention(self, q, kv, a, out)
+    fn attention(&self, q: &CpuBuf, runs: &[(&CpuKv, AttnArgs)], out: &mut CpuBuf) {
+        attn::attention(self, q, runs, out)
+    }
+
+    fn geglu(&self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) {
+        out.set_shape(gate.rows, gate.cols);
+        let table = gelu_table();
+        let body = |(o, (g, u)): (&mut [f32], (&[f32], &[f32]))| {
+            for ((o, &x), &y) in o.iter_mut().zip(g).zip(u) {
+                *o = gelu_tanh_ggml(table, x) * y;
+            }
+        };
+        let n = gate.cols.max(1);
+        if gate.rows * gate.cols >= PARALLEL_ELEMS {
+            out.view_mut()
+                .par_chunks_mut(n)
+                .zip(gate.view().par_chunks(n).zip(up.view().par_chunks(n)))
+                .for_each(body);
+        } else {
+            body((out.view_mut(), (gate.view(), up.view())));
+        }
+    }
+
+    fn scale(&self, x: &mut CpuBuf, f: f32) {
+        for v in x.view_mut() {
+            *v *= f;
+        }
+    }
+
+    // llama.cpp graph: ggml_scale(1/cap), ggml_tanh, ggml_scale(cap)
+    fn softcap(&self, x: &mut CpuBuf, cap: f32) {
+        let inv = 1.0 / cap;
+        let body = |r: &mut [f32]| {
+            for v in r {
+                *v = (*v * inv).tanh() * cap;
+            }
+        };
+        if x.rows * x.cols >= PARALLEL_ELEMS {
+            x.view_mut().par_chunks_mut(4096).for_each(body);
+        } else {
+            body(x.view_mut());
+        }
+    }
+
+    fn mul(&self, x: &mut CpuBuf, y: &CpuBuf) {
+        assert_eq!((x.rows, x.cols), (y.rows, y.cols));
+        for (a, &b) in x.view_mut().iter_mut().zip(y.view()) {
+            *a *= b;
+        }
+    }
+
+    fn mul_row(&self, x: &mut CpuBuf, w: &CpuWeight) {
+        let wv = w.vector();
+        for r in x.view_mut().chunks_mut(wv.len().max(1)) {
+            for (a, &b) in r.iter_mut().zip(wv) {
+                *a *= b;
+            }
+        }
+    }
+
+    fn scatter_rows(&self, src: &CpuBuf, rows: &[usize], dst: &mut CpuBuf) {
+        assert_eq!(src.cols, dst.cols);
+        let n = src.cols;
+        for (i, &r) in rows.iter().enumerate() {
+            assert!(r < dst.rows, "scatter_rows: row {r} of {}", dst.rows);
+            dst.data[r * n..(r + 1) * n].copy_from_slice(src.row(i));
+        }
+    }
+
+    // llama-graph.cpp build_moe_ffn: ggml_mul by the weights, then the experts' views added in slot order
+    fn weighted_sum_rows(&self, src: &CpuBuf, weights: &[f32], k_per: usize, out: &mut CpuBuf) {
+        let n = src.cols;
+        let t = src.rows / k_per.max(1);
+        out.set_shape(t, n);
+        for i in 0..t {
+            let o = &mut out.data[i * n..(i + 1) * n];
+            for k in 0..k_per {
+                let w = weights[i * k_per + k];
+                let y = src.row(i * k_per + k);
+                if k == 0 {
+                    for (o, &y) in o.iter_mut().zip(y) {
+                        *o = y * w;
+                    }
+                } else {
+                    for (o, &y) in o.iter_mut().zip(y) {
+                        *o += y * w;
+                    }
+                }
+            }
+        }
+    }
+
+    fn reshape(&self, x: &mut CpuBuf, rows: usize, cols: usize) {
+        x.set_shape(rows, cols);
     }
 
     fn swiglu(&self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) {

@@ -1,0 +1,151 @@
+//! What every decoder family shares at the seam: the model interface ([`Model`]), the batch of
+//! sequences one forward step runs ([`SeqStep`]), what a model tells its callers ([`ModelInfo`])
+//! and how its per-sequence state is laid out ([`KvLayer`]).
+
+use crate::backend::{Backend, KvType};
+use crate::{EngineError, Result};
+use std::any::Any;
+use std::sync::Arc;
+
+/// Which rows of a sequence's step produce logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    None,
+    Last,
+    All,
+    /// The rows from this index of the sequence's step on (perplexity scores the second half).
+    From(usize),
+}
+
+/// One sequence's part of a batched forward step: `tokens` at positions `pos0 ..`.
+pub struct SeqStep<'a, B: Backend> {
+    pub kv: &'a mut B::Kv,
+    pub tokens: &'a [u32],
+    pub pos0: usize,
+    pub logits: Logits,
+}
+
+/// The family-independent facts about a loaded decoder.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// The GGUF `general.architecture`.
+    pub arch: String,
+    pub n_vocab: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    /// The context length the model was trained with.
+    pub n_ctx_train: usize,
+}
+
+/// The cache one layer keeps per position: K and V rows of `k_dim` / `v_dim` values, or none when
+/// the layer reads another layer's cache (`shares`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayer {
+    pub k_dim: usize,
+    pub v_dim: usize,
+    /// Sliding window of the layer's attention (positions kept visible), `None` for global.
+    pub window: Option<usize>,
+    /// The layer whose cache this one attends to (Gemma 4's KV-shared layers); it stores nothing.
+    pub shares: Option<usize>,
+}
+
+impl KvLayer {
+    pub fn own(k_dim: usize, v_dim: usize, window: Option<usize>) -> KvLayer {
+        KvLayer {
+            k_dim,
+            v_dim,
+            window,
+            shares: None,
+        }
+    }
+}
+
+/// A model's activation buffers for steps of up to `rows` tokens; what is inside belongs to the
+/// family that made it.
+pub struct Scratch {
+    rows: usize,
+    inner: Box<dyn Any + Send>,
+}
+
+impl Scratch {
+    pub fn new<T: Any + Send>(rows: usize, inner: T) -> Scratch {
+        Scratch {
+            rows,
+            inner: Box::new(inner),
+        }
+    }
+
+    /// The most tokens one step can hold.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The family's buffers (made by its own `scratch`).
+    pub fn get<T: Any>(&mut self) -> Result<&mut T> {
+        self.inner
+            .downcast_mut::<T>()
+            .ok_or_else(|| EngineError::Backend("a scratch made by another model".into()))
+    }
+}
+
+/// A decoder of any family, held by generate, bench, perplexity and serve without naming the
+/// family. `forward` runs one step over several sequences and returns the logits rows asked for,
+/// in order (each `n_vocab` long).
+pub trait Model<B: Backend>: Send + Sync {
+    fn info(&self) -> &ModelInfo;
+    fn backend(&self) -> &Arc<B>;
+    /// The per-layer cache layout of one sequence.
+    fn kv_layers(&self) -> &[KvLayer];
+    fn scratch(&self, rows: usize) -> Scratch;
+    fn forward(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>>;
+
+    /// A cache for one sequence of up to `n_ctx` positions.
+    fn new_kv(&self, n_ctx: usize, ty: KvType) -> Result<B::Kv> {
+        self.backend().alloc_kv(self.kv_layers(), n_ctx, ty)
+    }
+}
+
+/// Checks every family makes before a step: the batch fits the scratch, each sequence its cache.
+pub(crate) fn check_step<B: Backend>(b: &B, s: &Scratch, seqs: &[SeqStep<'_, B>]) -> Result<usize> {
+    let total: usize = seqs.iter().map(|q| q.tokens.len()).sum();
+    if total > s.rows() {
+        return Err(EngineError::Input(format!(
+            "a step of {total} tokens exceeds the batch size {}",
+            s.rows()
+        )));
+    }
+    for q in seqs {
+        let cap = b.kv_capacity(q.kv);
+        if q.pos0 + q.tokens.len() > cap {
+            return Err(EngineError::ContextFull {
+                need: q.pos0 + q.tokens.len(),
+                n_ctx: cap,
+            });
+        }
+    }
+    Ok(total)
+}
+
+/// The step's token ids and positions, row by row.
+pub(crate) fn ids_positions<B: Backend>(seqs: &[SeqStep<'_, B>]) -> (Vec<u32>, Vec<usize>) {
+    let ids = seqs.iter().flat_map(|q| q.tokens.iter().copied()).collect();
+    let positions = seqs.iter().flat_map(|q| q.pos0..q.pos0 + q.tokens.len()).collect();
+    (ids, positions)
+}
+
+/// The rows of the step that produce logits.
+pub(crate) fn output_rows<B: Backend>(seqs: &[SeqStep<'_, B>]) -> Vec<usize> {
+    let mut rows = Vec::new();
+    let mut row0 = 0;
+    for q in seqs {
+        let n = q.tokens.len();
+        match q.logits {
+            Logits::None => {}
+            Logits::Last => rows.push(row0 + n - 1),
+            Logits::All => rows.extend(row0..row0 + n),
+            Logits::From(i) => rows.extend(row0 + i.min(n)..row0 + n),
+        }
+        row0 += n;
+    }
+    rows
+}
