@@ -330,6 +330,8 @@ enum Model {
     Bpe(Box<tokenizers::Tokenizer>),
     /// SentencePiece-style score merging (`llama`).
     Spm,
+    /// BPE merges over SentencePiece-style text (spaces as ▁, byte tokens `<0xXX>`): `gemma4`.
+    SpmBpe(Box<tokenizers::Tokenizer>),
     /// WordPiece (`bert`).
     Wpm { lowercase: bool, strip_accents: bool },
 }
@@ -449,7 +451,7 @@ impl Tokenizer {
                 found: v.type_string(),
             })?,
         };
-        if !matches!(model_name, "gpt2" | "llama" | "bert") {
+        if !matches!(model_name, "gpt2" | "llama" | "bert" | "gemma4") {
             return Err(TokenizerError::UnsupportedModel(model_name.to_string()));
         }
 
@@ -534,6 +536,17 @@ impl Tokenizer {
                 )
             }
             "llama" => (Model::Spm, true, true, Some(1), Some(2), Some(0), None),
+            // llama-vocab.cpp: gemma4 is BPE on ▁-spaced text split only at newlines, and always
+            // adds BOS (the GGUF flag is overridden to true).
+            "gemma4" => (
+                Model::SpmBpe(Box::new(build_spm_bpe(meta, &tokens)?)),
+                true,
+                false,
+                Some(2),
+                Some(1),
+                Some(3),
+                None,
+            ),
             _ => {
                 let lowercase = bool_key(meta, "tokenizer.ggml.normalizer.lowercase")?.unwrap_or(false);
                 let strip_accents = bool_key(meta, "tokenizer.ggml.normalizer.strip_accents")?.unwrap_or(lowercase);
@@ -748,6 +761,26 @@ impl Tokenizer {
                         Fragment::Text(s, e) => {
                             let enc = hf
                                 .encode_fast(&text[s..e], false)
+                                .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+                            out.extend_from_slice(enc.get_ids());
+                        }
+                    }
+                }
+                if add_special && self.add_eos {
+                    out.extend(self.eos);
+                }
+            }
+            Model::SpmBpe(hf) => {
+                if add_special && self.add_bos {
+                    out.extend(self.bos);
+                }
+                for f in &fragments {
+                    match *f {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(s, e) => {
+                            let piece = text[s..e].replace(' ', "\u{2581}");
+                            let enc = hf
+                                .encode_fast(piece.as_str(), false)
                                 .map_err(|e| TokenizerError::Encode(e.to_string()))?;
                             out.extend_from_slice(enc.get_ids());
                         }
@@ -1140,6 +1173,52 @@ fn build_bpe(
     steps.push(ByteLevel::new(false, false, false).into());
     let mut hf = tokenizers::Tokenizer::new(bpe);
     hf.with_pre_tokenizer(Some(Sequence::new(steps)));
+    Ok(hf)
+}
+
+/// The `gemma4` tokenizer's BPE: the GGUF merges, no byte-level mapping (text keeps ▁ for spaces,
+/// unknown characters fall back to `<0xXX>` byte tokens), pre-split only into runs of newlines
+/// and runs of other characters (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_GEMMA4).
+fn build_spm_bpe(meta: &Metadata, tokens: &[String]) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    const MERGES_KEY: &str = "tokenizer.ggml.merges";
+    let merge_list = string_array(meta, MERGES_KEY)?.ok_or(TokenizerError::MissingKey {
+        key: MERGES_KEY.into(),
+        hint: "a gemma4 tokenizer needs its merges",
+    })?;
+    let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut merges = Vec::with_capacity(merge_list.len());
+    for m in merge_list.iter() {
+        let Some(pos) = m.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1) else {
+            continue;
+        };
+        let (a, b) = (&m[..pos], &m[pos + 1..]);
+        if !vocab.contains_key(a) || !vocab.contains_key(b) || !vocab.contains_key(&format!("{a}{b}")) {
+            continue;
+        }
+        if seen.insert((a.to_string(), b.to_string())) {
+            merges.push((a.to_string(), b.to_string()));
+        }
+    }
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .byte_fallback(true)
+        .build()
+        .map_err(|e| TokenizerError::Build {
+            what: "BPE model",
+            message: e.to_string(),
+        })?;
+    let split = Split::new(
+        SplitPattern::Regex("[^\\n]+|[\\n]+".to_string()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(|e| TokenizerError::Build {
+        what: "pre-tokenizer regex",
+        message: e.to_string(),
+    })?;
+    let mut hf = tokenizers::Tokenizer::new(bpe);
+    hf.with_pre_tokenizer(Some(Sequence::new(vec![split.into()])));
     Ok(hf)
 }
 

@@ -19,6 +19,9 @@
 //! differ from transformers' by up to 2.2e-3 (`llamacpp_check.json`, gemma4_ple), so the Gemma
 //! families are held to 1e-2 (F32) and 2e-2 (F16) on logits.
 
+mod common;
+
+use common::server::Server;
 use convert::plan::Target;
 use convert::requant::QuantizeOptions;
 use engine::backend::cpu::Cpu;
@@ -185,7 +188,39 @@ fn check(model: &str, ftype: &str, tol: f32) {
     if ftype == "f32" && !r.greedy.is_empty() {
         let got = greedy(&*m, &r.ids, r.greedy.len());
         assert_eq!(got, r.greedy, "{model}: greedy continuation");
+        drop(m);
+        through_serve(model, &tmp.path().join(format!("{model}.{ftype}.gguf")), &r, tol);
     }
+}
+
+/// The same through `hf2q serve`: `/v1/completions` with the prompt as token ids, greedy, with
+/// logprobs: the text is the reference continuation's, and the first token's log-probability is
+/// transformers' within the logits tolerance (a log-probability moves by at most twice the largest
+/// logit error).
+fn through_serve(model: &str, gguf: &std::path::Path, r: &Reference, tol: f32) {
+    let g = engine::model::open_gguf(gguf).unwrap();
+    let tok = engine::tokenizer::Tokenizer::from_gguf(g.metadata()).unwrap();
+    // The prompt text tokenizes to transformers' ids.
+    let prompt: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tiny_dir().0.join(model).join("reference.json")).unwrap()).unwrap();
+    let ids = tok.encode(prompt["prompt"].as_str().unwrap(), true, false).unwrap();
+    assert_eq!(ids, r.ids, "{model}: tokenization of the reference prompt");
+    let want = tok.decode(&r.greedy, false);
+    let s = Server::start_with(&[gguf.to_path_buf()], &["-c", "128"]);
+    let req = serde_json::json!({"prompt": r.ids, "max_tokens": r.greedy.len(), "temperature": 0,
+        "logprobs": 1});
+    let (st, v) = s.json("POST", "/v1/completions", req, None);
+    assert_eq!(st, 200, "{model}: {v}");
+    let c = &v["choices"][0];
+    assert_eq!(c["text"].as_str(), Some(want.as_str()), "{model}: served greedy text");
+    let first = c["logprobs"]["token_logprobs"][0].as_f64().unwrap() as f32;
+    let lp = engine::sampler::log_softmax(r.logits.last().unwrap());
+    let expect = lp[r.greedy[0] as usize];
+    assert!(
+        (first - expect).abs() <= 2.0 * tol,
+        "{model}: served first-token logprob {first} vs transformers {expect}"
+    );
+    eprintln!("{model}: served text and first logprob match ({first:.5} vs {expect:.5})");
 }
 
 /// A quantized conversion loads and gives finite logits for the whole prompt.
