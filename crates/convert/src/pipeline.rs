@@ -2,8 +2,10 @@
 //!
 //! F32/F16/BF16/Q8_0 follow `convert_hf_to_gguf.py --outtype` (its per-tensor type rules in
 //! `ModelBase.prepare_tensors`). Every other file type gives what `convert_hf_to_gguf.py
-//! --outtype bf16` followed by `llama-quantize` gives: the bf16 conversion is planned in memory,
-//! then re-typed by [`crate::plan`] and written in llama-quantize's order with its metadata.
+//! --outtype T` followed by `llama-quantize` gives, with T the checkpoint's own precision, so that
+//! nothing is rounded on the way: bf16 when its matrices are all BF16, f16 when they are all F16,
+//! f32 otherwise. That conversion is planned in memory, then re-typed by [`crate::plan`] and
+//! written in llama-quantize's order with its metadata.
 //!
 //! Memory: tensor data is produced, converted and written one tensor at a time (the largest tensor
 //! in f32 plus its quantized bytes); the input is memory-mapped.
@@ -329,11 +331,12 @@ pub fn convert_with(
             .invalid("COPY is not a conversion target; use bf16, f16 or f32")
             .into());
     };
+    let (mid, mid_ftype) = lossless_outtype(&ctx);
     let bf16_types: Vec<GgmlType> = tensors
         .iter()
-        .map(|t| outtype_tensor_type(&ctx, family, t, GgmlType::BF16))
+        .map(|t| outtype_tensor_type(&ctx, family, t, mid))
         .collect();
-    let bf16_file_type = family.file_type(&ctx, 32);
+    let bf16_file_type = family.file_type(&ctx, mid_ftype);
     let bf16_meta = metadata(&mut ctx, family, &tensors, bf16_file_type)?;
     let facts = ModelFacts::from_metadata(&bf16_meta).map_err(QuantizeError::from)?;
     let ptensors: Vec<PlanTensor> = tensors
@@ -380,6 +383,26 @@ pub fn convert_with(
         .collect();
     let stats = write_tensors(&ctx, out, &m, &items, opts, copts)?;
     Ok(summary(&ctx, summary_arch, stats))
+}
+
+/// The `--outtype` that keeps the checkpoint's values exactly (and its file type id): bf16 when
+/// every floating-point matrix is BF16, f16 when every one is F16, else f32.
+fn lossless_outtype(ctx: &Ctx) -> (GgmlType, u32) {
+    use safetensors::Dtype;
+    let floats: Vec<Dtype> = ctx
+        .hf
+        .tensors()
+        .iter()
+        .filter(|t| t.shape.len() >= 2 && matches!(t.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16))
+        .map(|t| t.dtype)
+        .collect();
+    if !floats.is_empty() && floats.iter().all(|&d| d == Dtype::BF16) {
+        (GgmlType::BF16, 32)
+    } else if !floats.is_empty() && floats.iter().all(|&d| d == Dtype::F16) {
+        (GgmlType::F16, 1)
+    } else {
+        (GgmlType::F32, 0)
+    }
 }
 
 fn summary(ctx: &Ctx, architecture: String, tensors: Vec<TensorStat>) -> ConvertSummary {
@@ -446,7 +469,7 @@ pub struct TensorStat {
 struct Item<'a> {
     t: &'a OutTensor,
     spec: TensorSpec,
-    /// The type of the planned bf16 conversion this tensor is requantized from (llama-quantize path).
+    /// The type of the planned lossless conversion this tensor is requantized from (llama-quantize path).
     intermediate: Option<GgmlType>,
 }
 
@@ -460,13 +483,13 @@ enum Loaded {
     Raw(Vec<u8>),
     /// The whole tensor's f32 values, plus its stored bytes when it is requantized from a fixed type.
     Whole(Vec<f32>, Option<Vec<u8>>),
-    /// Rows `[r0, r1)` of an unmodified checkpoint tensor; `bf16_exact` when the checkpoint stores
-    /// it in BF16 (its values then survive the bf16 conversion unchanged).
+    /// Rows `[r0, r1)` of an unmodified checkpoint tensor; `exact` when the checkpoint stores it in
+    /// the intermediate's type (its values then survive that conversion unchanged).
     Slab {
         r0: usize,
         r1: usize,
         data: Vec<f32>,
-        bf16_exact: bool,
+        exact: bool,
     },
 }
 
@@ -510,16 +533,12 @@ fn produce(ctx: &Ctx, items: &[Item], tx: std::sync::mpsc::SyncSender<Result<Loa
                     let r1 = (r0 + slab_rows).min(n_rows);
                     let data = ctx.hf.f32_range(h, r0 * n_per_row, r1 * n_per_row)?;
                     ctx.hf.release_elements(h, r0 * n_per_row, r1 * n_per_row);
-                    let bf16_exact = h.dtype == safetensors::Dtype::BF16;
-                    if tx
-                        .send(Ok(Loaded::Slab {
-                            r0,
-                            r1,
-                            data,
-                            bf16_exact,
-                        }))
-                        .is_err()
-                    {
+                    let exact = match item.intermediate {
+                        Some(GgmlType::BF16) => h.dtype == safetensors::Dtype::BF16,
+                        Some(GgmlType::F16) => h.dtype == safetensors::Dtype::F16,
+                        _ => true,
+                    };
+                    if tx.send(Ok(Loaded::Slab { r0, r1, data, exact })).is_err() {
                         return Ok(false);
                     }
                     r0 = r1;
@@ -530,7 +549,9 @@ fn produce(ctx: &Ctx, items: &[Item], tx: std::sync::mpsc::SyncSender<Result<Loa
             }
             let data = (t.make)(&ctx.hf)?;
             let raw = match (&t.raw, item.intermediate) {
-                (Some((_, make_raw)), Some(mid)) if mid != GgmlType::BF16 => Some(make_raw(&ctx.hf)?),
+                (Some((_, make_raw)), Some(mid)) if !matches!(mid, GgmlType::BF16 | GgmlType::F16 | GgmlType::F32) => {
+                    Some(make_raw(&ctx.hf)?)
+                }
                 _ => None,
             };
             if let Some(h) = ctx.hf.get(&t.source) {
@@ -550,10 +571,20 @@ fn produce(ctx: &Ctx, items: &[Item], tx: std::sync::mpsc::SyncSender<Result<Loa
     }
 }
 
-fn round_bf16(data: &mut [f32]) {
-    // The values llama-quantize would read back from the bf16 conversion.
-    for v in data.iter_mut() {
-        *v = quant::fp::bf16_to_f32(quant::fp::f32_to_bf16(*v));
+/// The values llama-quantize would read back from an intermediate conversion to `mid`.
+fn round_to(mid: Option<GgmlType>, data: &mut [f32]) {
+    match mid {
+        Some(GgmlType::BF16) => {
+            for v in data.iter_mut() {
+                *v = quant::fp::bf16_to_f32(quant::fp::f32_to_bf16(*v));
+            }
+        }
+        Some(GgmlType::F16) => {
+            for v in data.iter_mut() {
+                *v = quant::fp::f16_to_f32(quant::fp::f32_to_f16(*v));
+            }
+        }
+        _ => {}
     }
 }
 
@@ -607,8 +638,8 @@ fn write_tensors(
                 Loaded::Whole(mut data, raw) => {
                     check_len(ctx, t, &data)?;
                     let source = copts.measure_error.then(|| data.clone());
-                    if item.intermediate == Some(GgmlType::BF16) {
-                        round_bf16(&mut data);
+                    if matches!(item.intermediate, Some(GgmlType::BF16 | GgmlType::F16)) {
+                        round_to(item.intermediate, &mut data);
                     } else if let (Some((raw_ty, _)), Some(bytes)) = (&t.raw, raw) {
                         // Requantized from the stored type, as llama-quantize --allow-requantize does.
                         data = quant::dequantize(*raw_ty, &bytes, data.len())
@@ -622,13 +653,13 @@ fn write_tensors(
                     mut r0,
                     mut r1,
                     mut data,
-                    bf16_exact,
+                    exact,
                 } => {
                     let (n_rows, n_per_row, _) = row_split(t);
                     loop {
                         let source = copts.measure_error.then(|| data.clone());
-                        if item.intermediate == Some(GgmlType::BF16) && !bf16_exact {
-                            round_bf16(&mut data);
+                        if !exact {
+                            round_to(item.intermediate, &mut data);
                         }
                         let bytes = convert(&data, source.as_deref(), &[n_per_row as u64, (r1 - r0) as u64])?;
                         w.write_data(&bytes)?;

@@ -3,6 +3,8 @@
 //! match the config, an unsupported dtype, an unwritable output path) exits 3 with a one-line
 //! message and leaves no output file.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -283,4 +285,27 @@ fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
         }
         _ => a == b,
     }
+}
+
+/// `convert --quant Q4_K_M` of an F32 checkpoint (all-MiniLM-L6-v2) quantizes the exact f32
+/// weights: byte for byte what `convert --quant f32` then `quantize … Q4_K_M` writes (which equals
+/// `convert_hf_to_gguf.py --outtype f32` + `llama-quantize`), not a bf16-rounded copy.
+#[test]
+fn quantized_convert_of_an_f32_checkpoint_quantizes_exact_weights() {
+    let dir = common::minilm_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n).to_str().unwrap().to_string();
+    let d = dir.to_str().unwrap();
+    assert!(hf2q(&["convert", d, "-o", &p("direct.gguf"), "--quant", "Q4_K_M"])
+        .status
+        .success());
+    assert!(hf2q(&["convert", d, "-o", &p("f32.gguf"), "--quant", "f32"])
+        .status
+        .success());
+    assert!(hf2q(&["quantize", &p("f32.gguf"), &p("two_steps.gguf"), "Q4_K_M"])
+        .status
+        .success());
+    let a = std::fs::read(p("direct.gguf")).unwrap();
+    let b = std::fs::read(p("two_steps.gguf")).unwrap();
+    assert!(a == b, "convert --quant Q4_K_M differs from f32 + quantize");
 }

@@ -21,6 +21,9 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "REV")]
     pub revision: Option<String>,
     /// Output file type: bf16 (default), f16, f32, q8_0, or any llama-quantize type (Q4_K_M, IQ4_XS, …).
+    /// A llama-quantize type gives what `convert_hf_to_gguf.py --outtype T` + `llama-quantize` give,
+    /// T the checkpoint's own precision (bf16 for a BF16 checkpoint, f16 for F16, f32 otherwise),
+    /// so the weights are quantized from their exact values.
     #[arg(long, short = 'q', default_value = "bf16")]
     pub quant: String,
     /// Output GGUF path (written atomically).
