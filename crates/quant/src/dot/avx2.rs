@@ -346,7 +346,25 @@ impl Legacy for U8Block {
 pub fn unpacked(w: GgmlType) -> Option<super::Unpacked> {
     use GgmlType as T;
     if vnni() {
-        return None;
+        // With VNNI only Q5_0 / Q5_1 gain (their high bits cost more to decode per column group
+        // than the unpacked block costs to read); the same integers reach the same f32 operations.
+        let signed = |unpack| super::Unpacked {
+            block_bytes: I8Block::BYTES,
+            unpack,
+            dot: |_, n, w, a, o| unsafe { legacy_vnni::<I8Block>(n, w, a, o) },
+            rows: |_, n, ws, a, o| unsafe { legacy_rows_vnni::<I8Block>(n, ws, a, o) },
+        };
+        let unsigned = |unpack| super::Unpacked {
+            block_bytes: U8Block::BYTES,
+            unpack,
+            dot: |_, n, w, a, o| unsafe { legacy_vnni::<U8Block>(n, w, a, o) },
+            rows: |_, n, ws, a, o| unsafe { legacy_rows_vnni::<U8Block>(n, ws, a, o) },
+        };
+        return Some(match w {
+            T::Q5_0 => signed(|n, s, d| unsafe { unpack_row::<Q5_0>(n, s, d) }),
+            T::Q5_1 => unsigned(|n, s, d| unsafe { unpack_row::<Q5_1>(n, s, d) }),
+            _ => return None,
+        });
     }
     let signed = |unpack| super::Unpacked {
         block_bytes: I8Block::BYTES,
@@ -670,7 +688,13 @@ unsafe fn legacy_rows_vnni_cols<L: Legacy, const R: usize, const C: usize>(
             let y = ap.map(|p| p.add(b * abytes));
             let x: [*const u8; 4] = std::array::from_fn(|r| wp[r.min(R - 1)].add(b * L::BYTES));
             let h = |p: *const u8| std::ptr::read_unaligned(p as *const u16) as i16;
-            let dx = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, h(x[3]), h(x[2]), h(x[1]), h(x[0])));
+            let f = |p: *const u8| std::ptr::read_unaligned(p as *const f32);
+            // The f16 scale of a block, or the f32 it was widened to in the unpacked layouts.
+            let dx = if L::F32_SCALE {
+                _mm_set_ps(f(x[3]), f(x[2]), f(x[1]), f(x[0]))
+            } else {
+                _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, h(x[3]), h(x[2]), h(x[1]), h(x[0])))
+            };
             let pb = prod.add(16 * (b - b0));
             for (c, &yc) in y.iter().enumerate().take(C) {
                 let dy = _mm_set1_ps(std::ptr::read_unaligned(yc as *const f32));
@@ -685,7 +709,12 @@ unsafe fn legacy_rows_vnni_cols<L: Legacy, const R: usize, const C: usize>(
                     std::ptr::read_unaligned(y[0].add(4) as *const f32),
                 );
                 for r in 0..R {
-                    summs[r] = _mm_fmadd_ps(_mm_set1_ps(f16_at(x[r].add(2))), s, summs[r]);
+                    let m = if L::F32_SCALE {
+                        f(x[r].add(4))
+                    } else {
+                        f16_at(x[r].add(2))
+                    };
+                    summs[r] = _mm_fmadd_ps(_mm_set1_ps(m), s, summs[r]);
                 }
             }
         }
