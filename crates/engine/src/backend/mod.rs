@@ -4,6 +4,8 @@
 //! host round trips, and only [`Backend::read`] copies results (logits, embeddings) to the host.
 
 pub mod cpu;
+#[cfg(test)]
+pub mod tests;
 
 use gguf::GgmlType;
 
@@ -81,8 +83,8 @@ pub struct AttnArgs {
 /// (rows, cols) that ops set on their outputs; capacity is fixed at allocation.
 pub trait Backend: Send + Sync + 'static {
     type Weight: Send + Sync;
-    type Buf: Send;
-    type Kv: Send;
+    type Buf: Send + Sync;
+    type Kv: Send + Sync;
 
     fn name(&self) -> String;
     /// Run `f` (a forward step) on this backend's workers.
@@ -198,4 +200,6 @@ pub trait Backend: Send + Sync + 'static {
     fn add(&self, x: &mut Self::Buf, y: &Self::Buf);
     /// Copy a buffer to the host.
     fn read(&self, x: &Self::Buf) -> Vec<f32>;
+    /// Fill a buffer from the host: `rows × cols` values, row-major.
+    fn write(&self, x: &mut Self::Buf, rows: usize, cols: usize, data: &[f32]);
 }

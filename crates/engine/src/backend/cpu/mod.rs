@@ -1060,6 +1060,17 @@ impl Backend for Cpu {
     fn read(&self, x: &CpuBuf) -> Vec<f32> {
         x.view().to_vec()
     }
+
+    fn write(&self, x: &mut CpuBuf, rows: usize, cols: usize, data: &[f32]) {
+        assert_eq!(
+            data.len(),
+            rows * cols,
+            "write: {} values for {rows}x{cols}",
+            data.len()
+        );
+        x.set_shape(rows, cols);
+        x.view_mut().copy_from_slice(data);
+    }
 }
 
 #[cfg(test)]

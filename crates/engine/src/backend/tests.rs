@@ -1,0 +1,607 @@
+//! One test body per op, generic over the backend, checked against a scalar reference computed
+//! in f64 on the host (llama.cpp's `test-backend-ops`): every compiled-in backend runs the same
+//! bodies (today the CPU; the CUDA backend calls them with its own `B`). Tolerances are bounds
+//! derived from the roundings the op is allowed (activation quantization, f16 storage), so a
+//! wrong index or a wrong formula fails.
+
+use super::{AttnArgs, Backend, KvType, Rope, WeightSource};
+use crate::model::KvLayer;
+use gguf::GgmlType;
+use std::sync::Arc;
+
+/// Deterministic values in (-1, 1), different per seed.
+pub fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+        })
+        .collect()
+}
+
+/// Weights written to a temporary GGUF and loaded through the backend, as a model loads them.
+pub struct Weights {
+    pub model: Arc<gguf::GgufModel>,
+    _dir: tempfile::TempDir,
+}
+
+impl Weights {
+    /// `(name, type, [cols, rows], f32 values)` each quantized to its type.
+    pub fn new(specs: &[(&str, GgmlType, [usize; 2], &[f32])]) -> Weights {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.gguf");
+        let ts: Vec<gguf::writer::TensorSpec> = specs
+            .iter()
+            .map(|(n, ty, s, _)| gguf::writer::TensorSpec {
+                name: n.to_string(),
+                ty: *ty,
+                shape: if s[1] == 1 {
+                    vec![s[0] as u64]
+                } else {
+                    vec![s[0] as u64, s[1] as u64]
+                },
+            })
+            .collect();
+        let mut w = gguf::writer::GgufWriter::create(&path, &gguf::Metadata::new(), &ts).unwrap();
+        for (_, ty, s, v) in specs {
+            w.write_tensor(&quant::quantize(*ty, v, s[0], None).unwrap()).unwrap();
+        }
+        w.finish().unwrap();
+        Weights {
+            model: Arc::new(gguf::GgufModel::open(&path).unwrap()),
+            _dir: dir,
+        }
+    }
+
+    pub fn load<B: Backend>(&self, b: &B, name: &str, matmul_only: bool) -> B::Weight {
+        let (file, info) = self.model.tensor(name).unwrap();
+        b.load_weight(WeightSource {
+            name,
+            ty: info.ty,
+            shape: &info.shape,
+            data: file.tensor_data(info),
+            matmul_only,
+            owner: self.model.clone(),
+        })
+        .unwrap()
+    }
+
+    /// The stored values (after quantization), as f32.
+    pub fn stored(&self, name: &str) -> Vec<f32> {
+        let (file, info) = self.model.tensor(name).unwrap();
+        quant::dequantize(info.ty, file.tensor_data(info), info.n_elements() as usize).unwrap()
+    }
+}
+
+fn buf<B: Backend>(b: &B, rows: usize, cols: usize, data: &[f32]) -> B::Buf {
+    let mut x = b.alloc(rows, cols);
+    b.write(&mut x, rows, cols, data);
+    x
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f64], bound: impl Fn(usize) -> f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let tol = bound(i);
+        assert!(
+            (g as f64 - w).abs() <= tol,
+            "{what}: element {i}: {g} vs {w} (bound {tol:.3e})"
+        );
+    }
+}
+
+/// The types a backend multiplies, and the relative rounding its activations get for each.
+const MATMUL_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+];
+
+/// `out = x · Wᵀ` for every weight type and batch sizes around the backends' tile edges, against
+/// the exact product of the stored weights with the f32 activations. The bound is what rounding
+/// the activations to the dot type can change, summed with the weights' magnitudes: for block
+/// types, half a quantization step (block max / 254, /2·127 levels) per element; for F16 / BF16,
+/// 2^-11 / 2^-8 relative; plus f32 accumulation (1e-5 of Σ|w·x|).
+pub fn matmul<B: Backend>(b: &B) {
+    let (n, m) = (512, 24);
+    for &ty in MATMUL_TYPES {
+        if quant::dot::vec_dot_type(ty).is_none() {
+            continue;
+        }
+        let wv = values(n * m, ty as u64 + 1);
+        let ws = Weights::new(&[("w", ty, [n, m], &wv)]);
+        let w = ws.load(b, "w", true);
+        let stored = ws.stored("w");
+        let act = quant::dot::vec_dot_type(ty).unwrap();
+        for t in [1, 3, 8, 17, 40] {
+            let xv = values(t * n, 100 + t as u64);
+            let x = buf(b, t, n, &xv);
+            let mut out = b.alloc(t, m);
+            b.run(|| b.matmul(&w, &x, &mut out));
+            assert_eq!(b.shape(&out), (t, m));
+            let got = b.read(&out);
+            let mut want = Vec::with_capacity(t * m);
+            let mut bounds = Vec::with_capacity(t * m);
+            for r in 0..t {
+                let xr = &xv[r * n..(r + 1) * n];
+                for o in 0..m {
+                    let wr = &stored[o * n..(o + 1) * n];
+                    want.push(wr.iter().zip(xr).map(|(&a, &c)| a as f64 * c as f64).sum::<f64>());
+                    let mag: f64 = wr.iter().zip(xr).map(|(&a, &c)| (a as f64 * c as f64).abs()).sum();
+                    let act_err = match act {
+                        GgmlType::F32 => 0.0,
+                        GgmlType::F16 => mag * 2f64.powi(-11),
+                        GgmlType::BF16 => mag * 2f64.powi(-8),
+                        _ => {
+                            let blk = if act == GgmlType::Q8_K { 256 } else { 32 };
+                            (0..n / blk)
+                                .map(|k| {
+                                    let r = k * blk..(k + 1) * blk;
+                                    let amax = xr[r.clone()].iter().fold(0f32, |a, &v| a.max(v.abs())) as f64;
+                                    let wsum: f64 = wr[r].iter().map(|&v| (v as f64).abs()).sum();
+                                    wsum * amax / 254.0 * 1.01
+                                })
+                                .sum()
+                        }
+                    };
+                    bounds.push(act_err + 1e-5 * mag + 1e-6);
+                }
+            }
+            assert_close(&format!("matmul {} t={t}", ty.name()), &got, &want, |i| bounds[i]);
+        }
+    }
+}
+
+/// `matmul_many` and `matmul_each` give exactly what separate `matmul` calls give.
+pub fn matmul_groups<B: Backend>(b: &B) {
+    let n = 256;
+    let (a, c) = (values(n * 16, 1), values(n * 8, 2));
+    let ws = Weights::new(&[("a", GgmlType::Q4_K, [n, 16], &a), ("c", GgmlType::Q8_0, [n, 8], &c)]);
+    let (wa, wc) = (ws.load(b, "a", true), ws.load(b, "c", true));
+    for t in [1, 5, 33] {
+        let x = buf(b, t, n, &values(t * n, 7));
+        let y = buf(b, t + 1, n, &values((t + 1) * n, 8));
+        let (mut ra, mut rc, mut ry) = (b.alloc(t, 16), b.alloc(t, 8), b.alloc(t + 1, 16));
+        b.run(|| {
+            b.matmul(&wa, &x, &mut ra);
+            b.matmul(&wc, &x, &mut rc);
+            b.matmul(&wa, &y, &mut ry);
+        });
+        let (mut ga, mut gc, mut gy) = (b.alloc(t, 16), b.alloc(t, 8), b.alloc(t + 1, 16));
+        b.run(|| b.matmul_many(&[&wa, &wc], &x, &mut [&mut ga, &mut gc]));
+        assert_eq!(b.read(&ga), b.read(&ra), "matmul_many a, t={t}");
+        assert_eq!(b.read(&gc), b.read(&rc), "matmul_many c, t={t}");
+        b.run(|| b.matmul_each(&mut [(&wa, &x, &mut ga), (&wa, &y, &mut gy), (&wc, &x, &mut gc)]));
+        assert_eq!(b.read(&ga), b.read(&ra), "matmul_each a·x, t={t}");
+        assert_eq!(b.read(&gy), b.read(&ry), "matmul_each a·y, t={t}");
+        assert_eq!(b.read(&gc), b.read(&rc), "matmul_each c·x, t={t}");
+    }
+}
+
+fn rms_ref(x: &[f32], w: Option<&[f32]>, eps: f32) -> Vec<f64> {
+    let ms = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.len() as f64;
+    let s = 1.0 / (ms + eps as f64).sqrt();
+    x.iter()
+        .enumerate()
+        .map(|(i, &v)| v as f64 * s * w.map_or(1.0, |w| w[i] as f64))
+        .collect()
+}
+
+/// RMS norm with a weight, per row and per head (with and without a weight), and layer norm.
+pub fn norms<B: Backend>(b: &B) {
+    let (rows, n, hd, eps) = (5, 256, 64, 1e-6f32);
+    let wv = values(n, 3);
+    let hv = values(hd, 4);
+    let bv = values(n, 5);
+    let ws = Weights::new(&[
+        ("w", GgmlType::F32, [n, 1], &wv),
+        ("h", GgmlType::F32, [hd, 1], &hv),
+        ("b", GgmlType::F32, [n, 1], &bv),
+    ]);
+    let (w, h, bias) = (ws.load(b, "w", false), ws.load(b, "h", false), ws.load(b, "b", false));
+    let xv: Vec<f32> = values(rows * n, 6).iter().map(|v| v * 4.0).collect();
+    let x = buf(b, rows, n, &xv);
+    let rel = |want: &[f64]| {
+        let w = want.to_vec();
+        move |i: usize| 1e-5 * w[i].abs() + 1e-6
+    };
+    let mut out = b.alloc(rows, n);
+    b.run(|| b.rms_norm(&x, &w, eps, &mut out));
+    let want: Vec<f64> = xv.chunks(n).flat_map(|r| rms_ref(r, Some(&wv), eps)).collect();
+    assert_close("rms_norm", &b.read(&out), &want, rel(&want));
+    for weighted in [true, false] {
+        let mut y = buf(b, rows, n, &xv);
+        b.run(|| b.head_rms_norm(&mut y, weighted.then_some(&h), hd, eps));
+        let want: Vec<f64> = xv
+            .chunks(hd)
+            .flat_map(|r| rms_ref(r, weighted.then_some(&hv[..]), eps))
+            .collect();
+        assert_close(
+            &format!("head_rms_norm weighted={weighted}"),
+            &b.read(&y),
+            &want,
+            rel(&want),
+        );
+    }
+    b.run(|| b.layer_norm(&x, &w, &bias, eps, &mut out));
+    let want: Vec<f64> = xv
+        .chunks(n)
+        .flat_map(|r| {
+            let mean = r.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+            let var = r.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+            let s = 1.0 / (var + eps as f64).sqrt();
+            r.iter().map(move |&v| (v as f64 - mean) * s).collect::<Vec<_>>()
+        })
+        .enumerate()
+        .map(|(i, v)| v * wv[i % n] as f64 + bv[i % n] as f64)
+        .collect();
+    assert_close("layer_norm", &b.read(&out), &want, rel(&want));
+}
+
+/// Rope: NeoX and adjacent-pair rotation, a partial rotation, per-pair frequency factors (Llama 3
+/// scaling, Gemma 4's proportional rope) and linear scaling, at positions up to 3000. ggml builds
+/// θ by repeated f32 multiplication, so θ carries a relative error of up to ~n_dims/2 ulps:
+/// at position p the angle is off by ≲ p·32·2^-24, which bounds the value error.
+pub fn rope<B: Backend>(b: &B) {
+    let (hd, heads) = (64, 3);
+    let positions = [0usize, 1, 7, 511, 3000];
+    for (neox, n_dims, ff, scale) in [
+        (true, 64, None, 1.0f32),
+        (false, 64, None, 1.0),
+        (true, 32, None, 0.25),
+        (
+            true,
+            64,
+            Some((0..32).map(|i| if i < 8 { 1.0 } else { 1e30 }).collect::<Vec<f32>>()),
+            1.0,
+        ),
+    ] {
+        let r = Rope {
+            n_dims,
+            neox,
+            freq_base: 10000.0,
+            freq_scale: scale,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 4096,
+            freq_factors: ff.clone(),
+        };
+        let xv = values(positions.len() * heads * hd, 9);
+        let mut x = buf(b, positions.len(), heads * hd, &xv);
+        b.run(|| b.rope(&mut x, hd, &positions, &r));
+        let mut want = Vec::new();
+        let mut bound = Vec::new();
+        for (pi, &p) in positions.iter().enumerate() {
+            for h in 0..heads {
+                let v = &xv[(pi * heads + h) * hd..(pi * heads + h + 1) * hd];
+                let mut o: Vec<f64> = v.iter().map(|&a| a as f64).collect();
+                for i in 0..n_dims / 2 {
+                    let f = ff.as_ref().map_or(1.0, |f| f[i] as f64);
+                    let theta = p as f64 * (10000f64).powf(-2.0 * i as f64 / n_dims as f64) / f * scale as f64;
+                    let (c, s) = (theta.cos(), theta.sin());
+                    let (a, bb) = if neox { (i, i + n_dims / 2) } else { (2 * i, 2 * i + 1) };
+                    let (x0, x1) = (v[a] as f64, v[bb] as f64);
+                    o[a] = x0 * c - x1 * s;
+                    o[bb] = x0 * s + x1 * c;
+                }
+                want.extend(o);
+                bound.extend(std::iter::repeat_n(1e-6 + p as f64 * 32.0 * 2f64.powi(-24) * 2.0, hd));
+            }
+        }
+        assert_close(&format!("rope neox={neox} n_dims={n_dims}"), &b.read(&x), &want, |i| {
+            bound[i]
+        });
+    }
+}
+
+/// Element-wise ops: GLUs (the tanh GELU through ggml's f16 table: input and output rounded to
+/// f16, 2^-10 relative plus the table's slope), GELU, soft-cap, scale, mul, bias, add.
+pub fn elementwise<B: Backend>(b: &B) {
+    let (rows, n) = (3, 96);
+    let g: Vec<f32> = values(rows * n, 11).iter().map(|v| v * 12.0).collect();
+    let u = values(rows * n, 12);
+    let (gb, ub) = (buf(b, rows, n, &g), buf(b, rows, n, &u));
+    let mut out = b.alloc(rows, n);
+    let gelu = |x: f64| 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * x * (1.0 + 0.044715 * x * x)).tanh());
+    let silu = |x: f64| x / (1.0 + (-x).exp());
+    b.run(|| b.swiglu(&gb, &ub, &mut out));
+    let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &c)| silu(a as f64) * c as f64).collect();
+    assert_close("swiglu", &b.read(&out), &want, |i| 1e-5 * want[i].abs() + 1e-6);
+    b.run(|| b.geglu(&gb, &ub, &mut out));
+    let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &c)| gelu(a as f64) * c as f64).collect();
+    // f16 input rounding moves x by ≤ 2^-11|x| (slope ≤ 1.13), the f16 output by 2^-11.
+    let tol =
+        |i: usize| (g[i].abs() as f64 * 1.13 + gelu(g[i] as f64).abs()) * 2f64.powi(-11) * u[i].abs() as f64 + 1e-6;
+    assert_close("geglu", &b.read(&out), &want, tol);
+    let mut x = buf(b, rows, n, &g);
+    b.run(|| b.gelu_tanh(&mut x));
+    let want: Vec<f64> = g.iter().map(|&a| gelu(a as f64)).collect();
+    assert_close("gelu_tanh", &b.read(&x), &want, |i| {
+        (g[i].abs() as f64 * 1.13 + want[i].abs()) * 2f64.powi(-11) + 1e-6
+    });
+    let mut x = buf(b, rows, n, &g);
+    b.run(|| b.softcap(&mut x, 5.0));
+    let want: Vec<f64> = g.iter().map(|&a| (a as f64 / 5.0).tanh() * 5.0).collect();
+    assert_close("softcap", &b.read(&x), &want, |_| 1e-5);
+    let mut x = buf(b, rows, n, &g);
+    b.run(|| {
+        b.scale(&mut x, 0.5);
+        b.mul(&mut x, &ub);
+        b.add(&mut x, &ub);
+    });
+    let want: Vec<f64> = g
+        .iter()
+        .zip(&u)
+        .map(|(&a, &c)| (a as f64 * 0.5) * c as f64 + c as f64)
+        .collect();
+    assert_close("scale, mul, add", &b.read(&x), &want, |i| 1e-6 * want[i].abs() + 1e-6);
+    let wv = values(n, 13);
+    let ws = Weights::new(&[("w", GgmlType::F32, [n, 1], &wv)]);
+    let w = ws.load(b, "w", false);
+    let mut x = buf(b, rows, n, &g);
+    b.run(|| {
+        b.mul_row(&mut x, &w);
+        b.add_bias(&mut x, &w);
+    });
+    let want: Vec<f64> = g
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| a as f64 * wv[i % n] as f64 + wv[i % n] as f64)
+        .collect();
+    assert_close("mul_row, add_bias", &b.read(&x), &want, |i| 1e-6 * want[i].abs() + 1e-6);
+}
+
+/// Row moves: embedding lookup for several table types, selecting, scattering and the MoE's
+/// weighted sum in slot order.
+pub fn rows<B: Backend>(b: &B) {
+    let (n, v) = (64, 10);
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K] {
+        let n = if ty == GgmlType::Q4_K { 256 } else { n };
+        let tv = values(n * v, 20 + ty as u64);
+        let ws = Weights::new(&[("t", ty, [n, v], &tv)]);
+        let t = ws.load(b, "t", false);
+        let stored = ws.stored("t");
+        let ids = [3u32, 0, 9, 3];
+        let mut out = b.alloc(ids.len(), n);
+        b.get_rows(&t, &ids, &mut out).unwrap();
+        let want: Vec<f64> = ids
+            .iter()
+            .flat_map(|&i| stored[i as usize * n..(i as usize + 1) * n].iter().map(|&x| x as f64))
+            .collect();
+        assert_close(&format!("get_rows {}", ty.name()), &b.read(&out), &want, |_| 0.0);
+        let mut bad = b.alloc(1, n);
+        assert!(
+            b.get_rows(&t, &[v as u32], &mut bad).is_err(),
+            "get_rows past the table"
+        );
+    }
+    let xv = values(6 * n, 30);
+    let x = buf(b, 6, n, &xv);
+    let mut sel = b.alloc(3, n);
+    b.select_rows(&x, &[5, 0, 2], &mut sel);
+    let want: Vec<f64> = [5, 0, 2]
+        .iter()
+        .flat_map(|&r| xv[r * n..(r + 1) * n].iter().map(|&v| v as f64))
+        .collect();
+    assert_close("select_rows", &b.read(&sel), &want, |_| 0.0);
+    let mut dst = buf(b, 6, n, &vec![0.0; 6 * n]);
+    b.scatter_rows(&sel, &[1, 4, 3], &mut dst);
+    let got = b.read(&dst);
+    for (i, &r) in [1usize, 4, 3].iter().enumerate() {
+        let src = [5usize, 0, 2][i];
+        assert_eq!(
+            &got[r * n..(r + 1) * n],
+            &xv[src * n..(src + 1) * n],
+            "scatter_rows row {r}"
+        );
+    }
+    assert!(got[..n].iter().all(|&v| v == 0.0), "scatter_rows left row 0 alone");
+    let weights = [0.25f32, 0.75, 0.5, -1.0, 2.0, 0.125];
+    let mut sum = b.alloc(3, n);
+    b.weighted_sum_rows(&x, &weights, 2, &mut sum);
+    let xv = &xv;
+    let want: Vec<f64> = (0..3)
+        .flat_map(|t| {
+            (0..n).map(move |j| {
+                let a = (xv[2 * t * n + j] * weights[2 * t]) as f64;
+                let c = (xv[(2 * t + 1) * n + j] * weights[2 * t + 1]) as f64;
+                a + c
+            })
+        })
+        .collect();
+    assert_close("weighted_sum_rows", &b.read(&sum), &want, |i| {
+        1e-7 * want[i].abs() + 1e-7
+    });
+}
+
+/// Softmax attention of a whole step in one call: several sequences of different lengths after
+/// earlier positions, GQA, a sliding window, a layer with its own head size, long runs (the tiled
+/// path) and decode rows, F16 and Q8_0 caches. Reference: exact softmax over the cache's rounded
+/// K/V. Bounds: the tiled f32 path 2e-5 relative; the per-row path rounds Q to f16 and accumulates
+/// V in f16 (2^-11 per step): 5e-3; Q8_0 caches quantize Q to Q8_0 as well: 2e-2.
+pub fn attention<B: Backend>(b: &B) {
+    for ty in [KvType::F16, KvType::Q8_0] {
+        let (n_head, n_kv, hd) = (4, 2, 64);
+        let layers = [
+            KvLayer::own(n_kv * hd, n_kv * hd, None),
+            KvLayer::own(n_kv * 32, n_kv * 32, Some(20)),
+        ];
+        // (pos0, rows) per sequence: a long prefill, a decode row, a short chunk.
+        let seqs = [(0usize, 70usize), (40, 1), (10, 9)];
+        for (layer, l_hd) in [(0usize, hd), (1, 32)] {
+            let window = layers[layer].window;
+            let kvd = n_kv * l_hd;
+            let mut kvs: Vec<B::Kv> = seqs.iter().map(|_| b.alloc_kv(&layers, 128, ty).unwrap()).collect();
+            let mut refs = Vec::new();
+            for (s, (&(pos0, rows), kv)) in seqs.iter().zip(kvs.iter_mut()).enumerate() {
+                let total = pos0 + rows;
+                let kv_vals = values(total * kvd, 40 + s as u64);
+                let vv_vals = values(total * kvd, 50 + s as u64);
+                let k = buf(b, total, kvd, &kv_vals);
+                let v = buf(b, total, kvd, &vv_vals);
+                b.store_kv(kv, layer, 0, &k, &v, 0..total);
+                refs.push((kv_vals, vv_vals));
+            }
+            let total_rows: usize = seqs.iter().map(|s| s.1).sum();
+            let qv = values(total_rows * n_head * l_hd, 60);
+            let q = buf(b, total_rows, n_head * l_hd, &qv);
+            let mut row0 = 0;
+            let runs: Vec<(&B::Kv, AttnArgs)> = seqs
+                .iter()
+                .zip(&kvs)
+                .map(|(&(pos0, rows), kv)| {
+                    let a = AttnArgs {
+                        layer,
+                        row0,
+                        rows,
+                        pos0,
+                        n_head,
+                        n_kv_head: n_kv,
+                        head_dim: l_hd,
+                        scale: 0.125,
+                        window,
+                        causal: true,
+                    };
+                    row0 += rows;
+                    (kv, a)
+                })
+                .collect();
+            let mut out = b.alloc(total_rows, n_head * l_hd);
+            b.run(|| b.attention(&q, &runs, &mut out));
+            let got = b.read(&out);
+            let round = |x: f32| -> f64 {
+                match ty {
+                    KvType::F16 => quant::fp::f16_to_f32(quant::fp::f32_to_f16(x)) as f64,
+                    KvType::Q8_0 => x as f64,
+                }
+            };
+            for (si, (&(pos0, rows), (kr, vr))) in seqs.iter().zip(&refs).enumerate() {
+                let row0 = runs[si].1.row0;
+                // The cache's values as stored.
+                let (kq, vq): (Vec<f64>, Vec<f64>) = match ty {
+                    KvType::F16 => (
+                        kr.iter().map(|&x| round(x)).collect(),
+                        vr.iter().map(|&x| round(x)).collect(),
+                    ),
+                    KvType::Q8_0 => {
+                        let d = |v: &[f32]| -> Vec<f64> {
+                            let bytes = quant::quantize(GgmlType::Q8_0, v, kvd, None).unwrap();
+                            quant::dequantize(GgmlType::Q8_0, &bytes, v.len())
+                                .unwrap()
+                                .iter()
+                                .map(|&x| x as f64)
+                                .collect()
+                        };
+                        (d(kr), d(vr))
+                    }
+                };
+                for i in 0..rows {
+                    let p = pos0 + i;
+                    let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
+                    for h in 0..n_head {
+                        let kh = h / (n_head / n_kv);
+                        let qr = &qv[(row0 + i) * n_head * l_hd + h * l_hd..][..l_hd];
+                        let scores: Vec<f64> = (lo..=p)
+                            .map(|j| {
+                                (0..l_hd)
+                                    .map(|d| qr[d] as f64 * kq[j * kvd + kh * l_hd + d])
+                                    .sum::<f64>()
+                                    * 0.125
+                            })
+                            .collect();
+                        let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let e: Vec<f64> = scores.iter().map(|s| (s - mx).exp()).collect();
+                        let z: f64 = e.iter().sum();
+                        let tol = match (ty, rows >= 64) {
+                            (KvType::F16, true) => 2e-5,
+                            (KvType::F16, false) => 5e-3,
+                            (KvType::Q8_0, _) => 2e-2,
+                        };
+                        for d in 0..l_hd {
+                            let want: f64 = (lo..=p)
+                                .zip(&e)
+                                .map(|(j, w)| w * vq[j * kvd + kh * l_hd + d])
+                                .sum::<f64>()
+                                / z;
+                            let g = got[(row0 + i) * n_head * l_hd + h * l_hd + d] as f64;
+                            assert!(
+                                (g - want).abs() <= tol * want.abs().max(0.1),
+                                "attention {ty:?} layer {layer} seq {si} row {i} head {h} dim {d}: {g} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every op body on one backend.
+pub fn all<B: Backend>(b: &B) {
+    matmul(b);
+    matmul_groups(b);
+    norms(b);
+    rope(b);
+    elementwise(b);
+    rows(b);
+    attention(b);
+}
+
+#[cfg(test)]
+mod cpu {
+    use crate::backend::cpu::Cpu;
+
+    fn cpu() -> Cpu {
+        Cpu::new(2).unwrap()
+    }
+
+    #[test]
+    fn matmul() {
+        super::matmul(&cpu());
+    }
+    #[test]
+    fn matmul_groups() {
+        super::matmul_groups(&cpu());
+    }
+    #[test]
+    fn norms() {
+        super::norms(&cpu());
+    }
+    #[test]
+    fn rope() {
+        super::rope(&cpu());
+    }
+    #[test]
+    fn elementwise() {
+        super::elementwise(&cpu());
+    }
+    #[test]
+    fn rows() {
+        super::rows(&cpu());
+    }
+    #[test]
+    fn attention() {
+        super::attention(&cpu());
+    }
+    /// The exact-activation mode (encoders) multiplies through its own GEMM path.
+    #[test]
+    fn matmul_exact_activations() {
+        let b = Cpu::new(2).unwrap().with_exact_activations();
+        super::matmul(&b);
+    }
+}
