@@ -121,10 +121,10 @@ fn completions_tokenize_models_metrics() {
     assert!(m.contains("hf2q_time_to_first_token_seconds_count 1"), "{m}");
     assert!(m.contains("hf2q_request_duration_seconds_count 1"), "{m}");
     assert!(m.contains("hf2q_inter_token_latency_seconds_count"), "{m}");
-    // The completion's 5 prompt + 8 generated tokens (minus the last, never fed) stay cached;
-    // nothing is in use by a request any more.
+    // The completion's 5 prompt + 8 generated tokens (minus the last, never fed) stay cached in
+    // one page of 64 positions; nothing is in use by a request any more.
     assert!(
-        m.contains("hf2q_kv_cached_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 12"),
+        m.contains("hf2q_kv_cached_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 64"),
         "{m}"
     );
     assert!(
@@ -765,7 +765,8 @@ fn kv_persist_survives_kill_9_during_writes() {
 }
 
 /// One KV budget for all slots: a request that can never fit is refused naming the budget; two
-/// that cannot run together run one after the other, each with its own unchanged reply.
+/// that cannot run together run one after the other, each with its own unchanged reply. The pool
+/// hands out pages of 64 positions, so a budget of 300 positions holds 4 pages (256).
 #[test]
 fn kv_budget_is_shared_and_never_truncates() {
     let s = std::sync::Arc::new(Server::start(&[
@@ -787,10 +788,10 @@ fn kv_budget_is_shared_and_never_truncates() {
     open_ended.as_object_mut().unwrap().remove("max_tokens");
     let (st, r) = s.json("POST", "/v1/chat/completions", open_ended, None);
     assert_eq!(st, 200, "{r}");
-    assert!(r["usage"]["total_tokens"].as_u64().unwrap() <= 300, "{r}");
+    assert!(r["usage"]["total_tokens"].as_u64().unwrap() <= 256, "{r}");
 
     let short = |topic: &str| json!({"temperature": 0, "max_tokens": 140, "messages": [{"role": "user", "content": format!("Write about {topic}.")}]});
-    // Alone first (reference replies), then both at once: 2 × (prompt + 140) > 300 positions.
+    // Alone first (reference replies), then both at once: 2 × (prompt + 140) > 256 positions.
     let alone: Vec<String> = ["owls", "tides"]
         .iter()
         .map(|t| reply(&s.json("POST", "/v1/chat/completions", short(t), None).1).0)
@@ -819,9 +820,9 @@ fn kv_budget_is_shared_and_never_truncates() {
             .unwrap()
     };
     let used = sample("hf2q_kv_tokens{") + sample("hf2q_kv_cached_tokens{");
-    assert!(used <= 300, "KV positions held {used} exceed the budget");
+    assert!(used <= 256, "KV positions held {used} exceed the budget");
     assert!(
-        m.contains("hf2q_kv_capacity_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 300"),
+        m.contains("hf2q_kv_capacity_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 256"),
         "{m}"
     );
 }

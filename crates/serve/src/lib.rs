@@ -272,15 +272,19 @@ fn load_models(state: &AppState) -> Result<(), String> {
                     .model
                     .new_kv(1, engine::backend::KvType::F16)
                     .map_err(|e| e.to_string())?;
-                b.positions(engine::backend::Backend::kv_position_bytes(
-                    m.model.backend().as_ref(),
-                    &probe,
-                ))
+                b.positions(
+                    engine::backend::Backend::kv_page_bytes(m.model.backend().as_ref(), &probe) / engine::model::PAGE,
+                )
             }
             None => state.cfg.parallel.max(1) * n_ctx,
         };
+        // The pool hands out whole pages: the budget is the pages it holds.
+        let kv_budget = kv_budget / engine::model::PAGE * engine::model::PAGE;
         if kv_budget == 0 {
-            return Err(format!("--kv-budget is smaller than one KV position of model {id}"));
+            return Err(format!(
+                "--kv-budget is smaller than one KV page ({} positions) of model {id}",
+                engine::model::PAGE
+            ));
         }
         let limits = worker::Limits {
             parallel: state.cfg.parallel,

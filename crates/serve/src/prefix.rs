@@ -1,7 +1,8 @@
-//! The prefix cache shared by a model's slots: KV rows of prompt prefixes in blocks of
-//! [`BLOCK`] tokens, found by a chain hash (block `i`'s key hashes the model fingerprint, block
-//! `i - 1`'s key and block `i`'s tokens, so a key stands for the whole prefix up to it). Blocks
-//! are kept in memory with least-recently-used eviction (the scheduler evicts within the KV
+//! The prefix cache shared by a model's slots: KV pages of prompt prefixes, one page per block of
+//! [`BLOCK`] tokens (the KV pool's page size), found by a chain hash (block `i`'s key hashes the model fingerprint, block
+//! `i - 1`'s key and block `i`'s tokens, so a key stands for the whole prefix up to it). In
+//! memory a block is a reference to the page a finished request filled: a hit maps that page into
+//! the new request's cache, nothing is copied. Blocks are kept with least-recently-used eviction (the scheduler evicts within the KV
 //! budget) and, with `--kv-persist DIR`, also on disk: one file per block, written to a temporary
 //! name, synced and renamed (a crash never leaves a half-written block under a real name), with
 //! a SHA-256 over the whole file checked before a block is used; corrupt or foreign files are
@@ -15,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 
-/// Tokens per cached block.
-pub const BLOCK: usize = 64;
+/// Tokens per cached block: one page of the KV pool.
+pub const BLOCK: usize = engine::model::PAGE;
 
 pub type Key = [u8; 32];
 
@@ -45,9 +46,16 @@ fn hex(k: &Key) -> String {
     k.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-struct Entry {
-    data: Arc<Vec<u8>>,
+struct Entry<P> {
+    page: P,
     used: u64,
+}
+
+/// A found block: a page in memory, or a block's bytes read from disk (for the caller to write
+/// into its cache and hand back with [`PrefixStore::adopt`]).
+pub enum Hit<P> {
+    Page(P),
+    Disk(Vec<u8>),
 }
 
 /// What is on disk: key → (file bytes, last use).
@@ -59,10 +67,10 @@ struct Persist {
     writer: Sender<(Key, Vec<u32>, Arc<Vec<u8>>)>,
 }
 
-/// Blocks in memory (and on disk with persistence) for one model.
-pub struct PrefixStore {
+/// Blocks in memory (and on disk with persistence) for one model; `P` is the KV pool's page.
+pub struct PrefixStore<P> {
     fingerprint: Key,
-    entries: HashMap<Key, Entry>,
+    entries: HashMap<Key, Entry<P>>,
     tick: u64,
     persist: Option<Persist>,
     /// Blocks loaded from disk / found corrupt there (for metrics and tests).
@@ -70,8 +78,8 @@ pub struct PrefixStore {
     pub disk_rejected: u64,
 }
 
-impl PrefixStore {
-    pub fn new(fingerprint: Key) -> PrefixStore {
+impl<P: Clone> PrefixStore<P> {
+    pub fn new(fingerprint: Key) -> PrefixStore<P> {
         PrefixStore {
             fingerprint,
             entries: HashMap::new(),
@@ -85,7 +93,7 @@ impl PrefixStore {
     /// Keep blocks in `dir` too (created if needed), at most `max_bytes` of them. Existing files
     /// are checked now: temporary leftovers, unreadable, corrupt or other models' blocks are
     /// deleted; valid ones become available to every slot.
-    pub fn with_persistence(mut self, dir: &Path, max_bytes: u64) -> std::io::Result<PrefixStore> {
+    pub fn with_persistence(mut self, dir: &Path, max_bytes: u64) -> std::io::Result<PrefixStore<P>> {
         // One subdirectory per model, so models sharing DIR never see each other's blocks.
         let dir = &model_dir(dir, &self.fingerprint);
         std::fs::create_dir_all(dir)?;
@@ -163,14 +171,13 @@ impl PrefixStore {
                 .is_some_and(|p| p.index.lock().unwrap_or_else(|e| e.into_inner()).contains_key(key))
     }
 
-    /// The rows of block `key` whose tokens are `tokens`, from memory or disk (then kept in
-    /// memory; the caller makes room first). A disk block that fails its checks is deleted and
-    /// reported as missing.
-    pub fn get(&mut self, key: &Key, tokens: &[u32]) -> Option<Arc<Vec<u8>>> {
+    /// Block `key` whose tokens are `tokens`: its page from memory, or its bytes from disk. A disk
+    /// block that fails its checks is deleted and reported as missing.
+    pub fn get(&mut self, key: &Key, tokens: &[u32]) -> Option<Hit<P>> {
         self.tick += 1;
         if let Some(e) = self.entries.get_mut(key) {
             e.used = self.tick;
-            return Some(e.data.clone());
+            return Some(Hit::Page(e.page.clone()));
         }
         let p = self.persist.as_ref()?;
         if !p.index.lock().unwrap_or_else(|e| e.into_inner()).contains_key(key) {
@@ -180,7 +187,6 @@ impl PrefixStore {
         match read_block(&path, &self.fingerprint, key) {
             Ok((toks, data)) if toks == tokens => {
                 self.disk_hits += 1;
-                let data = Arc::new(data);
                 if let Some(v) = p.index.lock().unwrap_or_else(|e| e.into_inner()).get_mut(key) {
                     v.1 = self.tick;
                 }
@@ -189,14 +195,7 @@ impl PrefixStore {
                     .append(true)
                     .open(&path)
                     .and_then(|f| f.set_modified(std::time::SystemTime::now()));
-                self.entries.insert(
-                    *key,
-                    Entry {
-                        data: data.clone(),
-                        used: self.tick,
-                    },
-                );
-                Some(data)
+                Some(Hit::Disk(data))
             }
             // A valid block whose tokens are not the caller's: not this prefix (kept on disk).
             Ok(_) => None,
@@ -210,17 +209,23 @@ impl PrefixStore {
         }
     }
 
-    /// Keep block `key` (the rows of `tokens`); also written to disk with persistence.
-    pub fn insert(&mut self, key: Key, tokens: &[u32], data: Vec<u8>) {
+    /// Keep the page a disk block was loaded into (it is on disk already).
+    pub fn adopt(&mut self, key: Key, page: P) {
         self.tick += 1;
-        let data = Arc::new(data);
+        self.entries.insert(key, Entry { page, used: self.tick });
+    }
+
+    /// Keep block `key` (the page holding `tokens`' K/V); with persistence it is also written to
+    /// disk, as the bytes `data` gives (called only then).
+    pub fn insert(&mut self, key: Key, tokens: &[u32], page: P, data: impl FnOnce() -> Vec<u8>) {
+        self.tick += 1;
         if let Some(p) = &self.persist {
             let on_disk = p.index.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key);
             if !on_disk {
-                let _ = p.writer.send((key, tokens.to_vec(), data.clone()));
+                let _ = p.writer.send((key, tokens.to_vec(), Arc::new(data())));
             }
         }
-        self.entries.insert(key, Entry { data, used: self.tick });
+        self.entries.insert(key, Entry { page, used: self.tick });
     }
 
     /// Drop the least recently used block from memory (it stays on disk); false when empty.
@@ -393,9 +398,11 @@ mod tests {
         let toks: Vec<u32> = (0..3 * BLOCK as u32).collect();
         let keys = chain_keys(&fp, &toks);
         {
-            let mut s = PrefixStore::new(fp).with_persistence(root.path(), 1 << 30).unwrap();
+            let mut s = PrefixStore::<()>::new(fp)
+                .with_persistence(root.path(), 1 << 30)
+                .unwrap();
             for (i, k) in keys.iter().enumerate() {
-                s.insert(*k, &toks[i * BLOCK..(i + 1) * BLOCK], vec![i as u8; 4096]);
+                s.insert(*k, &toks[i * BLOCK..(i + 1) * BLOCK], (), || vec![i as u8; 4096]);
             }
         }
         // The writer thread finishes when the store (its sender) is gone.
@@ -410,10 +417,15 @@ mod tests {
         b[200] ^= 0xff;
         std::fs::write(&bad, b).unwrap();
 
-        let mut s = PrefixStore::new(fp).with_persistence(root.path(), 1 << 30).unwrap();
+        let mut s = PrefixStore::<()>::new(fp)
+            .with_persistence(root.path(), 1 << 30)
+            .unwrap();
         assert_eq!(s.disk_rejected, 1);
         assert!(s.contains(&keys[0]) && !s.contains(&keys[1]) && s.contains(&keys[2]));
-        assert_eq!(s.get(&keys[0], &toks[..BLOCK]).unwrap().as_slice(), &[0u8; 4096][..]);
+        match s.get(&keys[0], &toks[..BLOCK]) {
+            Some(Hit::Disk(d)) => assert_eq!(d.as_slice(), &[0u8; 4096][..]),
+            _ => panic!("block 0 is on disk"),
+        }
         // The key's tokens must match too.
         assert!(s.get(&keys[2], &toks[..BLOCK]).is_none());
         let names: Vec<String> = std::fs::read_dir(&dir)
@@ -422,7 +434,7 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 2, "the corrupt block and the leftover are gone: {names:?}");
         // A different model sees nothing (and deletes nothing).
-        let other = PrefixStore::new([2u8; 32])
+        let other = PrefixStore::<()>::new([2u8; 32])
             .with_persistence(root.path(), 1 << 30)
             .unwrap();
         assert!(!other.contains(&keys[0]));

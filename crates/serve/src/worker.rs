@@ -3,14 +3,16 @@
 //! in one batched forward, so active streams keep flowing while new prompts are read. A request whose
 //! client went away is dropped at the next step (its channel is closed) and frees its slot.
 //!
-//! KV memory: every slot may use the full context, but all slots and the prefix cache share one
-//! budget of positions (`--kv-budget`). A request reserves `prompt + max_tokens` positions when it
-//! is admitted (so it never runs out mid-reply); when the budget is short, least recently used
-//! prefix-cache blocks and idle slots' kept tokens are given up, and if that is not enough the
-//! request waits at the head of the queue until running ones finish; a request that could never
-//! fit fails with an error naming the budget. A new request goes to the idle slot whose kept tokens
-//! share the longest prefix with its prompt, then takes further whole blocks of its prompt from the
-//! prefix cache (filled by every finished request, see `prefix.rs`); both count in `cached_tokens`.
+//! KV memory: all slots of a model draw pages of 64 positions from one pool, and the pool's live
+//! pages are what the budget (`--kv-budget`) counts; a page held by several slots and the prefix
+//! cache counts once. A request reserves `prompt + max_tokens` positions when it is admitted (so it
+//! never runs out mid-reply); when the budget is short, least recently used prefix-cache blocks and
+//! idle slots' kept tokens are given up, and if that is not enough the request waits at the head of
+//! the queue until running ones finish; a request that could never fit fails with an error naming
+//! the budget. A new request goes to the idle slot whose kept tokens share the longest prefix with
+//! its prompt, then maps further whole blocks of its prompt from the prefix cache: pages that
+//! finished requests handed over (see `prefix.rs`), shared, not copied; both count in
+//! `cached_tokens`.
 
 use crate::error::ApiError;
 use engine::backend::cpu::Cpu;
@@ -22,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::prefix::{chain_keys, PrefixStore, BLOCK};
+use crate::prefix::{chain_keys, Hit, PrefixStore, BLOCK};
 use engine::backend::Backend;
 
 pub enum Event {
@@ -169,7 +171,7 @@ impl Worker {
         id: String,
         model: Arc<LoadedModel<Cpu>>,
         limits: Limits,
-        store: PrefixStore,
+        store: PrefixStore<Page>,
     ) -> engine::Result<Worker> {
         let queue = Arc::new(JobQueue {
             jobs: Mutex::new(VecDeque::new()),
@@ -179,11 +181,16 @@ impl Worker {
         let alive = Arc::new(AtomicBool::new(true));
         let active = Arc::new(AtomicUsize::new(0));
         let backend = model.model.backend().clone();
-        let mut slots = Vec::new();
+        let mut slots: Vec<Slot> = Vec::new();
+        // One pool for all slots: positions are allocated as requests reserve them.
+        let mut first = model.model.new_kv(limits.n_ctx, KvType::F16)?;
+        backend.kv_release(&mut first, 0);
+        let mut first = Some(first);
         for _ in 0..limits.parallel.max(1) {
-            let mut kv = model.model.new_kv(limits.n_ctx, KvType::F16)?;
-            // Positions are allocated as requests reserve them.
-            backend.kv_release(&mut kv, 0);
+            let kv = match first.take() {
+                Some(kv) => kv,
+                None => backend.kv_sibling(&slots[0].kv, limits.n_ctx),
+            };
             slots.push(Slot {
                 kv,
                 n_ctx: limits.n_ctx,
@@ -316,10 +323,18 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// A page of the KV pool.
+type Page = <Cpu as Backend>::Page;
+
+/// Whole pages for `positions`, in positions.
+fn paged(positions: usize) -> usize {
+    positions.next_multiple_of(BLOCK)
+}
+
 /// The engine thread's state: slots, the prefix cache and the KV budget they share.
 struct Sched {
     slots: Vec<Slot>,
-    store: PrefixStore,
+    store: PrefixStore<Page>,
     /// Positions the slots' allocations and the cache's blocks may take together.
     budget: usize,
     tick: u64,
@@ -328,9 +343,9 @@ struct Sched {
 }
 
 impl Sched {
-    /// Positions held now: every slot's allocation and the cached blocks.
+    /// Positions held now: the pool's live pages (slots' and the prefix cache's, each once).
     fn used(&self, b: &Cpu) -> usize {
-        self.slots.iter().map(|s| b.kv_capacity(&s.kv)).sum::<usize>() + self.store.len() * BLOCK
+        b.kv_live_pages(&self.slots[0].kv) * BLOCK
     }
 
     /// Positions reserved by running requests.
@@ -367,15 +382,17 @@ impl Sched {
         }
     }
 
-    /// Keep the whole blocks of a slot's tokens in the prefix cache (those not there yet), then
-    /// shrink its allocation to the tokens it keeps.
+    /// Hand the pages of a slot's whole blocks to the prefix cache (those not there yet; shared,
+    /// not copied), then shrink its allocation to the tokens it keeps.
     fn retire(&mut self, b: &Cpu, i: usize) {
         let s = &mut self.slots[i];
         let keys = chain_keys(self.store.fingerprint(), &s.tokens);
         for (j, key) in keys.iter().enumerate() {
             if !self.store.contains(key) {
-                let data = b.kv_export(&s.kv, j * BLOCK..(j + 1) * BLOCK);
-                self.store.insert(*key, &s.tokens[j * BLOCK..(j + 1) * BLOCK], data);
+                let page = b.kv_page(&s.kv, j);
+                let data = || b.page_data(&page);
+                self.store
+                    .insert(*key, &s.tokens[j * BLOCK..(j + 1) * BLOCK], page.clone(), data);
             }
         }
         b.kv_release(&mut s.kv, s.tokens.len());
@@ -427,7 +444,9 @@ fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, queue: &JobQueue, gauges: &Gaug
         // KV figures first: a reader who sees the slot idle also sees its memory given back.
         let active = sc.active(&b);
         gauges.kv_active.store(active, Ordering::Release);
-        gauges.kv_cached.store(sc.used(&b) - active, Ordering::Release);
+        gauges
+            .kv_cached
+            .store(sc.used(&b).saturating_sub(active), Ordering::Release);
         gauges.prefix_blocks.store(sc.store.len(), Ordering::Release);
         gauges.active.store(
             sc.slots.iter().filter(|s| s.active.is_some()).count(),
@@ -454,7 +473,7 @@ fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
     let need = (job.prompt.len() + job.params.max_tokens)
         .min(n_ctx)
         .max(job.prompt.len());
-    if need > sc.budget {
+    if paged(need) > sc.budget {
         let e = ApiError::bad_request(format!(
             "this request needs {need} KV cache positions ({} prompt tokens + max_tokens), more than the \
              server's KV budget of {} (--kv-budget)",
@@ -474,7 +493,7 @@ fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
         .max_by_key(|&(_, c)| c)
         .expect("admit is called with an idle slot");
     let have = b.kv_capacity(&sc.slots[best].kv);
-    if !sc.make_room(b, need.saturating_sub(have), best) {
+    if !sc.make_room(b, paged(need).saturating_sub(paged(have)), best) {
         return Admit::Wait(Box::new(job));
     }
     let decoding = match Decoding::new(&job.params, &job.prompt) {
@@ -498,7 +517,9 @@ fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
         job.send(Event::Error(e.into()));
         return Admit::Refused;
     }
-    // Whole blocks beyond what the slot kept, from the prefix cache, as long as they continue it.
+    // Whole blocks beyond what the slot kept, from the prefix cache, as long as they continue it:
+    // pages in memory are mapped (the private page reserved there is dropped), blocks on disk are
+    // read into the slot's page, which the cache then keeps.
     let keys = chain_keys(sc.store.fingerprint(), &job.prompt);
     let mut cached = from_slot;
     for (j, key) in keys.iter().enumerate().skip(from_slot / BLOCK) {
@@ -506,10 +527,18 @@ fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
         if end > need {
             break;
         }
-        let Some(data) = sc.store.get(key, &job.prompt[j * BLOCK..end]) else {
-            break;
+        let ok = match sc.store.get(key, &job.prompt[j * BLOCK..end]) {
+            None => false,
+            Some(Hit::Page(page)) => b.kv_map(&mut slot.kv, j, &page).is_ok(),
+            Some(Hit::Disk(data)) => {
+                let ok = b.kv_import(&mut slot.kv, j * BLOCK, &data).is_ok();
+                if ok {
+                    sc.store.adopt(*key, b.kv_page(&slot.kv, j));
+                }
+                ok
+            }
         };
-        if b.kv_import(&mut slot.kv, j * BLOCK, &data).is_err() {
+        if !ok {
             break;
         }
         cached = cached.max(end);
@@ -547,11 +576,21 @@ fn step(
             feeds.push((i, vec![t], true));
         }
     }
+    // Prompts are fed in chunks that end at multiples of the chunk size, whatever else runs: a
+    // chunk that does not fit in this step's room waits for the next step (unless no prompt was
+    // fed yet), so a prompt is cut the same way alone and in company and replies do not depend on
+    // the batch.
+    let mut prefilled = false;
     for (i, s) in slots.iter().enumerate() {
         let Some(a) = &s.active else { continue };
-        if a.next.is_none() && a.fed < a.job.prompt.len() && budget > 0 {
-            let n = (a.job.prompt.len() - a.fed).min(budget);
-            budget -= n;
+        if a.next.is_none() && a.fed < a.job.prompt.len() {
+            let chunk_end = (a.fed / prefill_chunk.max(1) + 1) * prefill_chunk.max(1);
+            let n = a.job.prompt.len().min(chunk_end) - a.fed;
+            if n > budget && prefilled {
+                continue;
+            }
+            budget = budget.saturating_sub(n);
+            prefilled = true;
             let last = a.fed + n == a.job.prompt.len();
             feeds.push((i, a.job.prompt[a.fed..a.fed + n].to_vec(), last));
         }

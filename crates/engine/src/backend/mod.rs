@@ -85,6 +85,8 @@ pub trait Backend: Send + Sync + 'static {
     type Weight: Send + Sync;
     type Buf: Send + Sync;
     type Kv: Send + Sync;
+    /// A page of a KV pool, shared by reference counting.
+    type Page: Send + Sync + Clone;
 
     fn name(&self) -> String;
     /// Run `f` (a forward step) on this backend's workers.
@@ -98,20 +100,31 @@ pub trait Backend: Send + Sync + 'static {
     fn alloc(&self, rows: usize, cols: usize) -> Self::Buf;
     fn shape(&self, b: &Self::Buf) -> (usize, usize);
     /// A cache of up to `n_ctx` positions laid out per layer (a layer that shares another's cache
-    /// stores nothing).
+    /// stores nothing), in a pool of its own, with all its positions allocated.
     fn alloc_kv(&self, layers: &[crate::model::KvLayer], n_ctx: usize, ty: KvType) -> crate::Result<Self::Kv>;
+    /// An empty cache of up to `n_ctx` positions in the pool of `kv` (pages can be shared between
+    /// the sequences of a pool, and their live pages are counted together).
+    fn kv_sibling(&self, kv: &Self::Kv, n_ctx: usize) -> Self::Kv;
     /// Positions the cache can hold now (allocated); at most its `n_ctx`.
     fn kv_capacity(&self, kv: &Self::Kv) -> usize;
     /// Grow the allocation to hold at least `positions` (up to `n_ctx`); existing rows are kept.
     fn kv_reserve(&self, kv: &mut Self::Kv, positions: usize) -> crate::Result<()>;
-    /// Shrink the allocation to `positions` (rows past it are dropped), returning memory.
+    /// Shrink the allocation to the pages holding `positions` (pages shared with other holders stay
+    /// alive for them).
     fn kv_release(&self, kv: &mut Self::Kv, positions: usize);
-    /// Bytes one position takes in the cache, all layers, K and V.
-    fn kv_position_bytes(&self, kv: &Self::Kv) -> usize;
-    /// The K and V rows of positions `range`, all layers, as bytes (for prefix caching).
-    fn kv_export(&self, kv: &Self::Kv, range: std::ops::Range<usize>) -> Vec<u8>;
-    /// Write rows exported by [`Backend::kv_export`] from a cache of the same model and type at
-    /// positions `pos0 ..`; the capacity must already hold them.
+    /// Bytes of one page ([`crate::model::PAGE`] positions, all layers, K and V).
+    fn kv_page_bytes(&self, kv: &Self::Kv) -> usize;
+    /// Pages alive in the pool of `kv` (each counted once however many hold it).
+    fn kv_live_pages(&self, kv: &Self::Kv) -> usize;
+    /// The page holding block `block` of the cache (shared, not copied).
+    fn kv_page(&self, kv: &Self::Kv, block: usize) -> Self::Page;
+    /// Hold `page` (from the same pool) as block `block`; blocks before it must be allocated.
+    /// A later write into a shared page copies it first.
+    fn kv_map(&self, kv: &mut Self::Kv, block: usize, page: &Self::Page) -> crate::Result<()>;
+    /// A page's bytes (for `--kv-persist`).
+    fn page_data(&self, page: &Self::Page) -> Vec<u8>;
+    /// Write whole pages' bytes (as [`Backend::page_data`] gives them, from a cache of the same
+    /// model and type) at positions `pos0 ..` (a page boundary); the capacity must hold them.
     fn kv_import(&self, kv: &mut Self::Kv, pos0: usize, data: &[u8]) -> crate::Result<()>;
 
     /// Rows of an embedding table (any weight type), one per id.
@@ -196,6 +209,13 @@ pub trait Backend: Send + Sync + 'static {
     fn weighted_sum_rows(&self, src: &Self::Buf, weights: &[f32], k_per: usize, out: &mut Self::Buf);
     /// Set the logical shape (rows, cols) of a buffer within its capacity.
     fn reshape(&self, x: &mut Self::Buf, rows: usize, cols: usize);
+    /// The products that follow run over rows belonging to sequences of these lengths, in order
+    /// (a step's tokens, or its logits rows): where a kernel's summation order depends on how many
+    /// rows it multiplies together, each sequence gets the order it would get alone, so batching
+    /// never changes a reply. Products over another number of rows are one run.
+    fn set_runs(&self, runs: &[usize]) {
+        let _ = runs;
+    }
     /// `x += y`.
     fn add(&self, x: &mut Self::Buf, y: &Self::Buf);
     /// Copy a buffer to the host.

@@ -7,6 +7,10 @@ use crate::{EngineError, Result};
 use std::any::Any;
 use std::sync::Arc;
 
+/// Positions per page of a KV pool, and per block of the prefix cache (the same unit, so a cached
+/// block is one shared page).
+pub const PAGE: usize = 64;
+
 /// Which rows of a sequence's step produce logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Logits {
@@ -148,4 +152,22 @@ pub(crate) fn output_rows<B: Backend>(seqs: &[SeqStep<'_, B>]) -> Vec<usize> {
         row0 += n;
     }
     rows
+}
+
+/// Rows per sequence of the step, and logits rows per sequence (for `Backend::set_runs`).
+pub(crate) fn runs<B: Backend>(seqs: &[SeqStep<'_, B>]) -> (Vec<usize>, Vec<usize>) {
+    let rows = seqs.iter().map(|q| q.tokens.len()).collect();
+    let logits = seqs
+        .iter()
+        .map(|q| {
+            let n = q.tokens.len();
+            match q.logits {
+                Logits::None => 0,
+                Logits::Last => usize::from(n > 0),
+                Logits::All => n,
+                Logits::From(i) => n.saturating_sub(i),
+            }
+        })
+        .collect();
+    (rows, logits)
 }

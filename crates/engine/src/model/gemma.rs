@@ -437,6 +437,8 @@ impl<B: Backend> Gemma<B> {
         let eps = self.eps;
         let e = self.info.n_embd;
         let (ids, positions) = batch::ids_positions(seqs);
+        let (row_runs, logit_runs) = batch::runs(seqs);
+        b.set_runs(&row_runs);
         let all: Vec<usize> = (0..ids.len()).collect();
         b.get_rows(&self.tok_embd, &ids, &mut s.x)?;
         b.scale(&mut s.x, (e as f32).sqrt());
@@ -550,6 +552,7 @@ impl<B: Backend> Gemma<B> {
             return Ok(Vec::new());
         }
         b.select_rows(&s.x, &rows, &mut s.sel);
+        b.set_runs(&logit_runs);
         b.rms_norm(&s.sel, &self.output_norm, eps, &mut s.seln);
         dump.put(b, "result_norm", &s.seln);
         b.matmul(self.output.as_ref().unwrap_or(&self.tok_embd), &s.seln, &mut s.logits);

@@ -192,6 +192,8 @@ impl<B: Backend> Llama<B> {
         let b = &*self.backend;
         let hd = p.head_dim;
         let (ids, positions) = batch::ids_positions(seqs);
+        let (row_runs, logit_runs) = batch::runs(seqs);
+        b.set_runs(&row_runs);
         b.get_rows(&self.tok_embd, &ids, &mut s.x)?;
         let mut dump = crate::debug::Dump::from_env();
         let shape = AttnShape {
@@ -259,6 +261,7 @@ impl<B: Backend> Llama<B> {
             return Ok(Vec::new());
         }
         b.select_rows(&s.x, &rows, &mut s.sel);
+        b.set_runs(&logit_runs);
         b.rms_norm(&s.sel, &self.output_norm, p.eps, &mut s.seln);
         b.matmul(self.output.as_ref().unwrap_or(&self.tok_embd), &s.seln, &mut s.logits);
         dump.put(b, "result_output", &s.logits);

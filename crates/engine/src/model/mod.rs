@@ -8,7 +8,7 @@ pub mod gemma;
 pub mod llama;
 pub mod qwen3moe;
 
-pub use batch::{KvLayer, Logits, Model, ModelInfo, Scratch, SeqStep};
+pub use batch::{KvLayer, Logits, Model, ModelInfo, Scratch, SeqStep, PAGE};
 
 use crate::backend::{Backend, KvType, Rope, WeightSource};
 use crate::{EngineError, Result};

@@ -21,7 +21,7 @@ pub(super) fn attention(cpu: &Cpu, q: &CpuBuf, runs: &[(&CpuKv, AttnArgs)], out:
     out.set_shape(q.rows, first.n_head * first.head_dim);
     let mut short = Vec::new();
     for (kv, a) in runs {
-        if a.rows >= TILE_Q && kv.ty == KvType::F16 {
+        if a.rows >= TILE_Q && kv.ty() == KvType::F16 {
             batched_f32(q, kv, a, out)
         } else {
             short.push((*kv, *a));
@@ -55,7 +55,6 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
     let n_keys = a.pos0 + a.rows;
     let n_tiles = n_keys.div_ceil(TILE_KV);
     let group = a.n_head / a.n_kv_head;
-    let (kb, vb) = kv.layer_bytes(a.layer);
     // K of each KV head as f32, tile t at [t·hd·64 ..], element (d, key) at d·64 + key; V as
     // f32 rows. Both zero-padded to whole tiles (padded keys are masked).
     let mut kt = vec![vec![0f32; n_tiles * hd * TILE_KV]; a.n_kv_head];
@@ -73,17 +72,18 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
         })
         .collect();
     pieces.into_par_iter().with_max_len(1).for_each(|(kh, t, kt, vf)| {
-        let (k, v) = (&kv.k[a.layer], &kv.v[a.layer]);
         let mut row = vec![0f32; hd];
         for j in t * TILE_KV..((t + 1) * TILE_KV).min(n_keys) {
-            let off = j * kb + kh * hd * 2;
-            simd::f16_to_f32s(&k[off..off + 2 * hd], &mut row);
+            let off = kh * hd * 2;
+            simd::f16_to_f32s(&kv.k_row(a.layer, j)[off..off + 2 * hd], &mut row);
             for (d, &x) in row.iter().enumerate() {
                 kt[d * TILE_KV + j % TILE_KV] = x;
             }
             let jj = j % TILE_KV;
-            let off = j * vb + kh * hd * 2;
-            simd::f16_to_f32s(&v[off..off + 2 * hd], &mut vf[jj * hd..(jj + 1) * hd]);
+            simd::f16_to_f32s(
+                &kv.v_row(a.layer, j)[off..off + 2 * hd],
+                &mut vf[jj * hd..(jj + 1) * hd],
+            );
         }
     });
     let outp = SyncPtr(out.data.as_mut_ptr());
@@ -193,15 +193,13 @@ fn per_row(cpu: &Cpu, q: &CpuBuf, runs: &[(&CpuKv, AttnArgs)], out: &mut CpuBuf)
         let range = key_range(a, i);
         let kh = h / group;
         let qrow = &q.row(a.row0 + i)[h * hd..(h + 1) * hd];
-        let k = &kv.k[a.layer];
-        let v = &kv.v[a.layer];
-        let (kb, vb) = kv.layer_bytes(a.layer);
+        let layer = a.layer;
         let mut res = vec![0f32; hd];
-        match kv.ty {
+        match kv.ty() {
             KvType::F16 => {
                 let head_off = kh * hd * 2;
-                let krow = |ic: usize| &k[ic * kb + head_off..ic * kb + head_off + 2 * hd];
-                let vrow = |ic: usize| &v[ic * vb + head_off..ic * vb + head_off + 2 * hd];
+                let krow = |ic: usize| &kv.k_row(layer, ic)[head_off..head_off + 2 * hd];
+                let vrow = |ic: usize| &kv.v_row(layer, ic)[head_off..head_off + 2 * hd];
                 one_chunk_f16(qrow, range, a.scale, krow, vrow, &mut res);
             }
             KvType::Q8_0 => {
@@ -213,9 +211,9 @@ fn per_row(cpu: &Cpu, q: &CpuBuf, runs: &[(&CpuKv, AttnArgs)], out: &mut CpuBuf)
                 let codec = quant::codec(GgmlType::Q8_0).expect("Q8_0 codec");
                 online_f32(range, a.scale, &mut res, |ic, vf: &mut Vec<f32>| {
                     let mut s = [0f32];
-                    let krow = &k[ic * kb + head_off..ic * kb + head_off + blen];
+                    let krow = &kv.k_row(layer, ic)[head_off..head_off + blen];
                     (kern.dot)(GgmlType::Q8_0, hd, krow, &[&q8], &mut s);
-                    (codec.dequantize)(&v[ic * vb + head_off..ic * vb + head_off + blen], vf);
+                    (codec.dequantize)(&kv.v_row(layer, ic)[head_off..head_off + blen], vf);
                     s[0]
                 });
             }

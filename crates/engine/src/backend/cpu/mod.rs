@@ -4,7 +4,9 @@
 
 mod attn;
 mod dense;
+mod kv;
 pub use dense::matmul as dense_matmul;
+pub use kv::{CpuKv, CpuPage};
 mod pages;
 mod rope;
 mod simd;
@@ -28,6 +30,8 @@ pub struct Cpu {
     scratch: Mutex<Vec<Vec<u8>>>,
     /// The last step's rotary tables (see `rope_caches`).
     rope_memo: Mutex<Option<(Rope, Vec<usize>, RopeCaches)>>,
+    /// Rows per sequence of the products being run (see `Backend::set_runs`).
+    runs: Mutex<Vec<usize>>,
 }
 
 impl Cpu {
@@ -50,6 +54,7 @@ impl Cpu {
             exact_activations: false,
             scratch: Mutex::new(Vec::new()),
             rope_memo: Mutex::new(None),
+            runs: Mutex::new(Vec::new()),
         })
     }
 
@@ -158,24 +163,6 @@ impl CpuBuf {
     }
     pub fn row(&self, r: usize) -> &[f32] {
         &self.data[r * self.cols..(r + 1) * self.cols]
-    }
-}
-
-pub struct CpuKv {
-    ty: KvType,
-    /// Most positions; `cap` are allocated.
-    n_ctx: usize,
-    cap: usize,
-    /// Per layer: K and V values per position and their bytes (0 for a layer without its own cache).
-    dims: Vec<(usize, usize)>,
-    row_bytes: Vec<(usize, usize)>,
-    k: Vec<Vec<u8>>,
-    v: Vec<Vec<u8>>,
-}
-
-impl CpuKv {
-    fn layer_bytes(&self, l: usize) -> (usize, usize) {
-        self.row_bytes[l]
     }
 }
 
@@ -343,6 +330,7 @@ impl Backend for Cpu {
     type Weight = CpuWeight;
     type Buf = CpuBuf;
     type Kv = CpuKv;
+    type Page = Arc<CpuPage>;
 
     fn name(&self) -> String {
         format!("cpu ({}, {} threads)", self.path.name(), self.threads)
@@ -447,115 +435,47 @@ impl Backend for Cpu {
     }
 
     fn alloc_kv(&self, layers: &[crate::model::KvLayer], n_ctx: usize, ty: KvType) -> Result<CpuKv> {
-        let bytes_of = |dim: usize| -> Result<usize> {
-            match ty {
-                KvType::F16 => Ok(2 * dim),
-                KvType::Q8_0 => {
-                    if !dim.is_multiple_of(32) {
-                        return Err(EngineError::Config(format!(
-                            "a Q8_0 KV cache needs rows of 32k values, not {dim}"
-                        )));
-                    }
-                    Ok(dim / 32 * 34)
-                }
-            }
-        };
-        let mut dims = Vec::with_capacity(layers.len());
-        let mut row_bytes = Vec::with_capacity(layers.len());
-        for l in layers {
-            let (kd, vd) = if l.shares.is_some() { (0, 0) } else { (l.k_dim, l.v_dim) };
-            dims.push((kd, vd));
-            row_bytes.push((bytes_of(kd)?, bytes_of(vd)?));
-        }
-        let per: usize = row_bytes.iter().map(|(k, v)| k + v).sum();
-        if n_ctx.checked_mul(per).is_none() {
-            return Err(EngineError::Config(format!("KV cache of {n_ctx} positions overflows")));
-        }
-        Ok(CpuKv {
-            ty,
-            n_ctx,
-            cap: n_ctx,
-            k: row_bytes.iter().map(|r| vec![0u8; n_ctx * r.0]).collect(),
-            v: row_bytes.iter().map(|r| vec![0u8; n_ctx * r.1]).collect(),
-            dims,
-            row_bytes,
-        })
+        CpuKv::new(layers, n_ctx, ty)
+    }
+
+    fn kv_sibling(&self, kv: &CpuKv, n_ctx: usize) -> CpuKv {
+        kv.sibling(n_ctx)
     }
 
     fn kv_capacity(&self, kv: &CpuKv) -> usize {
-        kv.cap
+        kv.capacity()
     }
 
     fn kv_reserve(&self, kv: &mut CpuKv, positions: usize) -> Result<()> {
-        if positions > kv.n_ctx {
-            return Err(EngineError::ContextFull {
-                need: positions,
-                n_ctx: kv.n_ctx,
-            });
-        }
-        if positions > kv.cap {
-            for (l, (kb, vb)) in kv.row_bytes.iter().enumerate() {
-                for (buf, rb) in [(&mut kv.k[l], *kb), (&mut kv.v[l], *vb)] {
-                    // A fresh zeroed allocation (pages the OS maps lazily, not a memset of the
-                    // whole context) with the kept rows copied over.
-                    let mut grown = vec![0u8; positions * rb];
-                    grown[..buf.len()].copy_from_slice(buf);
-                    *buf = grown;
-                }
-            }
-            kv.cap = positions;
-        }
-        Ok(())
+        kv.reserve(positions)
     }
 
     fn kv_release(&self, kv: &mut CpuKv, positions: usize) {
-        let positions = positions.min(kv.cap);
-        for (l, (kb, vb)) in kv.row_bytes.iter().enumerate() {
-            for (buf, rb) in [(&mut kv.k[l], *kb), (&mut kv.v[l], *vb)] {
-                buf.truncate(positions * rb);
-                buf.shrink_to_fit();
-            }
-        }
-        kv.cap = positions;
+        kv.release(positions)
     }
 
-    fn kv_position_bytes(&self, kv: &CpuKv) -> usize {
-        kv.row_bytes.iter().map(|(k, v)| k + v).sum()
+    fn kv_page_bytes(&self, kv: &CpuKv) -> usize {
+        kv.page_bytes()
     }
 
-    fn kv_export(&self, kv: &CpuKv, range: Range<usize>) -> Vec<u8> {
-        assert!(range.end <= kv.cap, "KV export past the allocated positions");
-        let mut out = Vec::with_capacity(range.len() * self.kv_position_bytes(kv));
-        for (l, (kb, vb)) in kv.row_bytes.iter().enumerate() {
-            out.extend_from_slice(&kv.k[l][range.start * kb..range.end * kb]);
-            out.extend_from_slice(&kv.v[l][range.start * vb..range.end * vb]);
-        }
-        out
+    fn kv_live_pages(&self, kv: &CpuKv) -> usize {
+        kv.live_pages()
+    }
+
+    fn kv_page(&self, kv: &CpuKv, block: usize) -> Arc<CpuPage> {
+        kv.page(block)
+    }
+
+    fn kv_map(&self, kv: &mut CpuKv, block: usize, page: &Arc<CpuPage>) -> Result<()> {
+        kv.map(block, page)
+    }
+
+    fn page_data(&self, page: &Arc<CpuPage>) -> Vec<u8> {
+        page.bytes().to_vec()
     }
 
     fn kv_import(&self, kv: &mut CpuKv, pos0: usize, data: &[u8]) -> Result<()> {
-        let per = self.kv_position_bytes(kv);
-        if per == 0 || !data.len().is_multiple_of(per) {
-            return Err(EngineError::Input(format!(
-                "KV rows of {} bytes do not fit positions of {per} bytes",
-                data.len()
-            )));
-        }
-        let n = data.len() / per;
-        if pos0 + n > kv.cap {
-            return Err(EngineError::ContextFull {
-                need: pos0 + n,
-                n_ctx: kv.cap,
-            });
-        }
-        let mut off = 0;
-        for (l, &(kb, vb)) in kv.row_bytes.iter().enumerate() {
-            kv.k[l][pos0 * kb..(pos0 + n) * kb].copy_from_slice(&data[off..off + n * kb]);
-            off += n * kb;
-            kv.v[l][pos0 * vb..(pos0 + n) * vb].copy_from_slice(&data[off..off + n * vb]);
-            off += n * vb;
-        }
-        Ok(())
+        kv.import(pos0, data)
     }
 
     fn get_rows(&self, table: &CpuWeight, ids: &[u32], out: &mut CpuBuf) -> Result<()> {
@@ -818,6 +738,27 @@ impl Backend for Cpu {
         let scratch: &[Vec<u8>] = &scratch;
         let ws: Vec<&CpuWeight> = jobs.iter().map(|j| j.0).collect();
         let plan = &plan;
+        // Sequences' rows (`set_runs`), for products over a whole step: each sequence's columns
+        // are grouped and given kernels as if it ran alone, so a reply does not depend on what
+        // else is batched with it. Other products are one run.
+        let step_runs = self.runs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let segments = |t: usize| -> Vec<(usize, usize)> {
+            if step_runs.iter().sum::<usize>() == t && step_runs.len() > 1 {
+                let mut at = 0;
+                step_runs
+                    .iter()
+                    .filter(|&&r| r > 0)
+                    .map(|&r| {
+                        at += r;
+                        (at - r, r)
+                    })
+                    .collect()
+            } else {
+                vec![(0, t)]
+            }
+        };
+        let segs: Vec<Vec<(usize, usize)>> = plan.iter().map(|p| segments(p.2)).collect();
+        let segs = &segs;
         // One tile per task: rayon would otherwise hand out runs of tiles that cannot be split
         // once started, and the last run leaves the other threads idle.
         let work = || {
@@ -826,18 +767,45 @@ impl Backend for Cpu {
                 let m = w.n_rows();
                 let acts: &[u8] = &scratch[ai];
                 let abytes = dot::act_row_bytes(k.act, n);
+                // A sequence's slice of the activations and of the output.
+                let part = |s0: usize, len: usize| (&acts[s0 * abytes..(s0 + len) * abytes], SyncPtr(outp.at(s0 * m)));
                 if let Some(p) = &w.packed {
-                    return packed_tile(p, n, t, m, r0..r1, acts, abytes, outp);
+                    // Groups of four activation rows sum in another order than fewer: per sequence.
+                    for &(s0, len) in &segs[wi] {
+                        let (a, o) = part(s0, len);
+                        packed_tile(p, n, len, m, r0..r1, a, abytes, o);
+                    }
+                    return;
                 }
-                // Batches where llama.cpp sums in another order take that order's kernel.
-                let batch = k.batch.filter(|_| t >= k.batch_min);
-                let unpacked = k.unpacked.filter(|_| batch.is_none() && t >= dot::UNPACK_MIN);
-                let run =
-                    |kern: Tile, wb: &[u8], rb: usize| kern.run(w.ty, n, t, m, r0..r1, wb, rb, acts, abytes, outp);
                 let rb = w.row_bytes();
                 let rows = &w.bytes()[r0 * rb..r1 * rb];
-                match (unpacked, batch) {
-                    (Some(u), _) => UNPACKED.with_borrow_mut(|buf| {
+                // Batches where llama.cpp sums in another order take that order's kernel, decided
+                // per sequence.
+                if let Some(b) = k.batch {
+                    for &(s0, len) in &segs[wi] {
+                        let (a, o) = part(s0, len);
+                        let kern = if len >= k.batch_min {
+                            Tile {
+                                dot: b,
+                                rows: None,
+                                max_rows: 1,
+                            }
+                        } else {
+                            Tile {
+                                dot: k.dot,
+                                rows: k.rows,
+                                max_rows: k.max_rows,
+                            }
+                        };
+                        kern.run(w.ty, n, len, m, r0..r1, rows, rb, a, abytes, o);
+                    }
+                    return;
+                }
+                let unpacked = k.unpacked.filter(|_| t >= dot::UNPACK_MIN);
+                let run =
+                    |kern: Tile, wb: &[u8], rb: usize| kern.run(w.ty, n, t, m, r0..r1, wb, rb, acts, abytes, outp);
+                match unpacked {
+                    Some(u) => UNPACKED.with_borrow_mut(|buf| {
                         // The tile's rows unpacked once for all the batch's activation rows.
                         let urb = n / 32 * u.block_bytes;
                         buf.resize((r1 - r0) * urb, 0);
@@ -851,16 +819,7 @@ impl Backend for Cpu {
                         };
                         run(kern, buf, urb)
                     }),
-                    (None, Some(b)) => run(
-                        Tile {
-                            dot: b,
-                            rows: None,
-                            max_rows: 1,
-                        },
-                        rows,
-                        rb,
-                    ),
-                    (None, None) => run(
+                    None => run(
                         Tile {
                             dot: k.dot,
                             rows: k.rows,
@@ -910,19 +869,17 @@ impl Backend for Cpu {
     fn store_kv(&self, kv: &mut CpuKv, layer: usize, pos0: usize, k: &CpuBuf, v: &CpuBuf, src_rows: Range<usize>) {
         let (row0, rows) = (src_rows.start, src_rows.len());
         assert!(
-            pos0 + rows <= kv.cap,
+            pos0 + rows <= kv.capacity(),
             "KV cache of {} positions cannot hold {}",
-            kv.cap,
+            kv.capacity(),
             pos0 + rows
         );
-        let (kb, vb) = kv.layer_bytes(layer);
-        let (kd, vd) = kv.dims[layer];
-        let ty = kv.ty;
-        for (src, dst, rb, dim) in [(k, &mut kv.k[layer], kb, kd), (v, &mut kv.v[layer], vb, vd)] {
+        let (kd, vd) = kv.layout.dims[layer];
+        let ty = kv.ty();
+        for (src, is_v, dim) in [(k, false, kd), (v, true, vd)] {
             assert_eq!(src.cols, dim, "KV rows of layer {layer}");
             for i in 0..rows {
-                let p = pos0 + i;
-                let d = &mut dst[p * rb..(p + 1) * rb];
+                let d = kv.row_mut(layer, is_v, pos0 + i);
                 match ty {
                     KvType::F16 => dot::quantize_act(GgmlType::F16, src.row(row0 + i), d),
                     KvType::Q8_0 => dot::quantize_q8_0_ggml(src.row(row0 + i), d),
@@ -1025,6 +982,12 @@ impl Backend for Cpu {
 
     fn reshape(&self, x: &mut CpuBuf, rows: usize, cols: usize) {
         x.set_shape(rows, cols);
+    }
+
+    fn set_runs(&self, runs: &[usize]) {
+        let mut r = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        r.clear();
+        r.extend_from_slice(runs);
     }
 
     fn swiglu(&self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) {
