@@ -315,3 +315,48 @@ fn gemma4_moe() {
 fn gemma4_ple() {
     run("gemma4_ple");
 }
+
+/// Gemma 4 through serve with its own chat template: a required tool call is forced in Gemma 4's
+/// call syntax and comes back as an OpenAI `tool_calls` entry whose arguments follow the schema
+/// (the model is random: only the grammar makes the call, so the schema leaves it no open-ended
+/// value to ramble in).
+#[test]
+fn gemma4_forced_tool_call_through_serve() {
+    let (root, full) = tiny_dir();
+    if !full && !root.join("gemma4").is_dir() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: gemma4 tool call through serve (set HF2Q_FIXTURES to the full fixtures)"
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("gemma4.f32.gguf");
+    convert::pipeline::convert(
+        &root.join("gemma4"),
+        &out,
+        Target::parse("f32").unwrap(),
+        &QuantizeOptions::default(),
+    )
+    .unwrap();
+    let s = Server::start_with(&[out], &["-c", "512"]);
+    let req = serde_json::json!({
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "metric": {"type": "boolean"},
+                "days": {"enum": [1, 2, 3]}},
+            "required": ["city", "metric", "days"]}}}],
+        "tool_choice": "required", "temperature": 0, "max_tokens": 200});
+    let (st, v) = s.json("POST", "/v1/chat/completions", req, None);
+    assert_eq!(st, 200, "{v}");
+    let c = &v["choices"][0];
+    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+    let call = &c["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "get_weather", "{v}");
+    let args: serde_json::Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert!(
+        args["city"].is_string() && args["metric"].is_boolean() && args["days"].is_i64(),
+        "{args}"
+    );
+}

@@ -214,3 +214,32 @@ fn perplexity_matches_llama_perplexity() {
         );
     }
 }
+
+/// Gemma 3 270M (a real trained base model, Q4_K_M: Q8_0, Q5_0, Q4_K and Q6_K matrices) continues
+/// raw prompts exactly as llama.cpp b11434 does (goldens and the script that made them in
+/// `data/goldens/`).
+#[test]
+fn gemma3_greedy_matches_llama_cpp() {
+    let model = models_dir().join("gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        model.is_file(),
+        "{} is missing: run scripts/fetch-models first",
+        model.display()
+    );
+    let goldens: serde_json::Value = serde_json::from_str(include_str!("data/goldens/gemma3_goldens.json")).unwrap();
+    for g in goldens.as_array().unwrap() {
+        let prompt = g["prompt"].as_str().unwrap();
+        let out = hf2q()
+            .args(["generate", "-m"])
+            .arg(&model)
+            .args(["-p", prompt, "-n", "48", "--temp", "0", "-t", "2"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            g["text"].as_str().unwrap(),
+            "{prompt:?}"
+        );
+    }
+}

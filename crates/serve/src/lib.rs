@@ -700,8 +700,8 @@ struct Prepared {
     tool_format: tools::ToolFormat,
     /// A Lark grammar every reply must follow (forced tool call).
     grammar: Option<String>,
-    /// Thinking model: split `<think>` text into `reasoning_content` (`Some(starts inside)`).
-    reasoning: Option<bool>,
+    /// Thinking model: its reasoning markers, and whether the reply starts inside them.
+    reasoning: Option<(reasoning::Markers, bool)>,
 }
 
 fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
@@ -813,7 +813,7 @@ async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
                 prompt.remove(0);
             }
         }
-        let thinks = reasoning::template_thinks(tpl.source()).then(|| reasoning::prompt_opens(&text));
+        let thinks = reasoning::template_markers(tpl.source()).map(|m| (m, reasoning::prompt_opens(&text, m)));
         let mut p = prepare(w, prompt, v)?;
         p.reasoning = thinks;
         if let Some(t) = &tools {
@@ -1039,7 +1039,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                 let fin = finish_reason(finishes[i].unwrap_or(Finish::Stop));
                 let logprobs = if want_logprobs { json!({"content": lps[i]}) } else { Value::Null };
                 let (thought, text) = match reasoning_mode {
-                    Some(inside) => reasoning::split(&texts[i], inside),
+                    Some((m, inside)) => reasoning::split(&texts[i], inside, m),
                     None => (String::new(), texts[i].clone()),
                 };
                 let calls = if with_tools { parse_calls(&text) } else { (String::new(), Vec::new()) };
@@ -1115,8 +1115,9 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
     };
     // Characters of completion text streamed so far per choice (legacy logprobs' text_offset).
     let mut streamed_chars = vec![0usize; n];
-    let mut splitters: Vec<Option<reasoning::Splitter>> =
-        (0..n).map(|_| reasoning_mode.map(reasoning::Splitter::new)).collect();
+    let mut splitters: Vec<Option<reasoning::Splitter>> = (0..n)
+        .map(|_| reasoning_mode.map(|(m, inside)| reasoning::Splitter::new(inside, m)))
+        .collect();
     let mut done = 0usize;
     let (mut ct, mut cached) = (0, 0);
     // Comments every --sse-keepalive while nothing else is sent (a request waiting for a slot,

@@ -1,18 +1,40 @@
-//! Thinking models write their reasoning between `<think>` and `</think>` (Qwen3, DeepSeek-R1 and
-//! their templates). That text goes to `reasoning_content`, never into `content`. A prompt that
-//! already opens the block (templates that start the reply inside it) starts the splitter inside.
+//! Thinking models write their reasoning between markers: `<think>` … `</think>` (Qwen3,
+//! DeepSeek-R1 and their templates), `<|channel>thought` … `<channel|>` (Gemma 4). That text goes
+//! to `reasoning_content`, never into `content`. A prompt that already opens the block (templates
+//! that start the reply inside it) starts the splitter inside.
 
-pub const OPEN: &str = "<think>";
-pub const CLOSE: &str = "</think>";
+/// The markers around a model family's reasoning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Markers {
+    pub open: &'static str,
+    pub close: &'static str,
+}
 
-/// Whether a chat template uses reasoning markers at all.
-pub fn template_thinks(source: &str) -> bool {
-    source.contains(OPEN)
+pub const THINK: Markers = Markers {
+    open: "<think>",
+    close: "</think>",
+};
+
+/// Gemma 4's thought channel (its template closes an empty one when thinking is off).
+pub const GEMMA4: Markers = Markers {
+    open: "<|channel>thought",
+    close: "<channel|>",
+};
+
+/// The reasoning markers a chat template uses, if any.
+pub fn template_markers(source: &str) -> Option<Markers> {
+    if source.contains("<|channel>") {
+        Some(GEMMA4)
+    } else if source.contains(THINK.open) {
+        Some(THINK)
+    } else {
+        None
+    }
 }
 
 /// Whether the rendered prompt leaves a reasoning block open (the reply starts inside it).
-pub fn prompt_opens(prompt: &str) -> bool {
-    match (prompt.rfind(OPEN), prompt.rfind(CLOSE)) {
+pub fn prompt_opens(prompt: &str, m: Markers) -> bool {
+    match (prompt.rfind(m.open), prompt.rfind(m.close)) {
         (Some(o), Some(c)) => o > c,
         (Some(_), None) => true,
         _ => false,
@@ -22,6 +44,7 @@ pub fn prompt_opens(prompt: &str) -> bool {
 /// Streaming splitter: feed text pieces, get (reasoning, content) pieces; text that may be the
 /// start of a marker is held back until it is decided.
 pub struct Splitter {
+    markers: Markers,
     inside: bool,
     pending: String,
     /// Just after `</think>`: the blank lines before the answer are dropped.
@@ -29,8 +52,9 @@ pub struct Splitter {
 }
 
 impl Splitter {
-    pub fn new(inside: bool) -> Splitter {
+    pub fn new(inside: bool, markers: Markers) -> Splitter {
         Splitter {
+            markers,
             inside,
             pending: String::new(),
             after_close: false,
@@ -41,7 +65,11 @@ impl Splitter {
         self.pending.push_str(text);
         let (mut reasoning, mut content) = (String::new(), String::new());
         loop {
-            let marker = if self.inside { CLOSE } else { OPEN };
+            let marker = if self.inside {
+                self.markers.close
+            } else {
+                self.markers.open
+            };
             if let Some(at) = self.pending.find(marker) {
                 let before: String = self.pending[..at].to_string();
                 if self.inside {
@@ -99,8 +127,8 @@ impl Splitter {
 }
 
 /// Split a whole reply.
-pub fn split(text: &str, inside: bool) -> (String, String) {
-    let mut s = Splitter::new(inside);
+pub fn split(text: &str, inside: bool, markers: Markers) -> (String, String) {
+    let mut s = Splitter::new(inside, markers);
     let (mut r, mut c) = s.push(text);
     let (r2, c2) = s.finish();
     r.push_str(&r2);
@@ -116,11 +144,11 @@ mod tests {
     fn splits_whole_and_streamed_replies_alike() {
         let reply = "<think>\nThe user greets me.\n</think>\n\nHello!";
         assert_eq!(
-            split(reply, false),
+            split(reply, false, THINK),
             ("The user greets me.".to_string(), "Hello!".to_string())
         );
         // Streamed one character at a time: the same text, markers never leak.
-        let mut s = Splitter::new(false);
+        let mut s = Splitter::new(false, THINK);
         let (mut r, mut c) = (String::new(), String::new());
         for ch in reply.chars() {
             let (a, b) = s.push(&ch.to_string());
@@ -134,15 +162,23 @@ mod tests {
         assert_eq!(c, "Hello!");
         // A prompt that opened the block: the reply starts inside it.
         assert_eq!(
-            split("plan</think>\n\nDone.", true),
+            split("plan</think>\n\nDone.", true, THINK),
             ("plan".to_string(), "Done.".to_string())
         );
-        assert!(prompt_opens("<|im_start|>assistant\n<think>\n"));
-        assert!(!prompt_opens("<think>\n\n</think>\n\n"));
+        assert!(prompt_opens("<|im_start|>assistant\n<think>\n", THINK));
+        assert!(!prompt_opens("<think>\n\n</think>\n\n", THINK));
         // Without markers everything is content.
         assert_eq!(
-            split("just text <thi", false),
+            split("just text <thi", false, THINK),
             (String::new(), "just text <thi".to_string())
         );
+        // Gemma 4: the thought channel; a prompt that closed an empty one (thinking off) is not open.
+        assert_eq!(
+            split("<|channel>thought\nCount the letters.<channel|>Three.", false, GEMMA4),
+            ("Count the letters.".to_string(), "Three.".to_string())
+        );
+        assert!(!prompt_opens("<|turn>model\n<|channel>thought\n<channel|>", GEMMA4));
+        assert_eq!(template_markers("{{ '<|channel>thought\n' }}"), Some(GEMMA4));
+        assert_eq!(template_markers("<think>"), Some(THINK));
     }
 }

@@ -2,7 +2,8 @@
 //! into OpenAI `tool_calls` in the format of the model family, recognised from its template
 //! ([`ToolFormat`]): Hermes/Qwen `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, Llama 3.x
 //! JSON `{"name": …, "parameters": {…}}`, Mistral `[TOOL_CALLS][{"name": …, "arguments": {…}}]` and
-//! the newer Mistral `[TOOL_CALLS]name[ARGS]{…}`. Control tokens (`<|python_tag|>`,
+//! the newer Mistral `[TOOL_CALLS]name[ARGS]{…}`, and Gemma 4's
+//! `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:1}<tool_call|>`. Control tokens (`<|python_tag|>`,
 //! `[TOOL_CALLS]`, `[ARGS]`) are not part of the reply text, so the parsers accept the calls with
 //! or without them. For a template that knows nothing of tools, the tool list and the Hermes format
 //! are described in a system message. With `tool_choice` `required` or a named function, decoding
@@ -127,7 +128,15 @@ pub enum ToolFormat {
     MistralList,
     /// `[TOOL_CALLS]name[ARGS]{…}` (Mistral templates from Small 3.2 / Devstral on).
     MistralArgs,
+    /// `<|tool_call>call:NAME{key:value,…}<tool_call|>` with strings in `<|"|>` quotes and bare
+    /// keys (Gemma 4; llama.cpp common/parsers/gemma4.cpp).
+    Gemma4,
 }
+
+pub const GEMMA4_OPEN: &str = "<|tool_call>";
+pub const GEMMA4_CLOSE: &str = "<tool_call|>";
+/// Gemma 4's string quote.
+const GQ: &str = "<|\"|>";
 
 impl ToolFormat {
     /// The format a chat template renders tool calls in; `None` when it does not handle tools
@@ -135,6 +144,9 @@ impl ToolFormat {
     pub fn of_template(source: &str) -> Option<ToolFormat> {
         if !source.contains("tools") {
             return None;
+        }
+        if source.contains("<|tool_call>call:") {
+            return Some(ToolFormat::Gemma4);
         }
         if source.contains("[TOOL_CALLS]") {
             Some(if source.contains("[ARGS]") {
@@ -149,6 +161,144 @@ impl ToolFormat {
         } else {
             None
         }
+    }
+}
+
+impl ToolFormat {
+    /// The tags around each call of the formats that wrap calls (cut out of streamed text as
+    /// each closes).
+    fn tags(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            ToolFormat::Hermes => Some((OPEN, CLOSE)),
+            ToolFormat::Gemma4 => Some((GEMMA4_OPEN, GEMMA4_CLOSE)),
+            _ => None,
+        }
+    }
+
+    /// A call from the text between a wrapping format's tags.
+    fn tagged_call(self, body: &str) -> Option<Call> {
+        match self {
+            ToolFormat::Gemma4 => gemma4_call(body),
+            _ => serde_json::from_str::<Value>(body.trim())
+                .ok()
+                .as_ref()
+                .and_then(call_of),
+        }
+    }
+}
+
+/// `call:NAME{…}` of a Gemma 4 call, its arguments turned into JSON.
+fn gemma4_call(body: &str) -> Option<Call> {
+    let rest = body.trim().strip_prefix("call:")?;
+    let brace = rest.find('{')?;
+    let name = rest[..brace].trim();
+    if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c)) {
+        return None;
+    }
+    let mut p = Gemma4Parser { s: &rest[brace..] };
+    let args = p.value()?;
+    if !p.s.trim().is_empty() || !args.is_object() {
+        return None;
+    }
+    Some(Call {
+        name: name.to_string(),
+        arguments: args.to_string(),
+    })
+}
+
+/// Gemma 4's argument syntax: objects with bare (or quoted) keys, `<|"|>`-quoted strings,
+/// arrays, numbers, booleans and null.
+struct Gemma4Parser<'a> {
+    s: &'a str,
+}
+
+impl Gemma4Parser<'_> {
+    fn ws(&mut self) {
+        self.s = self.s.trim_start();
+    }
+
+    fn eat(&mut self, t: &str) -> bool {
+        self.ws();
+        match self.s.strip_prefix(t) {
+            Some(r) => {
+                self.s = r;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn string(&mut self) -> Option<String> {
+        let r = self.s.strip_prefix(GQ)?;
+        let end = r.find(GQ)?;
+        self.s = &r[end + GQ.len()..];
+        Some(r[..end].to_string())
+    }
+
+    fn key(&mut self) -> Option<String> {
+        self.ws();
+        if self.s.starts_with(GQ) {
+            return self.string();
+        }
+        let end = self.s.find(':')?;
+        let k = self.s[..end].trim();
+        (!k.is_empty()).then(|| {
+            self.s = &self.s[end..];
+            k.to_string()
+        })
+    }
+
+    fn value(&mut self) -> Option<Value> {
+        self.ws();
+        if self.s.starts_with(GQ) {
+            return self.string().map(Value::String);
+        }
+        if self.eat("{") {
+            let mut m = Map::new();
+            if self.eat("}") {
+                return Some(Value::Object(m));
+            }
+            loop {
+                let k = self.key()?;
+                if !self.eat(":") {
+                    return None;
+                }
+                let v = self.value()?;
+                m.insert(k, v);
+                if self.eat(",") {
+                    continue;
+                }
+                return self.eat("}").then_some(Value::Object(m));
+            }
+        }
+        if self.eat("[") {
+            let mut a = Vec::new();
+            if self.eat("]") {
+                return Some(Value::Array(a));
+            }
+            loop {
+                a.push(self.value()?);
+                if self.eat(",") {
+                    continue;
+                }
+                return self.eat("]").then_some(Value::Array(a));
+            }
+        }
+        // A number, true / false / null, or a bare word (kept as a string).
+        let end = self.s.find([',', '}', ']']).unwrap_or(self.s.len());
+        let word = self.s[..end].trim();
+        if word.is_empty() {
+            return None;
+        }
+        self.s = &self.s[end..];
+        Some(match word {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            "null" => Value::Null,
+            w => serde_json::from_str::<serde_json::Number>(w)
+                .map(Value::Number)
+                .unwrap_or_else(|_| Value::String(w.to_string())),
+        })
     }
 }
 
@@ -286,6 +436,27 @@ pub fn forced_grammar(req: &ToolRequest, format: ToolFormat) -> Option<String> {
         }
     };
     Some(match format {
+        ToolFormat::Gemma4 => {
+            let mut rules = Vec::new();
+            let alts: Vec<String> = chosen
+                .iter()
+                .enumerate()
+                .map(|(i, (n, p))| {
+                    let args = gemma4_rule(p, &format!("a{i}"), &mut rules);
+                    format!(
+                        "{} {args}",
+                        serde_json::to_string(&format!("{GEMMA4_OPEN}call:{n}")).unwrap_or_default()
+                    )
+                })
+                .collect();
+            let close = serde_json::to_string(GEMMA4_CLOSE).unwrap_or_default();
+            let mut g = format!("start: ({}) {close}\n", alts.join(" | "));
+            for r in rules {
+                g.push_str(&r);
+                g.push('\n');
+            }
+            g
+        }
         ToolFormat::Hermes => format!(
             "start: \"{OPEN}\\n\" call \"\\n{CLOSE}\"\ncall: %json {}\n",
             one_of("arguments")
@@ -305,6 +476,56 @@ pub fn forced_grammar(req: &ToolRequest, format: ToolFormat) -> Option<String> {
             g
         }
     })
+}
+
+/// A Lark rule (named `name`, helpers pushed to `rules`) for a value of `schema` written in
+/// Gemma 4's argument syntax: objects list their required properties in schema order (bare keys),
+/// strings are `<|"|>`-quoted without `<` inside, numbers, booleans, null, arrays, enums.
+fn gemma4_rule(schema: &Value, name: &str, rules: &mut Vec<String>) -> String {
+    let lit = |t: &str| serde_json::to_string(t).unwrap_or_default();
+    let q = lit(GQ);
+    let body = if let Some(e) = schema.get("enum").and_then(Value::as_array) {
+        let alts: Vec<String> = e
+            .iter()
+            .map(|v| match v {
+                Value::String(t) => format!("{q} {} {q}", lit(t)),
+                other => lit(&other.to_string()),
+            })
+            .collect();
+        alts.join(" | ")
+    } else {
+        match schema.get("type").and_then(Value::as_str).unwrap_or("string") {
+            "object" => {
+                let props = schema.get("properties").and_then(Value::as_object);
+                let required: Vec<&str> = schema
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let parts: Vec<String> = required
+                    .iter()
+                    .enumerate()
+                    .map(|(j, k)| {
+                        let sub = props.and_then(|p| p.get(*k)).cloned().unwrap_or(json!({}));
+                        let r = gemma4_rule(&sub, &format!("{name}_{j}"), rules);
+                        format!("{} {r}", lit(&format!("{k}:")))
+                    })
+                    .collect();
+                format!("\"{{\" {} \"}}\"", parts.join(" \",\" "))
+            }
+            "array" => {
+                let item = gemma4_rule(schema.get("items").unwrap_or(&json!({})), &format!("{name}_i"), rules);
+                format!("\"[\" ({item} (\",\" {item})*)? \"]\"")
+            }
+            "integer" => "/-?[0-9]+/".to_string(),
+            "number" => "/-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?/".to_string(),
+            "boolean" => "\"true\" | \"false\"".to_string(),
+            "null" => "\"null\"".to_string(),
+            _ => format!("{q} /[^<]*/ {q}"),
+        }
+    };
+    rules.push(format!("{name}: {body}"));
+    name.to_string()
 }
 
 /// One parsed call.
@@ -340,7 +561,7 @@ pub fn parse_reply_as(text: &str, format: ToolFormat) -> (String, Vec<Call>) {
     let t = text.trim();
     let whole_text = || (t.to_string(), Vec::new());
     match format {
-        ToolFormat::Hermes => parse_reply(text),
+        ToolFormat::Hermes | ToolFormat::Gemma4 => parse_tagged(text, format),
         ToolFormat::Llama3 => {
             // One or more objects, separated by whitespace or `;`.
             let body = t.strip_prefix("<|python_tag|>").unwrap_or(t);
@@ -418,7 +639,12 @@ pub fn parse_reply_as(text: &str, format: ToolFormat) -> (String, Vec<Call>) {
 /// Split a Hermes-format reply into text content and tool calls (calls whose JSON does not parse
 /// stay text): the streaming parser run over the whole reply.
 pub fn parse_reply(text: &str) -> (String, Vec<Call>) {
-    let mut s = ToolStream::new(ToolFormat::Hermes, true);
+    parse_tagged(text, ToolFormat::Hermes)
+}
+
+/// [`parse_reply`] for a format that wraps each call in tags.
+fn parse_tagged(text: &str, format: ToolFormat) -> (String, Vec<Call>) {
+    let mut s = ToolStream::new(format, true);
     let mut pieces = s.push(text);
     pieces.extend(s.finish());
     let mut content = String::new();
@@ -515,36 +741,39 @@ impl ToolStream {
         self.buf.push_str(s);
         let mut out = Vec::new();
         match self.format {
-            ToolFormat::Hermes => loop {
-                if self.holding {
-                    let Some(p) = self.buf.find(CLOSE) else { break };
-                    let body = self.buf[..p].trim().to_string();
-                    let raw = format!("{OPEN}{}{CLOSE}", &self.buf[..p]);
-                    self.buf.drain(..p + CLOSE.len());
-                    self.holding = false;
-                    match serde_json::from_str::<Value>(&body).ok().as_ref().and_then(call_of) {
-                        Some(c) => self.call(c, &mut out),
-                        None => self.text(&raw, &mut out),
+            f @ (ToolFormat::Hermes | ToolFormat::Gemma4) => {
+                let (open, close) = f.tags().expect("a tagged format");
+                loop {
+                    if self.holding {
+                        let Some(p) = self.buf.find(close) else { break };
+                        let raw = format!("{open}{}{close}", &self.buf[..p]);
+                        let call = f.tagged_call(&self.buf[..p]);
+                        self.buf.drain(..p + close.len());
+                        self.holding = false;
+                        match call {
+                            Some(c) => self.call(c, &mut out),
+                            None => self.text(&raw, &mut out),
+                        }
+                    } else if let Some(p) = self.buf.find(open) {
+                        let before = self.buf[..p].to_string();
+                        self.buf.drain(..p + open.len());
+                        self.text(&before, &mut out);
+                        self.holding = true;
+                    } else {
+                        // Keep a tail that could still become the opening tag.
+                        let keep = (1..open.len())
+                            .rev()
+                            .find(|&k| {
+                                self.buf.len() >= k
+                                    && self.buf.is_char_boundary(self.buf.len() - k)
+                                    && open.starts_with(&self.buf[self.buf.len() - k..])
+                            })
+                            .unwrap_or(0);
+                        self.flush_text(keep, &mut out);
+                        break;
                     }
-                } else if let Some(p) = self.buf.find(OPEN) {
-                    let before = self.buf[..p].to_string();
-                    self.buf.drain(..p + OPEN.len());
-                    self.text(&before, &mut out);
-                    self.holding = true;
-                } else {
-                    // Keep a tail that could still become `<tool_call>`.
-                    let keep = (1..OPEN.len())
-                        .rev()
-                        .find(|&k| {
-                            self.buf.len() >= k
-                                && self.buf.is_char_boundary(self.buf.len() - k)
-                                && OPEN.starts_with(&self.buf[self.buf.len() - k..])
-                        })
-                        .unwrap_or(0);
-                    self.flush_text(keep, &mut out);
-                    break;
                 }
-            },
+            }
             _ if self.text_mode => self.flush_text(0, &mut out),
             _ if self.holding => {}
             format => {
@@ -592,11 +821,12 @@ impl ToolStream {
         let mut out = Vec::new();
         let rest = std::mem::take(&mut self.buf);
         match self.format {
-            ToolFormat::Hermes if self.holding => {
+            f @ (ToolFormat::Hermes | ToolFormat::Gemma4) if self.holding => {
                 // An unterminated call stays text, as in the complete reply.
-                self.text(&format!("{OPEN}{rest}"), &mut out);
+                let open = f.tags().expect("a tagged format").0;
+                self.text(&format!("{open}{rest}"), &mut out);
             }
-            ToolFormat::Hermes => self.text(&rest, &mut out),
+            ToolFormat::Hermes | ToolFormat::Gemma4 => self.text(&rest, &mut out),
             format if self.holding || !self.text_mode => {
                 let (content, calls) = parse_reply_as(&rest, format);
                 self.text(&content, &mut out);
@@ -613,6 +843,111 @@ impl ToolStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gemma4_calls_parse_stream_and_force() {
+        use ToolFormat::Gemma4;
+        let tpl = "{%- if tools %}<|tool>{% endif %}{{- '<|tool_call>call:' + function['name'] + '{' -}}";
+        assert_eq!(ToolFormat::of_template(tpl), Some(Gemma4));
+        let reply = "Checking.<|tool_call>call:get_weather{city:<|\"|>Paris, FR<|\"|>,days:3,units:[<|\"|>c<|\"|>],opts:{hourly:true,x:null}}<tool_call|>";
+        let (c, calls) = parse_reply_as(reply, Gemma4);
+        assert_eq!(c, "Checking.");
+        assert_eq!(
+            names_args(&calls),
+            vec![(
+                "get_weather",
+                r#"{"city":"Paris, FR","days":3,"units":["c"],"opts":{"hourly":true,"x":null}}"#
+            )]
+        );
+        // Two calls, and a malformed one that stays text.
+        let two = "<|tool_call>call:a{}<tool_call|><|tool_call>call:b{n:-1.5}<tool_call|>";
+        assert_eq!(
+            names_args(&parse_reply_as(two, Gemma4).1),
+            vec![("a", "{}"), ("b", r#"{"n":-1.5}"#)]
+        );
+        let bad = "<|tool_call>call:a{x:<|\"|>open}<tool_call|>";
+        let (c, calls) = parse_reply_as(bad, Gemma4);
+        assert!(calls.is_empty());
+        assert_eq!(c, bad);
+        // Streamed a few bytes at a time: text before the call, then the call when it closes.
+        let mut st = ToolStream::new(Gemma4, true);
+        let mut pieces = Vec::new();
+        for ch in reply.as_bytes().chunks(3) {
+            pieces.extend(st.push(std::str::from_utf8(ch).unwrap_or("")));
+        }
+        pieces.extend(st.finish());
+        let calls: Vec<&Piece> = pieces.iter().filter(|p| matches!(p, Piece::Call(_))).collect();
+        assert_eq!(calls.len(), 1, "{pieces:?}");
+        let text: String = pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "Checking.");
+        // The forced grammar is valid Lark and names the tool with its required arguments.
+        let req = ToolRequest {
+            tools: json!([]),
+            names: vec!["get_weather".into()],
+            forced: Some(None),
+            schemas: vec![(
+                "get_weather".into(),
+                json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                       "unit": {"enum": ["c", "f"]}}, "required": ["city", "days", "unit"]}),
+            )],
+            parallel: true,
+        };
+        let g = forced_grammar(&req, Gemma4).unwrap();
+        assert!(
+            g.starts_with("start: (\"<|tool_call>call:get_weather\" a0) \"<tool_call|>\""),
+            "{g}"
+        );
+        assert!(
+            g.contains("a0: \"{\" \"city:\" a0_0 \",\" \"days:\" a0_1 \",\" \"unit:\" a0_2 \"}\""),
+            "{g}"
+        );
+        let tok = std::sync::Arc::new(
+            engine::tokenizer::Tokenizer::from_gguf(&gguf_tokenizer_meta()).expect("a small tokenizer"),
+        );
+        let f = engine::grammar::GrammarFactory::new(tok).unwrap();
+        assert!(f.lark(&g).is_ok(), "{g}");
+    }
+
+    /// The metadata of a tiny byte-level tokenizer (every byte a token) for grammar checks.
+    fn gguf_tokenizer_meta() -> gguf::Metadata {
+        use gguf::Value as V;
+        let mut m = gguf::Metadata::new();
+        m.insert("tokenizer.ggml.model", V::String("gpt2".into()));
+        let bytes: Vec<String> = (0u8..=255).map(|b| byte_char(b).to_string()).collect();
+        let mut toks = gguf::StrArray::new();
+        for t in &bytes {
+            toks.push(t);
+        }
+        toks.push("<eos>");
+        m.insert("tokenizer.ggml.tokens", V::Array(gguf::Array::String(toks)));
+        m.insert(
+            "tokenizer.ggml.merges",
+            V::Array(gguf::Array::String(gguf::StrArray::new())),
+        );
+        m.insert("tokenizer.ggml.eos_token_id", V::U32(256));
+        m
+    }
+
+    /// GPT-2's byte-to-character map.
+    fn byte_char(b: u8) -> char {
+        let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        if printable(b) {
+            return b as char;
+        }
+        let mut n = 0u32;
+        for x in 0u8..b {
+            if !printable(x) {
+                n += 1;
+            }
+        }
+        char::from_u32(256 + n).unwrap()
+    }
 
     #[test]
     fn parses_calls_and_keeps_text() {
