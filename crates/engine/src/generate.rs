@@ -243,7 +243,7 @@ impl Decoding {
         &self.text
     }
 
-    pub fn step<B: Backend>(&mut self, m: &LoadedModel<B>, logits: &mut [f32]) -> Step {
+    pub fn step(&mut self, tokenizer: &Tokenizer, logits: &mut [f32]) -> Step {
         if self.tokens.len() >= self.max_tokens {
             return self.finish(Finish::Length, None);
         }
@@ -259,7 +259,7 @@ impl Decoding {
             logprob: lp[tok as usize],
             top: top_k(&lp, k),
         });
-        if !self.ignore_eos && m.tokenizer.is_eog(tok) {
+        if !self.ignore_eos && tokenizer.is_eog(tok) {
             return Step {
                 logprob,
                 ..self.finish(Finish::Stop, None)
@@ -267,7 +267,7 @@ impl Decoding {
         }
         self.tokens.push(tok);
         self.sampler.accept(tok);
-        self.text.push_str(&self.dec.push(&m.tokenizer, tok));
+        self.text.push_str(&self.dec.push(tokenizer, tok));
         if let Some(c) = &mut self.constraint {
             // The grammar is complete: nothing may follow, the sequence ends here.
             if c.accept(tok).is_err() || c.is_stopped() {
@@ -372,7 +372,7 @@ pub fn generate<B: Backend>(
         if std::env::var_os("HF2Q_DEBUG_MARGIN").is_some() {
             debug_margin(d.tokens.len(), &logits);
         }
-        let st = d.step(m, &mut logits);
+        let st = d.step(&m.tokenizer, &mut logits);
         if !st.text.is_empty() && !on_text(&st.text) {
             return Ok(done(
                 d.tokens,

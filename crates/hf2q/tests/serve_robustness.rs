@@ -376,9 +376,10 @@ fn kv_metrics_separate_use_from_cache() {
         Duration::from_secs(30),
     );
     assert_eq!(s.metric(&format!("hf2q_kv_tokens{{model=\"{SMOL}\"}}")), Some(0.0));
+    // The 12 kept tokens hold one page of the pool (64 positions).
     assert_eq!(
         s.metric(&format!("hf2q_kv_cached_tokens{{model=\"{SMOL}\"}}")),
-        Some(12.0)
+        Some(64.0)
     );
 }
 

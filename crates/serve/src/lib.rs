@@ -293,7 +293,7 @@ fn load_models(state: &AppState) -> Result<(), String> {
             prefill_chunk: state.cfg.prefill_chunk,
             kv_budget,
         };
-        let w = Worker::start(id.clone(), Arc::new(m), limits, store).map_err(|e| e.to_string())?;
+        let w = Worker::start(id.clone(), m, limits, store).map_err(|e| e.to_string())?;
         state
             .workers
             .write()
@@ -602,8 +602,7 @@ async fn embeddings(State(st): State<Shared>, body: Bytes) -> Response {
                 "model",
                 format!(
                     "{} is not an embedding model (architecture {})",
-                    w.id,
-                    w.model.model.info().arch
+                    w.id, w.model.info.arch
                 ),
             )
             .into_response(),

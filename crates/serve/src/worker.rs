@@ -15,10 +15,12 @@
 //! `cached_tokens`.
 
 use crate::error::ApiError;
-use engine::backend::cpu::Cpu;
 use engine::backend::KvType;
+use engine::chat::ChatTemplate;
 use engine::generate::{Decoding, Finish, GenerateParams, LoadedModel};
 use engine::model::{Logits, SeqStep};
+use engine::model::{Model, ModelInfo};
+use engine::tokenizer::Tokenizer;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -127,9 +129,24 @@ pub struct Limits {
     pub kv_budget: usize,
 }
 
+/// What the request handlers need of a served model; the decoder itself lives on the engine
+/// thread, on whichever backend it was loaded.
+pub struct Served {
+    pub path: std::path::PathBuf,
+    pub info: ModelInfo,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+}
+
+/// The engine thread's model: the decoder and the tokenizer its replies are decoded with.
+struct Engine<B: Backend> {
+    model: Box<dyn Model<B>>,
+    tokenizer: Arc<Tokenizer>,
+}
+
 pub struct Worker {
     pub id: String,
-    pub model: Arc<LoadedModel<Cpu>>,
+    pub model: Arc<Served>,
     /// Built on first use (structured output).
     pub grammar: std::sync::OnceLock<Result<Arc<engine::grammar::GrammarFactory>, String>>,
     pub n_ctx: usize,
@@ -156,8 +173,8 @@ struct Active {
     cached: usize,
 }
 
-struct Slot {
-    kv: engine::backend::cpu::CpuKv,
+struct Slot<B: Backend> {
+    kv: B::Kv,
     n_ctx: usize,
     /// Tokens whose K/V the cache holds, in order.
     tokens: Vec<u32>,
@@ -167,12 +184,24 @@ struct Slot {
 }
 
 impl Worker {
-    pub fn start(
+    pub fn start<B: Backend>(
         id: String,
-        model: Arc<LoadedModel<Cpu>>,
+        model: LoadedModel<B>,
         limits: Limits,
-        store: PrefixStore<Page>,
+        store: PrefixStore<B::Page>,
     ) -> engine::Result<Worker> {
+        let LoadedModel {
+            path,
+            model,
+            tokenizer,
+            template,
+        } = model;
+        let served = Arc::new(Served {
+            path,
+            info: model.info().clone(),
+            tokenizer: tokenizer.clone(),
+            template,
+        });
         let queue = Arc::new(JobQueue {
             jobs: Mutex::new(VecDeque::new()),
             ready: Condvar::new(),
@@ -180,10 +209,10 @@ impl Worker {
         });
         let alive = Arc::new(AtomicBool::new(true));
         let active = Arc::new(AtomicUsize::new(0));
-        let backend = model.model.backend().clone();
-        let mut slots: Vec<Slot> = Vec::new();
+        let backend = model.backend().clone();
+        let mut slots: Vec<Slot<B>> = Vec::new();
         // One pool for all slots: positions are allocated as requests reserve them.
-        let mut first = model.model.new_kv(limits.n_ctx, KvType::F16)?;
+        let mut first = model.new_kv(limits.n_ctx, KvType::F16)?;
         backend.kv_release(&mut first, 0);
         let mut first = Some(first);
         for _ in 0..limits.parallel.max(1) {
@@ -210,7 +239,7 @@ impl Worker {
             kv_cached: kv_cached.clone(),
             prefix_blocks: prefix_blocks.clone(),
         };
-        let m = model.clone();
+        let m = Engine { model, tokenizer };
         let sched = Sched {
             slots,
             store,
@@ -238,7 +267,7 @@ impl Worker {
             .map_or(0, |d| d.as_secs());
         Ok(Worker {
             id,
-            model,
+            model: served,
             grammar: std::sync::OnceLock::new(),
             n_ctx: limits.n_ctx,
             created,
@@ -323,18 +352,15 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// A page of the KV pool.
-type Page = <Cpu as Backend>::Page;
-
 /// Whole pages for `positions`, in positions.
 fn paged(positions: usize) -> usize {
     positions.next_multiple_of(BLOCK)
 }
 
 /// The engine thread's state: slots, the prefix cache and the KV budget they share.
-struct Sched {
-    slots: Vec<Slot>,
-    store: PrefixStore<Page>,
+struct Sched<B: Backend> {
+    slots: Vec<Slot<B>>,
+    store: PrefixStore<B::Page>,
     /// Positions the slots' allocations and the cache's blocks may take together.
     budget: usize,
     tick: u64,
@@ -342,14 +368,14 @@ struct Sched {
     waiting: Option<Job>,
 }
 
-impl Sched {
+impl<B: Backend> Sched<B> {
     /// Positions held now: the pool's live pages (slots' and the prefix cache's, each once).
-    fn used(&self, b: &Cpu) -> usize {
+    fn used(&self, b: &B) -> usize {
         b.kv_live_pages(&self.slots[0].kv) * BLOCK
     }
 
     /// Positions reserved by running requests.
-    fn active(&self, b: &Cpu) -> usize {
+    fn active(&self, b: &B) -> usize {
         self.slots
             .iter()
             .filter(|s| s.active.is_some())
@@ -360,7 +386,7 @@ impl Sched {
     /// Give up memory until `extra` more positions fit in the budget: least recently used cache
     /// blocks first, then the kept tokens of idle slots (least recently used first, never
     /// `keep`). False when even that is not enough.
-    fn make_room(&mut self, b: &Cpu, extra: usize, keep: usize) -> bool {
+    fn make_room(&mut self, b: &B, extra: usize, keep: usize) -> bool {
         loop {
             if self.used(b) + extra <= self.budget {
                 return true;
@@ -384,7 +410,7 @@ impl Sched {
 
     /// Hand the pages of a slot's whole blocks to the prefix cache (those not there yet; shared,
     /// not copied), then shrink its allocation to the tokens it keeps.
-    fn retire(&mut self, b: &Cpu, i: usize) {
+    fn retire(&mut self, b: &B, i: usize) {
         let s = &mut self.slots[i];
         let keys = chain_keys(self.store.fingerprint(), &s.tokens);
         for (j, key) in keys.iter().enumerate() {
@@ -401,9 +427,9 @@ impl Sched {
     }
 }
 
-fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, queue: &JobQueue, gauges: &Gauges, limits: Limits) {
+fn schedule<B: Backend>(m: &Engine<B>, mut sc: Sched<B>, queue: &JobQueue, gauges: &Gauges, limits: Limits) {
     let mut scratch = m.model.scratch(limits.prefill_chunk + sc.slots.len());
-    let b = m.model.backend().clone();
+    let b: &B = m.model.backend();
     loop {
         // Admit queued jobs into idle slots (block only when nothing is running).
         while sc.slots.iter().any(|s| s.active.is_none()) {
@@ -417,7 +443,7 @@ fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, queue: &JobQueue, gauges: &Gaug
                     }
                 }
             };
-            match admit(&b, &mut sc, job) {
+            match admit(b, &mut sc, job) {
                 Admit::Started | Admit::Refused => {}
                 Admit::Wait(job) => {
                     sc.waiting = Some(*job);
@@ -434,19 +460,19 @@ fn schedule(m: &LoadedModel<Cpu>, mut sc: Sched, queue: &JobQueue, gauges: &Gaug
         for i in 0..sc.slots.len() {
             if sc.slots[i].active.as_ref().is_some_and(|a| a.job.gone()) {
                 sc.slots[i].active = None;
-                sc.retire(&b, i);
+                sc.retire(b, i);
             }
         }
         let finished = step(m, &mut sc.slots, &mut scratch, limits.prefill_chunk);
         for i in finished {
-            sc.retire(&b, i);
+            sc.retire(b, i);
         }
         // KV figures first: a reader who sees the slot idle also sees its memory given back.
-        let active = sc.active(&b);
+        let active = sc.active(b);
         gauges.kv_active.store(active, Ordering::Release);
         gauges
             .kv_cached
-            .store(sc.used(&b).saturating_sub(active), Ordering::Release);
+            .store(sc.used(b).saturating_sub(active), Ordering::Release);
         gauges.prefix_blocks.store(sc.store.len(), Ordering::Release);
         gauges.active.store(
             sc.slots.iter().filter(|s| s.active.is_some()).count(),
@@ -465,7 +491,7 @@ enum Admit {
 
 /// Start a job in the idle slot sharing the longest prefix with its prompt, extended by the
 /// prefix cache's blocks, once its KV reservation fits in the budget.
-fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
+fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
     if job.gone() {
         return Admit::Refused;
     }
@@ -561,9 +587,9 @@ fn admit(b: &Cpu, sc: &mut Sched, mut job: Job) -> Admit {
 
 /// One batched forward: a decode token for every generating slot, then prompt chunks. Returns
 /// the slots whose request ended (their tokens are still cached).
-fn step(
-    m: &LoadedModel<Cpu>,
-    slots: &mut [Slot],
+fn step<B: Backend>(
+    m: &Engine<B>,
+    slots: &mut [Slot<B>],
     scratch: &mut engine::model::Scratch,
     prefill_chunk: usize,
 ) -> Vec<usize> {
@@ -601,7 +627,7 @@ fn step(
     // Borrow each fed slot's cache once, in slot order.
     feeds.sort_by_key(|f| f.0);
     let mut steps = Vec::with_capacity(feeds.len());
-    let mut rest: &mut [Slot] = slots;
+    let mut rest: &mut [Slot<B>] = slots;
     let mut base = 0;
     for (i, toks, logits) in &feeds {
         let (_, tail) = rest.split_at_mut(i - base);
@@ -644,7 +670,7 @@ fn step(
             continue;
         }
         let mut logits = out.next().unwrap_or_default();
-        let st = a.decoding.step(m, &mut logits);
+        let st = a.decoding.step(&m.tokenizer, &mut logits);
         let mut gone = (!st.text.is_empty() || st.logprob.is_some()) && !a.job.send(Event::Token(st.text, st.logprob));
         // No room for the sampled token: the context is full, the answer ends here.
         let full = st.finish.is_none() && s.tokens.len() >= s.n_ctx;
