@@ -243,3 +243,55 @@ fn gemma3_greedy_matches_llama_cpp() {
         );
     }
 }
+
+/// `hf2q perplexity` on Gemma 3 270M prints llama-perplexity's values: all 59 running values of
+/// c=512 and the final line equal those of `llama-perplexity -b 512` (one chunk per step;
+/// `data/perplexity/gemma3_llama_perplexity.json`). llama-perplexity's default four chunks per
+/// step change its own last step's values (chunks 57 and 59); hf2q's do not depend on how many
+/// chunks run together.
+#[test]
+fn gemma3_perplexity_matches_llama_perplexity() {
+    let model = models_dir().join("gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        model.is_file(),
+        "{} is missing: run scripts/fetch-models first",
+        model.display()
+    );
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/perplexity");
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("gemma3_llama_perplexity.json")).unwrap()).unwrap();
+    let out = hf2q()
+        .args(["perplexity", "-m"])
+        .arg(&model)
+        .arg("-f")
+        .arg(dir.join("alice_in_wonderland.txt"))
+        .args(["-c", "512", "-t", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let final_line = format!(
+        "Final estimate: PPL = {:.4} +/- {:.5}",
+        want["ppl_one_chunk_per_step"].as_f64().unwrap(),
+        want["ppl_error_one_chunk_per_step"].as_f64().unwrap()
+    );
+    assert!(text.contains(&final_line), "{final_line} not in {text}");
+    let running: Vec<&str> = text
+        .split('[')
+        .skip(1)
+        .map(|s| {
+            s.split(']')
+                .nth(1)
+                .unwrap()
+                .trim_end_matches(|c: char| c == ',' || c.is_whitespace())
+        })
+        .map(|s| s.split(',').next().unwrap())
+        .collect();
+    let peer: Vec<&str> = want["running_one_chunk_per_step"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(running, peer, "{text}");
+}
