@@ -1121,16 +1121,19 @@ enum Fragment {
     Token(u32),
 }
 
-/// The HF `tokenizers` byte-level BPE for a `gpt2` vocabulary and one llama.cpp pre-tokenizer.
-fn build_bpe(
+/// The BPE model of a vocabulary and its GGUF merges (`byte_fallback`: unknown characters become
+/// `<0xXX>` byte tokens).
+fn bpe_model(
     meta: &Metadata,
     tokens: &[String],
-    spec: &PreTokenizerSpec,
-) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    hint: &'static str,
+    ignore_merges: bool,
+    byte_fallback: bool,
+) -> Result<BPE, TokenizerError> {
     const MERGES_KEY: &str = "tokenizer.ggml.merges";
     let merge_list = string_array(meta, MERGES_KEY)?.ok_or(TokenizerError::MissingKey {
         key: MERGES_KEY.into(),
-        hint: "a gpt2 (byte-level BPE) tokenizer needs its merges",
+        hint,
     })?;
     let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
     let mut seen = std::collections::HashSet::new();
@@ -1149,26 +1152,47 @@ fn build_bpe(
             merges.push((a.to_string(), b.to_string()));
         }
     }
-    let bpe = BPE::builder()
+    BPE::builder()
         .vocab_and_merges(vocab, merges)
-        .ignore_merges(spec.ignore_merges)
+        .ignore_merges(ignore_merges)
+        .byte_fallback(byte_fallback)
         .build()
         .map_err(|e| TokenizerError::Build {
             what: "BPE model",
             message: e.to_string(),
-        })?;
+        })
+}
+
+/// A pre-tokenizer step splitting out the matches of `re` (kept as their own pieces).
+fn split_step(re: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
+    let split = Split::new(
+        SplitPattern::Regex(re.to_string()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(|e| TokenizerError::Build {
+        what: "pre-tokenizer regex",
+        message: format!("{re}: {e}"),
+    })?;
+    Ok(split.into())
+}
+
+/// The HF `tokenizers` byte-level BPE for a `gpt2` vocabulary and one llama.cpp pre-tokenizer.
+fn build_bpe(
+    meta: &Metadata,
+    tokens: &[String],
+    spec: &PreTokenizerSpec,
+) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    let bpe = bpe_model(
+        meta,
+        tokens,
+        "a gpt2 (byte-level BPE) tokenizer needs its merges",
+        spec.ignore_merges,
+        false,
+    )?;
     let mut steps: Vec<PreTokenizerWrapper> = Vec::with_capacity(spec.regexes.len() + 1);
     for re in spec.regexes {
-        let split = Split::new(
-            SplitPattern::Regex((*re).to_string()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| TokenizerError::Build {
-            what: "pre-tokenizer regex",
-            message: format!("{re}: {e}"),
-        })?;
-        steps.push(split.into());
+        steps.push(split_step(re)?);
     }
     steps.push(ByteLevel::new(false, false, false).into());
     let mut hf = tokenizers::Tokenizer::new(bpe);
@@ -1180,45 +1204,9 @@ fn build_bpe(
 /// unknown characters fall back to `<0xXX>` byte tokens), pre-split only into runs of newlines
 /// and runs of other characters (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_GEMMA4).
 fn build_spm_bpe(meta: &Metadata, tokens: &[String]) -> Result<tokenizers::Tokenizer, TokenizerError> {
-    const MERGES_KEY: &str = "tokenizer.ggml.merges";
-    let merge_list = string_array(meta, MERGES_KEY)?.ok_or(TokenizerError::MissingKey {
-        key: MERGES_KEY.into(),
-        hint: "a gemma4 tokenizer needs its merges",
-    })?;
-    let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-    let mut seen = std::collections::HashSet::new();
-    let mut merges = Vec::with_capacity(merge_list.len());
-    for m in merge_list.iter() {
-        let Some(pos) = m.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1) else {
-            continue;
-        };
-        let (a, b) = (&m[..pos], &m[pos + 1..]);
-        if !vocab.contains_key(a) || !vocab.contains_key(b) || !vocab.contains_key(&format!("{a}{b}")) {
-            continue;
-        }
-        if seen.insert((a.to_string(), b.to_string())) {
-            merges.push((a.to_string(), b.to_string()));
-        }
-    }
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .byte_fallback(true)
-        .build()
-        .map_err(|e| TokenizerError::Build {
-            what: "BPE model",
-            message: e.to_string(),
-        })?;
-    let split = Split::new(
-        SplitPattern::Regex("[^\\n]+|[\\n]+".to_string()),
-        SplitDelimiterBehavior::Isolated,
-        false,
-    )
-    .map_err(|e| TokenizerError::Build {
-        what: "pre-tokenizer regex",
-        message: e.to_string(),
-    })?;
+    let bpe = bpe_model(meta, tokens, "a gemma4 tokenizer needs its merges", false, true)?;
     let mut hf = tokenizers::Tokenizer::new(bpe);
-    hf.with_pre_tokenizer(Some(Sequence::new(vec![split.into()])));
+    hf.with_pre_tokenizer(Some(Sequence::new(vec![split_step("[^\\n]+|[\\n]+")?])));
     Ok(hf)
 }
 

@@ -91,6 +91,25 @@ fn load(model: &str, ftype: &str, tmp: &std::path::Path) -> Box<dyn Model<Cpu>> 
     engine::model::load(cpu, &gguf, &out).unwrap()
 }
 
+/// The logits of every position of `ids`, fed in one step into a fresh cache.
+fn prompt_logits(m: &dyn Model<Cpu>, ids: &[u32]) -> Vec<Vec<f32>> {
+    let mut scratch = m.scratch(64);
+    let mut kv = m.new_kv(64, KvType::F16).unwrap();
+    let all = m
+        .forward(
+            &mut scratch,
+            &mut [SeqStep {
+                kv: &mut kv,
+                tokens: ids,
+                pos0: 0,
+                logits: Logits::All,
+            }],
+        )
+        .unwrap();
+    assert_eq!(all.len(), ids.len());
+    all
+}
+
 /// Greedy decoding after the prompt, one token at a time through the cache.
 fn greedy(m: &dyn Model<Cpu>, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut scratch = m.scratch(64);
@@ -134,19 +153,7 @@ fn check(model: &str, ftype: &str, tol: f32) {
     let mut scratch = m.scratch(64);
 
     // The whole prompt in one step, logits for every position.
-    let mut kv = m.new_kv(64, KvType::F16).unwrap();
-    let all = m
-        .forward(
-            &mut scratch,
-            &mut [SeqStep {
-                kv: &mut kv,
-                tokens: &r.ids,
-                pos0: 0,
-                logits: Logits::All,
-            }],
-        )
-        .unwrap();
-    assert_eq!(all.len(), r.ids.len());
+    let all = prompt_logits(&*m, &r.ids);
     let worst = all
         .iter()
         .zip(&r.logits)
@@ -229,20 +236,7 @@ fn runs_quantized(model: &str, ftype: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let m = load(model, ftype, tmp.path());
     let r = reference(&root.join(model));
-    let mut scratch = m.scratch(64);
-    let mut kv = m.new_kv(64, KvType::F16).unwrap();
-    let all = m
-        .forward(
-            &mut scratch,
-            &mut [SeqStep {
-                kv: &mut kv,
-                tokens: &r.ids,
-                pos0: 0,
-                logits: Logits::All,
-            }],
-        )
-        .unwrap();
-    assert_eq!(all.len(), r.ids.len());
+    let all = prompt_logits(&*m, &r.ids);
     assert!(
         all.iter().flatten().all(|v| v.is_finite()),
         "{model} {ftype}: non-finite logits"

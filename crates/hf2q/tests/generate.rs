@@ -153,25 +153,46 @@ fn bad_input_is_a_clear_error() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
 
-/// `hf2q perplexity` on a public-domain text equals llama-perplexity's value on the same file.
-/// Where the AVX2 kernels run (they follow ggml's lane order, and prompt attention follows its
-/// tiled path operation by operation) every printed running value and the final line are
-/// identical; elsewhere (the scalar kernels sum in another order) within the 0.1 %.
-#[test]
-fn perplexity_matches_llama_perplexity() {
+/// `hf2q perplexity -c 512 -t 2` of `model` on the Alice text: its stdout, and the recorded
+/// llama-perplexity figures `json` (in `data/perplexity`).
+fn perplexity_on_alice(model: &Path, json: &str) -> (String, serde_json::Value) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/perplexity");
-    let want: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("llama_perplexity.json")).unwrap()).unwrap();
+    let want = serde_json::from_str(&std::fs::read_to_string(dir.join(json)).unwrap()).unwrap();
     let out = hf2q()
         .args(["perplexity", "-m"])
-        .arg(smollm2())
+        .arg(model)
         .arg("-f")
         .arg(dir.join("alice_in_wonderland.txt"))
         .args(["-c", "512", "-t", "2"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    (String::from_utf8(out.stdout).unwrap(), want)
+}
+
+/// The running values perplexity printed (`[1]17.1234,[2]…`), as printed.
+fn running_values(text: &str) -> Vec<&str> {
+    text.split('[')
+        .skip(1)
+        .filter_map(|s| {
+            s.split_once(']')
+                .map(|(_, v)| v.split([',', '\n']).next().unwrap().trim())
+        })
+        .collect()
+}
+
+/// A JSON array of strings.
+fn strings(v: &serde_json::Value) -> Vec<&str> {
+    v.as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect()
+}
+
+/// `hf2q perplexity` on a public-domain text equals llama-perplexity's value on the same file.
+/// Where the AVX2 kernels run (they follow ggml's lane order, and prompt attention follows its
+/// tiled path operation by operation) every printed running value and the final line are
+/// identical; elsewhere (the scalar kernels sum in another order) within the 0.1 %.
+#[test]
+fn perplexity_matches_llama_perplexity() {
+    let (text, want) = perplexity_on_alice(&smollm2(), "llama_perplexity.json");
     let line = text
         .lines()
         .find(|l| l.starts_with("Final estimate: PPL = "))
@@ -190,20 +211,8 @@ fn perplexity_matches_llama_perplexity() {
     assert!(rel < 1e-3, "PPL {ppl} vs llama-perplexity {peer}");
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
-        let running: Vec<&str> = text
-            .split('[')
-            .skip(1)
-            .filter_map(|s| {
-                s.split_once(']')
-                    .map(|(_, v)| v.split([',', '\n']).next().unwrap().trim())
-            })
-            .collect();
-        let want_running: Vec<&str> = want["running"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
+        let running = running_values(&text);
+        let want_running = strings(&want["running"]);
         assert_eq!(running, want_running, "running values");
         assert_eq!(
             line.trim(),
@@ -257,41 +266,16 @@ fn gemma3_perplexity_matches_llama_perplexity() {
         "{} is missing: run scripts/fetch-models first",
         model.display()
     );
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/perplexity");
-    let want: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("gemma3_llama_perplexity.json")).unwrap()).unwrap();
-    let out = hf2q()
-        .args(["perplexity", "-m"])
-        .arg(&model)
-        .arg("-f")
-        .arg(dir.join("alice_in_wonderland.txt"))
-        .args(["-c", "512", "-t", "2"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    let (text, want) = perplexity_on_alice(&model, "gemma3_llama_perplexity.json");
     let final_line = format!(
         "Final estimate: PPL = {:.4} +/- {:.5}",
         want["ppl_one_chunk_per_step"].as_f64().unwrap(),
         want["ppl_error_one_chunk_per_step"].as_f64().unwrap()
     );
     assert!(text.contains(&final_line), "{final_line} not in {text}");
-    let running: Vec<&str> = text
-        .split('[')
-        .skip(1)
-        .map(|s| {
-            s.split(']')
-                .nth(1)
-                .unwrap()
-                .trim_end_matches(|c: char| c == ',' || c.is_whitespace())
-        })
-        .map(|s| s.split(',').next().unwrap())
-        .collect();
-    let peer: Vec<&str> = want["running_one_chunk_per_step"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
-    assert_eq!(running, peer, "{text}");
+    assert_eq!(
+        running_values(&text),
+        strings(&want["running_one_chunk_per_step"]),
+        "{text}"
+    );
 }

@@ -62,6 +62,54 @@ pub fn attend<B: Backend>(
     b.attention(q, &runs, out);
 }
 
+/// Buffers of the output head over up to `rows` logits rows.
+pub struct HeadBufs<B: Backend> {
+    pub sel: B::Buf,
+    pub seln: B::Buf,
+    pub logits: B::Buf,
+}
+
+impl<B: Backend> HeadBufs<B> {
+    pub fn new(b: &B, rows: usize, n_embd: usize, n_vocab: usize) -> HeadBufs<B> {
+        HeadBufs {
+            sel: b.alloc(rows, n_embd),
+            seln: b.alloc(rows, n_embd),
+            logits: b.alloc(rows, n_vocab),
+        }
+    }
+}
+
+/// The output head: the rows of `x` the step asks logits for, normed, times `output` (the token
+/// embedding when tied), optionally soft-capped; one `n_vocab` vector per row, in order.
+#[allow(clippy::too_many_arguments)]
+pub fn logits<B: Backend>(
+    b: &B,
+    seqs: &[SeqStep<'_, B>],
+    x: &B::Buf,
+    norm: &B::Weight,
+    eps: f32,
+    output: &B::Weight,
+    softcap: Option<f32>,
+    t: &mut HeadBufs<B>,
+    dump: &mut crate::debug::Dump,
+) -> Vec<Vec<f32>> {
+    let rows = super::batch::output_rows(seqs);
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    b.select_rows(x, &rows, &mut t.sel);
+    b.set_runs(&super::batch::runs(seqs).1);
+    b.rms_norm(&t.sel, norm, eps, &mut t.seln);
+    dump.put(b, "result_norm", &t.seln);
+    b.matmul(output, &t.seln, &mut t.logits);
+    if let Some(cap) = softcap {
+        b.softcap(&mut t.logits, cap);
+    }
+    dump.put(b, "result_output", &t.logits);
+    let n_vocab = b.shape(&t.logits).1;
+    b.read(&t.logits).chunks(n_vocab.max(1)).map(|c| c.to_vec()).collect()
+}
+
 /// Gated FFN activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Glu {
@@ -76,6 +124,17 @@ pub struct Ffn<B: Backend> {
     pub gate: B::Weight,
     pub up: B::Weight,
     pub down: B::Weight,
+}
+
+impl<B: Backend> Ffn<B> {
+    /// Experts from their gate, up and down matrices, in expert order.
+    pub fn stack(gate: Vec<B::Weight>, up: Vec<B::Weight>, down: Vec<B::Weight>) -> Vec<Ffn<B>> {
+        gate.into_iter()
+            .zip(up)
+            .zip(down)
+            .map(|((gate, up), down)| Ffn { gate, up, down })
+            .collect()
+    }
 }
 
 /// Buffers of a gated FFN over up to `rows` rows.

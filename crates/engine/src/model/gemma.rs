@@ -7,7 +7,7 @@
 //! beside the dense FFN, a per-layer output scale, and final logit soft-capping.
 
 use super::batch::{self, KvLayer, Model, ModelInfo, Scratch, SeqStep};
-use super::blocks::{self, AttnShape, Ffn, FfnBufs, Glu, Moe, MoeBufs, Routing};
+use super::blocks::{self, AttnShape, Ffn, FfnBufs, Glu, HeadBufs, Moe, MoeBufs, Routing};
 use super::{Keys, Loader};
 use crate::backend::{Backend, Rope};
 use crate::{EngineError, Result};
@@ -93,9 +93,7 @@ struct Bufs<B: Backend> {
     ffn: FfnBufs<B>,
     moe: Option<(MoeBufs<B>, B::Buf, B::Buf)>,
     ple: Option<PleBufs<B>>,
-    sel: B::Buf,
-    seln: B::Buf,
-    logits: B::Buf,
+    head: HeadBufs<B>,
 }
 
 /// PLE buffers: the step's per-layer inputs (rows × width·n_layer), scratch of that size, one
@@ -130,23 +128,6 @@ fn per_layer(k: &Keys<'_>, key: &str, n_layer: usize, default: Option<usize>) ->
             k.path.display()
         ))),
     }
-}
-
-/// A small F32 (or any decodable) tensor's values on the host.
-fn host_values(gguf: &GgufModel, name: &str, path: &Path) -> Result<Option<Vec<f32>>> {
-    let Some((file, info)) = gguf.tensor(name) else {
-        return Ok(None);
-    };
-    let codec = quant::codec(info.ty).ok_or_else(|| {
-        EngineError::Model(format!(
-            "{}: tensor {name} has type {}, which cannot be decoded",
-            path.display(),
-            info.ty.name()
-        ))
-    })?;
-    let mut v = vec![0f32; info.n_elements() as usize];
-    (codec.dequantize)(file.tensor_data(info), &mut v);
-    Ok(Some(v))
 }
 
 impl<B: Backend> Gemma<B> {
@@ -206,7 +187,12 @@ impl<B: Backend> Gemma<B> {
         } else {
             1.0
         };
-        let freq_factors = host_values(gguf, "rope_freqs.weight", path)?;
+        let l = Loader {
+            backend: &*backend,
+            gguf,
+            path,
+        };
+        let freq_factors = l.host("rope_freqs.weight")?;
         let shared = k.u_or("attention.shared_kv_layers", 0);
         if shared >= n_layer && shared > 0 {
             return Err(EngineError::Model(format!(
@@ -216,11 +202,6 @@ impl<B: Backend> Gemma<B> {
         }
         let n_kv_from = n_layer - shared;
         let softcap = k.f_or("final_logit_softcapping", if v4 { 30.0 } else { 0.0 });
-        let l = Loader {
-            backend: &*backend,
-            gguf,
-            path,
-        };
         let e = n_embd;
         let tok_embd = l.get("token_embd.weight", &[e, n_vocab])?;
         let output = l.opt_mat("output.weight", &[e, n_vocab])?;
@@ -300,14 +281,10 @@ impl<B: Backend> Gemma<B> {
                         )
                     };
                     let down = l.mats(&n("ffn_down_exps.weight"), ff_exp, e, n_expert)?;
-                    let experts = gate
-                        .into_iter()
-                        .zip(up)
-                        .zip(down)
-                        .map(|((gate, up), down)| Ffn { gate, up, down })
-                        .collect();
-                    let expert_scale =
-                        host_values(gguf, &n("ffn_down_exps.scale"), path)?.unwrap_or_else(|| vec![1.0; n_expert]);
+                    let experts = Ffn::stack(gate, up, down);
+                    let expert_scale = l
+                        .host(&n("ffn_down_exps.scale"))?
+                        .unwrap_or_else(|| vec![1.0; n_expert]);
                     if expert_scale.len() != n_expert || used == 0 || used > n_expert {
                         return Err(EngineError::Model(format!(
                             "{}: layer {i}: {used} of {n_expert} experts with {} expert scales",
@@ -344,7 +321,7 @@ impl<B: Backend> Gemma<B> {
                 }),
                 None => None,
             };
-            let out_scale = match host_values(gguf, &n("layer_output_scale.weight"), path)? {
+            let out_scale = match l.host(&n("layer_output_scale.weight"))? {
                 Some(v) if v.len() == 1 => Some(v[0]),
                 Some(v) => {
                     return Err(EngineError::Model(format!(
@@ -437,7 +414,7 @@ impl<B: Backend> Gemma<B> {
         let eps = self.eps;
         let e = self.info.n_embd;
         let (ids, positions) = batch::ids_positions(seqs);
-        let (row_runs, logit_runs) = batch::runs(seqs);
+        let (row_runs, _) = batch::runs(seqs);
         b.set_runs(&row_runs);
         let all: Vec<usize> = (0..ids.len()).collect();
         b.get_rows(&self.tok_embd, &ids, &mut s.x)?;
@@ -547,21 +524,18 @@ impl<B: Backend> Gemma<B> {
             }
             dump.put(b, &format!("l_out-{il}"), &s.x);
         }
-        let rows = batch::output_rows(seqs);
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        b.select_rows(&s.x, &rows, &mut s.sel);
-        b.set_runs(&logit_runs);
-        b.rms_norm(&s.sel, &self.output_norm, eps, &mut s.seln);
-        dump.put(b, "result_norm", &s.seln);
-        b.matmul(self.output.as_ref().unwrap_or(&self.tok_embd), &s.seln, &mut s.logits);
-        if let Some(cap) = self.softcap {
-            b.softcap(&mut s.logits, cap);
-        }
-        dump.put(b, "result_output", &s.logits);
-        let flat = b.read(&s.logits);
-        Ok(flat.chunks(self.info.n_vocab).map(|c| c.to_vec()).collect())
+        let output = self.output.as_ref().unwrap_or(&self.tok_embd);
+        Ok(blocks::logits(
+            b,
+            seqs,
+            &s.x,
+            &self.output_norm,
+            eps,
+            output,
+            self.softcap,
+            &mut s.head,
+            &mut dump,
+        ))
     }
 }
 
@@ -617,9 +591,7 @@ impl<B: Backend> Model<B> for Gemma<B> {
             ffn: FfnBufs::new(b, rows, n_ff),
             moe,
             ple,
-            sel: b.alloc(rows, e),
-            seln: b.alloc(rows, e),
-            logits: b.alloc(rows, self.info.n_vocab),
+            head: HeadBufs::new(b, rows, e, self.info.n_vocab),
         };
         Scratch::new(rows, bufs)
     }

@@ -3,7 +3,7 @@
 //! (llama.cpp `src/models/llama.cpp`, `qwen2.cpp`, `qwen3.cpp`; transformers `modeling_llama.py`).
 
 use super::batch::{self, KvLayer, Model, ModelInfo, Scratch, SeqStep};
-use super::blocks::{self, AttnShape, Ffn, FfnBufs, Glu, LayerFfn, MoeBufs};
+use super::blocks::{self, AttnShape, Ffn, FfnBufs, Glu, HeadBufs, LayerFfn, MoeBufs};
 use super::{DecoderParams, Loader};
 use crate::backend::Backend;
 use crate::{EngineError, Result};
@@ -49,9 +49,7 @@ struct Bufs<B: Backend> {
     o: B::Buf,
     ffn: FfnBufs<B>,
     moe: Option<MoeBufs<B>>,
-    sel: B::Buf,
-    seln: B::Buf,
-    logits: B::Buf,
+    head: HeadBufs<B>,
 }
 
 impl<B: Backend> Llama<B> {
@@ -89,18 +87,14 @@ impl<B: Backend> Llama<B> {
                 "token_embd.weight (tied output) has no matmul kernel".into(),
             ));
         }
-        if let Some((file, info)) = gguf.tensor("rope_freqs.weight") {
-            let codec =
-                quant::codec(info.ty).ok_or_else(|| EngineError::Model("rope_freqs.weight: bad type".into()))?;
-            let n = info.n_elements() as usize;
-            if n != p.rope.n_dims / 2 {
+        if let Some(f) = l.host("rope_freqs.weight")? {
+            if f.len() != p.rope.n_dims / 2 {
                 return Err(EngineError::Model(format!(
-                    "rope_freqs.weight has {n} values, expected {}",
+                    "rope_freqs.weight has {} values, expected {}",
+                    f.len(),
                     p.rope.n_dims / 2
                 )));
             }
-            let mut f = vec![0f32; n];
-            (codec.dequantize)(file.tensor_data(info), &mut f);
             params.rope.freq_factors = Some(f);
         }
         let p = &params;
@@ -168,9 +162,7 @@ impl<B: Backend> Model<B> for Llama<B> {
                 LayerFfn::Moe(m) => Some(MoeBufs::new(b, rows, p.n_embd, m.n_ff, &m.routing)),
                 LayerFfn::Dense(_) => None,
             }),
-            sel: b.alloc(rows, p.n_embd),
-            seln: b.alloc(rows, p.n_embd),
-            logits: b.alloc(rows, p.n_vocab),
+            head: HeadBufs::new(b, rows, p.n_embd, p.n_vocab),
         };
         Scratch::new(rows, bufs)
     }
@@ -192,7 +184,7 @@ impl<B: Backend> Llama<B> {
         let b = &*self.backend;
         let hd = p.head_dim;
         let (ids, positions) = batch::ids_positions(seqs);
-        let (row_runs, logit_runs) = batch::runs(seqs);
+        let (row_runs, _) = batch::runs(seqs);
         b.set_runs(&row_runs);
         b.get_rows(&self.tok_embd, &ids, &mut s.x)?;
         let mut dump = crate::debug::Dump::from_env();
@@ -256,16 +248,17 @@ impl<B: Backend> Llama<B> {
             b.add(&mut s.x, &s.o);
             dump.put(b, &format!("l_out-{il}"), &s.x);
         }
-        let rows = batch::output_rows(seqs);
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        b.select_rows(&s.x, &rows, &mut s.sel);
-        b.set_runs(&logit_runs);
-        b.rms_norm(&s.sel, &self.output_norm, p.eps, &mut s.seln);
-        b.matmul(self.output.as_ref().unwrap_or(&self.tok_embd), &s.seln, &mut s.logits);
-        dump.put(b, "result_output", &s.logits);
-        let flat = b.read(&s.logits);
-        Ok(flat.chunks(p.n_vocab).map(|c| c.to_vec()).collect())
+        let output = self.output.as_ref().unwrap_or(&self.tok_embd);
+        Ok(blocks::logits(
+            b,
+            seqs,
+            &s.x,
+            &self.output_norm,
+            p.eps,
+            output,
+            None,
+            &mut s.head,
+            &mut dump,
+        ))
     }
 }

@@ -259,6 +259,24 @@ impl<B: Backend> Loader<'_, B> {
         Ok(Some(w))
     }
 
+    /// A small tensor's values on the host (rope factors, scalar scales), decoded from any type
+    /// with a codec; `None` when the file has no such tensor.
+    pub fn host(&self, name: &str) -> Result<Option<Vec<f32>>> {
+        let Some((file, info)) = self.gguf.tensor(name) else {
+            return Ok(None);
+        };
+        let codec = quant::codec(info.ty).ok_or_else(|| {
+            EngineError::Model(format!(
+                "{}: tensor {name} has type {}, which cannot be decoded",
+                self.path.display(),
+                info.ty.name()
+            ))
+        })?;
+        let mut v = vec![0f32; info.n_elements() as usize];
+        (codec.dequantize)(file.tensor_data(info), &mut v);
+        Ok(Some(v))
+    }
+
     /// A stack of `n` matrices `[cols, rows, n]` (a MoE layer's experts), one weight per matrix.
     pub fn mats(&self, name: &str, cols: usize, rows: usize, n: usize) -> Result<Vec<B::Weight>> {
         Ok(self

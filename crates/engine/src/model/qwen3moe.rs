@@ -12,8 +12,6 @@ use gguf::GgufModel;
 use std::path::Path;
 use std::sync::Arc;
 
-pub type Qwen3Moe<B> = Llama<B>;
-
 pub fn load<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> Result<Llama<B>> {
     let k = Keys {
         meta: gguf.metadata(),
@@ -43,15 +41,9 @@ pub fn load<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> 
         let gate = l.mats(&n("ffn_gate_exps.weight"), p.n_embd, n_ff, n_expert)?;
         let up = l.mats(&n("ffn_up_exps.weight"), p.n_embd, n_ff, n_expert)?;
         let down = l.mats(&n("ffn_down_exps.weight"), n_ff, p.n_embd, n_expert)?;
-        let experts = gate
-            .into_iter()
-            .zip(up)
-            .zip(down)
-            .map(|((gate, up), down)| Ffn { gate, up, down })
-            .collect();
         Ok(LayerFfn::Moe(Moe {
             router: l.mat(&n("ffn_gate_inp.weight"), &[p.n_embd, n_expert])?,
-            experts,
+            experts: Ffn::stack(gate, up, down),
             routing,
             n_ff,
         }))

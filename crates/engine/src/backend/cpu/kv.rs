@@ -233,7 +233,7 @@ impl CpuKv {
             )));
         }
         let n = data.len() / pb;
-        if pos0 + n * PAGE > self.capacity().next_multiple_of(PAGE).min(self.pages.len() * PAGE) {
+        if pos0 / PAGE + n > self.pages.len() {
             return Err(EngineError::ContextFull {
                 need: pos0 + n * PAGE,
                 n_ctx: self.capacity(),

@@ -763,77 +763,73 @@ impl Backend for Cpu {
         let segs = &segs;
         // One tile per task: rayon would otherwise hand out runs of tiles that cannot be split
         // once started, and the last run leaves the other threads idle.
-        let work = || {
-            tiles.into_par_iter().with_max_len(1).for_each(|(wi, r0, r1)| {
-                let (w, (k, ai, t, n, outp)) = (ws[wi], plan[wi]);
-                let m = w.n_rows();
-                let acts: &[u8] = &scratch[ai];
-                let abytes = dot::act_row_bytes(k.act, n);
-                // A sequence's slice of the activations and of the output.
-                let part = |s0: usize, len: usize| (&acts[s0 * abytes..(s0 + len) * abytes], SyncPtr(outp.at(s0 * m)));
-                if let Some(p) = &w.packed {
-                    // Groups of four activation rows sum in another order than fewer: per sequence.
-                    for &(s0, len) in &segs[wi] {
-                        let (a, o) = part(s0, len);
-                        packed_tile(p, n, len, m, r0..r1, a, abytes, o);
-                    }
-                    return;
+        tiles.into_par_iter().with_max_len(1).for_each(|(wi, r0, r1)| {
+            let (w, (k, ai, t, n, outp)) = (ws[wi], plan[wi]);
+            let m = w.n_rows();
+            let acts: &[u8] = &scratch[ai];
+            let abytes = dot::act_row_bytes(k.act, n);
+            // A sequence's slice of the activations and of the output.
+            let part = |s0: usize, len: usize| (&acts[s0 * abytes..(s0 + len) * abytes], SyncPtr(outp.at(s0 * m)));
+            if let Some(p) = &w.packed {
+                // Groups of four activation rows sum in another order than fewer: per sequence.
+                for &(s0, len) in &segs[wi] {
+                    let (a, o) = part(s0, len);
+                    packed_tile(p, n, len, m, r0..r1, a, abytes, o);
                 }
-                let rb = w.row_bytes();
-                let rows = &w.bytes()[r0 * rb..r1 * rb];
-                // Batches where llama.cpp sums in another order take that order's kernel, decided
-                // per sequence.
-                if let Some(b) = k.batch {
-                    for &(s0, len) in &segs[wi] {
-                        let (a, o) = part(s0, len);
-                        let kern = if len >= k.batch_min {
-                            Tile {
-                                dot: b,
-                                rows: None,
-                                max_rows: 1,
-                            }
-                        } else {
-                            Tile {
-                                dot: k.dot,
-                                rows: k.rows,
-                                max_rows: k.max_rows,
-                            }
-                        };
-                        kern.run(w.ty, n, len, m, r0..r1, rows, rb, a, abytes, o);
-                    }
-                    return;
-                }
-                let unpacked = k.unpacked.filter(|_| t >= dot::UNPACK_MIN);
-                let run =
-                    |kern: Tile, wb: &[u8], rb: usize| kern.run(w.ty, n, t, m, r0..r1, wb, rb, acts, abytes, outp);
-                match unpacked {
-                    Some(u) => UNPACKED.with_borrow_mut(|buf| {
-                        // The tile's rows unpacked once for all the batch's activation rows.
-                        let urb = n / 32 * u.block_bytes;
-                        buf.resize((r1 - r0) * urb, 0);
-                        for (d, s) in buf.chunks_exact_mut(urb).zip(rows.chunks_exact(rb)) {
-                            (u.unpack)(n, s, d);
+                return;
+            }
+            let rb = w.row_bytes();
+            let rows = &w.bytes()[r0 * rb..r1 * rb];
+            // Batches where llama.cpp sums in another order take that order's kernel, decided
+            // per sequence.
+            if let Some(b) = k.batch {
+                for &(s0, len) in &segs[wi] {
+                    let (a, o) = part(s0, len);
+                    let kern = if len >= k.batch_min {
+                        Tile {
+                            dot: b,
+                            rows: None,
+                            max_rows: 1,
                         }
-                        let kern = Tile {
-                            dot: u.dot,
-                            rows: Some(u.rows),
-                            max_rows: k.max_rows,
-                        };
-                        run(kern, buf, urb)
-                    }),
-                    None => run(
+                    } else {
                         Tile {
                             dot: k.dot,
                             rows: k.rows,
                             max_rows: k.max_rows,
-                        },
-                        rows,
-                        rb,
-                    ),
+                        }
+                    };
+                    kern.run(w.ty, n, len, m, r0..r1, rows, rb, a, abytes, o);
                 }
-            })
-        };
-        work();
+                return;
+            }
+            let unpacked = k.unpacked.filter(|_| t >= dot::UNPACK_MIN);
+            let run = |kern: Tile, wb: &[u8], rb: usize| kern.run(w.ty, n, t, m, r0..r1, wb, rb, acts, abytes, outp);
+            match unpacked {
+                Some(u) => UNPACKED.with_borrow_mut(|buf| {
+                    // The tile's rows unpacked once for all the batch's activation rows.
+                    let urb = n / 32 * u.block_bytes;
+                    buf.resize((r1 - r0) * urb, 0);
+                    for (d, s) in buf.chunks_exact_mut(urb).zip(rows.chunks_exact(rb)) {
+                        (u.unpack)(n, s, d);
+                    }
+                    let kern = Tile {
+                        dot: u.dot,
+                        rows: Some(u.rows),
+                        max_rows: k.max_rows,
+                    };
+                    run(kern, buf, urb)
+                }),
+                None => run(
+                    Tile {
+                        dot: k.dot,
+                        rows: k.rows,
+                        max_rows: k.max_rows,
+                    },
+                    rows,
+                    rb,
+                ),
+            }
+        });
     }
 
     fn add_bias(&self, x: &mut CpuBuf, b: &CpuWeight) {
