@@ -751,7 +751,9 @@ impl Tokenizer {
         let fragments = self.partition(text, parse_special);
         let mut out = Vec::new();
         match &self.model {
-            Model::Bpe(hf) => {
+            Model::Bpe(hf) | Model::SpmBpe(hf) => {
+                // gemma4's BPE works on SentencePiece-style text: spaces as ▁.
+                let spm = matches!(self.model, Model::SpmBpe(_));
                 if add_special && self.add_bos {
                     out.extend(self.bos);
                 }
@@ -759,28 +761,13 @@ impl Tokenizer {
                     match *f {
                         Fragment::Token(id) => out.push(id),
                         Fragment::Text(s, e) => {
+                            let piece = if spm {
+                                std::borrow::Cow::Owned(text[s..e].replace(' ', "\u{2581}"))
+                            } else {
+                                std::borrow::Cow::Borrowed(&text[s..e])
+                            };
                             let enc = hf
-                                .encode_fast(&text[s..e], false)
-                                .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-                            out.extend_from_slice(enc.get_ids());
-                        }
-                    }
-                }
-                if add_special && self.add_eos {
-                    out.extend(self.eos);
-                }
-            }
-            Model::SpmBpe(hf) => {
-                if add_special && self.add_bos {
-                    out.extend(self.bos);
-                }
-                for f in &fragments {
-                    match *f {
-                        Fragment::Token(id) => out.push(id),
-                        Fragment::Text(s, e) => {
-                            let piece = text[s..e].replace(' ', "\u{2581}");
-                            let enc = hf
-                                .encode_fast(piece.as_str(), false)
+                                .encode_fast(piece.as_ref(), false)
                                 .map_err(|e| TokenizerError::Encode(e.to_string()))?;
                             out.extend_from_slice(enc.get_ids());
                         }
