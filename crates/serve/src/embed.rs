@@ -6,7 +6,7 @@
 //! is dropped before the next batch. When the thread goes idle it hands freed memory back to the OS.
 
 use crate::error::ApiError;
-use engine::backend::cpu::Cpu;
+use engine::backend::Backend;
 use engine::model::bert::{l2_normalize, Bert};
 use engine::tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
@@ -80,15 +80,15 @@ pub struct Embedder {
 }
 
 impl Embedder {
-    pub fn start(
+    pub fn start<B: Backend>(
         id: String,
-        cpu: Arc<Cpu>,
+        backend: Arc<B>,
         gguf: &Arc<gguf::GgufModel>,
         path: &Path,
         queue_capacity: usize,
         limits: Limits,
     ) -> engine::Result<Embedder> {
-        let model = Bert::load(cpu, gguf, path)?;
+        let model = Bert::load(backend, gguf, path)?;
         let tokenizer = Tokenizer::from_gguf(gguf.metadata())
             .map_err(|e| engine::EngineError::Model(format!("{}: tokenizer: {e}", path.display())))?;
         let capacity = queue_capacity.max(1);
@@ -314,7 +314,7 @@ enum Input {
     Ids(Vec<u32>),
 }
 
-fn run(model: Bert<Cpu>, rx: Receiver<Job>, capacity: usize, counters: &Counters) {
+fn run<B: Backend>(model: Bert<B>, rx: Receiver<Job>, capacity: usize, counters: &Counters) {
     let mut active: VecDeque<Job> = VecDeque::new();
     let mut budget = FIRST_BATCH_TOKENS;
     loop {

@@ -26,7 +26,8 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use engine::backend::cpu::Cpu;
+use engine::backend::select::{with_backend, BackendOptions, Device, WithBackend};
+use engine::backend::Backend;
 use engine::generate::{Finish, GenerateParams, LoadedModel};
 use error::ApiError;
 use serde_json::{json, Value};
@@ -42,6 +43,8 @@ pub struct ServeConfig {
     pub models: Vec<PathBuf>,
     pub api_key: Option<String>,
     pub threads: usize,
+    /// The compute device (`--device`).
+    pub device: Device,
     pub ctx: usize,
     pub queue_capacity: usize,
     pub max_body_bytes: usize,
@@ -223,7 +226,50 @@ fn try_it(state: &AppState, local: &std::net::SocketAddr) -> String {
 }
 
 fn load_models(state: &AppState) -> Result<(), String> {
-    let cpu = Arc::new(Cpu::new(state.cfg.threads).map_err(|e| e.to_string())?);
+    let opts = BackendOptions {
+        device: state.cfg.device,
+        threads: state.cfg.threads,
+        exact_activations: false,
+    };
+    with_backend(&opts, LoadModels(state)).map_err(|e| e.to_string())??;
+    state.ready.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Loads every model of the configuration on one backend (decoders share it; each encoder gets
+/// one of its own with exact activations).
+struct LoadModels<'a>(&'a AppState);
+
+impl WithBackend for LoadModels<'_> {
+    type Output = Result<(), String>;
+    fn run<B: Backend>(self, backend: Arc<B>) -> Result<(), String> {
+        load_models_on(self.0, backend)
+    }
+}
+
+struct StartEmbedder<'a> {
+    state: &'a AppState,
+    id: String,
+    gguf: &'a Arc<gguf::GgufModel>,
+    path: &'a std::path::Path,
+}
+
+impl WithBackend for StartEmbedder<'_> {
+    type Output = engine::Result<embed::Embedder>;
+    fn run<B: Backend>(self, backend: Arc<B>) -> engine::Result<embed::Embedder> {
+        let cfg = &self.state.cfg;
+        embed::Embedder::start(
+            self.id,
+            backend,
+            self.gguf,
+            self.path,
+            cfg.queue_capacity,
+            cfg.embed_limits,
+        )
+    }
+}
+
+fn load_models_on<B: Backend>(state: &AppState, backend: Arc<B>) -> Result<(), String> {
     for path in &state.cfg.models {
         let id = path
             .file_stem()
@@ -231,20 +277,18 @@ fn load_models(state: &AppState) -> Result<(), String> {
         let gguf = engine::model::open_gguf(path).map_err(|e| e.to_string())?;
         if matches!(gguf.metadata().architecture(), Some("bert" | "nomic-bert")) {
             // Encoders multiply by unquantized activations (their vectors are compared directly).
-            let exact = Arc::new(
-                Cpu::new(state.cfg.threads)
-                    .map_err(|e| e.to_string())?
-                    .with_exact_activations(),
-            );
-            let e = embed::Embedder::start(
-                id.clone(),
-                exact,
-                &gguf,
+            let opts = BackendOptions {
+                device: state.cfg.device,
+                threads: state.cfg.threads,
+                exact_activations: true,
+            };
+            let job = StartEmbedder {
+                state,
+                id: id.clone(),
+                gguf: &gguf,
                 path,
-                state.cfg.queue_capacity,
-                state.cfg.embed_limits,
-            )
-            .map_err(|e| e.to_string())?;
+            };
+            let e = with_backend(&opts, job).and_then(|e| e).map_err(|e| e.to_string())?;
             state
                 .embedders
                 .write()
@@ -253,7 +297,7 @@ fn load_models(state: &AppState) -> Result<(), String> {
             eprintln!("hf2q serve: embedding model {id} ready");
             continue;
         }
-        let m = LoadedModel::load(cpu.clone(), path).map_err(|e| e.to_string())?;
+        let m = LoadedModel::load(backend.clone(), path).map_err(|e| e.to_string())?;
         let n_ctx = if state.cfg.ctx == 0 {
             m.model.info().n_ctx_train
         } else {
@@ -301,7 +345,6 @@ fn load_models(state: &AppState) -> Result<(), String> {
             .push(Arc::new(w));
         eprintln!("hf2q serve: model {id} ready ({n_ctx} tokens of context, KV budget {kv_budget} positions)");
     }
-    state.ready.store(true, Ordering::Release);
     Ok(())
 }
 

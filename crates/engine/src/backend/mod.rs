@@ -4,6 +4,7 @@
 //! host round trips, and only [`Backend::read`] copies results (logits, embeddings) to the host.
 
 pub mod cpu;
+pub mod select;
 #[cfg(test)]
 pub mod tests;
 
@@ -89,6 +90,8 @@ pub trait Backend: Send + Sync + 'static {
     type Page: Send + Sync + Clone;
 
     fn name(&self) -> String;
+    /// Host worker threads (what `llama-bench` reports as `n_threads`).
+    fn threads(&self) -> usize;
     /// Run `f` (a forward step) on this backend's workers.
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R;
 

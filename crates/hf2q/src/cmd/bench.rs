@@ -3,11 +3,13 @@
 //! `tgN` decodes N tokens one at a time from an empty cache; each test runs once to warm up, then
 //! `-r` times; the table shows mean ± sample standard deviation of tokens per second.
 
-use super::runtime::ModelArgs;
+use super::runtime::{ModelArgs, ModelJob};
 use crate::error::{CliError, CliResult};
 use clap::Args;
 use engine::backend::Backend;
+use engine::generate::LoadedModel;
 use engine::model::{Logits, SeqStep};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Args)]
@@ -41,7 +43,18 @@ pub fn run(args: BenchArgs) -> CliResult {
     if args.reps == 0 {
         return Err(CliError::input("-r must be at least 1"));
     }
-    let (cpu, m) = args.model.load()?;
+    args.model.run(Bench(&args))
+}
+
+struct Bench<'a>(&'a BenchArgs);
+
+impl ModelJob for Bench<'_> {
+    fn run<B: Backend>(self, cpu: Arc<B>, m: LoadedModel<B>) -> CliResult {
+        bench(self.0, &*cpu, m)
+    }
+}
+
+fn bench<B: Backend>(args: &BenchArgs, cpu: &B, m: LoadedModel<B>) -> CliResult {
     let model = &m.model;
     let p = model.info();
     let n_vocab = p.n_vocab as u32;
@@ -164,7 +177,7 @@ pub fn run(args: BenchArgs) -> CliResult {
     Ok(())
 }
 
-fn model_label(m: &engine::generate::LoadedModel<engine::backend::cpu::Cpu>) -> String {
+fn model_label<B: Backend>(m: &LoadedModel<B>) -> String {
     let ty = gguf::GgufFile::open(&m.path)
         .ok()
         .and_then(|f| f.metadata().get_u64("general.file_type"))

@@ -6,9 +6,12 @@
 use super::runtime::ModelArgs;
 use crate::error::{CliError, CliResult};
 use clap::Args;
+use engine::backend::select::{with_backend, BackendOptions, WithBackend};
+use engine::backend::Backend;
 use engine::model::bert::Bert;
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Args)]
 pub struct EmbedArgs {
@@ -67,14 +70,31 @@ pub fn run(args: EmbedArgs) -> CliResult {
             args.model.model.display()
         )));
     }
-    args.model.backend()?; // validates --device
-    let cpu = engine::backend::cpu::Cpu::new(args.model.threads)?;
     if args.fast {
         eprintln!("warning: --fast is gone: the default path is faster and exact; ignoring it");
     }
-    let cpu = std::sync::Arc::new(cpu.with_exact_activations());
+    let opts = BackendOptions {
+        exact_activations: true,
+        ..args.model.options()?
+    };
+    with_backend(&opts, Embed { args: &args, texts })?
+}
+
+struct Embed<'a> {
+    args: &'a EmbedArgs,
+    texts: Vec<String>,
+}
+
+impl WithBackend for Embed<'_> {
+    type Output = CliResult;
+    fn run<B: Backend>(self, backend: Arc<B>) -> CliResult {
+        embed(self.args, &self.texts, backend)
+    }
+}
+
+fn embed<B: Backend>(args: &EmbedArgs, texts: &[String], backend: Arc<B>) -> CliResult {
     let gguf = engine::model::open_gguf(&args.model.model)?;
-    let m = Bert::load(cpu, &gguf, &args.model.model)?;
+    let m = Bert::load(backend, &gguf, &args.model.model)?;
     let tok = engine::tokenizer::Tokenizer::from_gguf(gguf.metadata())
         .map_err(|e| CliError::input(format!("{}: tokenizer: {e}", args.model.model.display())))?;
     let mut inputs = Vec::with_capacity(texts.len());

@@ -2,14 +2,16 @@
 //! it are recognised, no template); `--chat` applies the model's chat template, interactively
 //! when stdin is a terminal. Only generated text goes to stdout; everything else to stderr.
 
-use super::runtime::ModelArgs;
+use super::runtime::{ModelArgs, ModelJob};
 use crate::error::{CliError, CliResult};
 use clap::Args;
+use engine::backend::Backend;
 use engine::chat::ChatMessage;
 use engine::generate::{generate, Finish, GenerateParams, Generated, LoadedModel, Session};
 use engine::sampler::SamplingParams;
 use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -141,7 +143,41 @@ pub fn run(args: GenerateArgs) -> CliResult {
         None => None,
     };
     let prompt = args.prompt.clone().or(file_prompt);
-    let (_cpu, m) = args.model.load()?;
+    args.model.run(Generate {
+        args: &args,
+        sampling,
+        kwargs,
+        prompt,
+    })
+}
+
+/// The part of `generate` that runs on the loaded model.
+struct Generate<'a> {
+    args: &'a GenerateArgs,
+    sampling: SamplingParams,
+    kwargs: serde_json::Map<String, serde_json::Value>,
+    prompt: Option<String>,
+}
+
+impl ModelJob for Generate<'_> {
+    fn run<B: Backend>(self, _backend: Arc<B>, m: LoadedModel<B>) -> CliResult {
+        let Generate {
+            args,
+            sampling,
+            kwargs,
+            prompt,
+        } = self;
+        run_loaded(args, sampling, kwargs, prompt, m)
+    }
+}
+
+fn run_loaded<B: Backend>(
+    args: &GenerateArgs,
+    sampling: SamplingParams,
+    kwargs: serde_json::Map<String, serde_json::Value>,
+    prompt: Option<String>,
+    m: LoadedModel<B>,
+) -> CliResult {
     let n_ctx = if args.ctx == 0 {
         m.model.info().n_ctx_train
     } else {
@@ -231,7 +267,7 @@ pub fn run(args: GenerateArgs) -> CliResult {
 }
 
 /// Tokens of a rendered chat: BOS per the model's flag unless the template already wrote it.
-pub fn chat_tokens<B: engine::backend::Backend>(m: &LoadedModel<B>, text: &str) -> CliResult<Vec<u32>> {
+pub fn chat_tokens<B: Backend>(m: &LoadedModel<B>, text: &str) -> CliResult<Vec<u32>> {
     let mut toks = m
         .tokenizer
         .encode(text, true, true)
@@ -244,9 +280,9 @@ pub fn chat_tokens<B: engine::backend::Backend>(m: &LoadedModel<B>, text: &str) 
     Ok(toks)
 }
 
-fn stream(
-    m: &LoadedModel<engine::backend::cpu::Cpu>,
-    session: &mut Session<engine::backend::cpu::Cpu>,
+fn stream<B: Backend>(
+    m: &LoadedModel<B>,
+    session: &mut Session<B>,
     tokens: &[u32],
     params: &GenerateParams,
 ) -> CliResult<Generated> {

@@ -4,12 +4,15 @@
 //! model adds one, and only the second half of each chunk is scored. Prints the running value per
 //! chunk and `Final estimate: PPL = X +/- Y`.
 
-use super::runtime::ModelArgs;
+use super::runtime::{ModelArgs, ModelJob};
 use crate::error::{CliError, CliResult};
 use clap::Args;
+use engine::backend::Backend;
+use engine::generate::LoadedModel;
 use engine::model::{Logits, SeqStep};
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Args)]
@@ -39,11 +42,28 @@ pub fn run(args: PerplexityArgs) -> CliResult {
             args.ctx
         )));
     }
-    let (_cpu, m) = args.model.load()?;
+    args.model.run(Perplexity {
+        args: &args,
+        text: &text,
+    })
+}
+
+struct Perplexity<'a> {
+    args: &'a PerplexityArgs,
+    text: &'a str,
+}
+
+impl ModelJob for Perplexity<'_> {
+    fn run<B: Backend>(self, _backend: Arc<B>, m: LoadedModel<B>) -> CliResult {
+        perplexity(self.args, self.text, m)
+    }
+}
+
+fn perplexity<B: Backend>(args: &PerplexityArgs, text: &str, m: LoadedModel<B>) -> CliResult {
     let t0 = Instant::now();
     let mut tokens = m
         .tokenizer
-        .encode(&text, true, false)
+        .encode(text, true, false)
         .map_err(|e| CliError::input(format!("tokenizing: {e}")))?;
     eprintln!(
         "tokenized {} into {} tokens in {:.2} s",

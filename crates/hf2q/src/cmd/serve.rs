@@ -22,6 +22,9 @@ pub struct ServeArgs {
     /// CPU threads (0 = one per core).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
+    /// Compute device: auto, cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
     /// Context size per model in tokens (0 = the model's training context).
     #[arg(short = 'c', long = "ctx", default_value_t = 4096)]
     pub ctx: usize,
@@ -100,6 +103,8 @@ pub fn run(args: ServeArgs) -> CliResult {
         models: args.models,
         api_key: args.api_key,
         threads: args.threads,
+        device: engine::backend::select::Device::parse(&args.device)
+            .map_err(|e| CliError::input(format!("--device: {e}")))?,
         ctx: args.ctx,
         queue_capacity: args.queue_capacity,
         max_body_bytes: args.max_body_bytes,

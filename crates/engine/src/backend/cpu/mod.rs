@@ -85,10 +85,6 @@ impl Cpu {
         caches
     }
 
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
-
     pub fn kernel_path(&self) -> KernelPath {
         self.path
     }
@@ -336,6 +332,10 @@ impl Backend for Cpu {
 
     fn name(&self) -> String {
         format!("cpu ({}, {} threads)", self.path.name(), self.threads)
+    }
+
+    fn threads(&self) -> usize {
+        self.threads
     }
 
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
