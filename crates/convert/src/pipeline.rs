@@ -15,6 +15,7 @@ use crate::hf::{HfConfig, HfError, HfTensors};
 use crate::meta;
 use crate::plan::{self, ModelFacts, PlanTensor, Target};
 use crate::requant::{self, QuantizeError, QuantizeOptions};
+use gguf::Tensor as T;
 use gguf::{GgmlType, GgufWriter, Metadata, TensorSpec, Value};
 use std::path::Path;
 
@@ -83,8 +84,8 @@ fn forced_f32(name: &str, n_dims: usize) -> bool {
     ];
     n_dims <= 1
         || name.ends_with("_norm.weight")
-        || name == "position_embd.weight"
-        || name == "token_types.weight"
+        || name == T::PositionEmbd.weight()
+        || name == T::TokenTypes.weight()
         || F32_PARTS.iter().any(|p| name.contains(p))
         || !(name.ends_with(".weight") || name.ends_with(".lora_a") || name.ends_with(".lora_b"))
 }
@@ -116,7 +117,7 @@ fn validate(ctx: &Ctx, m: &Metadata, tensors: &[OutTensor]) -> Result<(), HfErro
     let arch = m.architecture().unwrap_or_default();
     if let (Some(n_embd), Some(t)) = (
         m.get_u64(&format!("{arch}.embedding_length")),
-        tensors.iter().find(|t| t.name == "token_embd.weight"),
+        tensors.iter().find(|t| t.name == T::TokenEmbd.weight()),
     ) {
         if t.shape.len() != 2 || t.shape[1] as u64 != n_embd {
             return Err(ctx.invalid(format!(
@@ -134,7 +135,7 @@ fn metadata(
     tensors: &[OutTensor],
     file_type: u32,
 ) -> Result<Metadata, HfError> {
-    let arch_name = family.gguf_arch(ctx);
+    let arch_name = family.gguf_arch(ctx).name();
     let mut m = Metadata::new();
     m.insert(gguf::keys::ARCHITECTURE, Value::String(arch_name.into()));
     family.init_metadata(ctx, &mut m);
@@ -290,13 +291,13 @@ pub fn convert_with(
     let tensors = family.tensors(&ctx)?;
     // Validate shapes before anything is written: every tensor must be a whole number of rows.
     for t in &tensors {
-        if t.shape.is_empty() && t.name != "rope_freqs.weight" {
+        if t.shape.is_empty() && t.name != T::RopeFreqs.weight() {
             return Err(ctx
                 .invalid(format!("tensor `{}` (from `{}`) has no dimensions", t.name, t.source))
                 .into());
         }
     }
-    let summary_arch = family.gguf_arch(&ctx).to_string();
+    let summary_arch = family.gguf_arch(&ctx).name().to_string();
     if let Some((file_type, ty)) = outtype(target) {
         let types: Vec<GgmlType> = tensors
             .iter()

@@ -7,6 +7,8 @@
 //! block index first, then name (`llama_model_loader::weight_name_comparer`); [`plan`] sorts into
 //! that order itself and returns entries in the caller's order.
 
+use gguf::arch::key;
+use gguf::Tensor as T;
 use gguf::{GgmlType, Metadata};
 
 /// A llama.cpp file type (`general.file_type`), or `COPY` (every tensor keeps its type).
@@ -143,12 +145,13 @@ impl ModelFacts {
             }
         };
         Ok(ModelFacts {
-            n_layer_all: first("block_count").ok_or_else(|| PlanError(format!("metadata has no {arch}.block_count")))?
+            n_layer_all: first(key::BLOCK_COUNT)
+                .ok_or_else(|| PlanError(format!("metadata has no {arch}.block_count")))?
                 as u32,
-            n_expert: first("expert_count").unwrap_or(0) as u32,
-            n_head: first("attention.head_count").unwrap_or(0) as u32,
-            n_head_kv: first("attention.head_count_kv")
-                .or_else(|| first("attention.head_count"))
+            n_expert: first(key::EXPERT_COUNT).unwrap_or(0) as u32,
+            n_head: first(key::ATTN_HEAD_COUNT).unwrap_or(0) as u32,
+            n_head_kv: first(key::ATTN_HEAD_COUNT_KV)
+                .or_else(|| first(key::ATTN_HEAD_COUNT))
                 .unwrap_or(0) as u32,
             arch,
         })
@@ -222,9 +225,9 @@ enum Category {
 // llama-quant.cpp: tensor_get_category
 fn category(name: &str) -> Category {
     use Category::*;
-    if name == "output.weight" {
+    if name == T::Output.weight() {
         Output
-    } else if name == "token_embd.weight" || name == "per_layer_token_embd.weight" {
+    } else if name == T::TokenEmbd.weight() || name == T::PerLayerTokenEmbd.weight() {
         TokenEmbd
     } else if name.contains("attn_qkv.weight") {
         AttentionQkv
@@ -305,9 +308,9 @@ fn allows_quantization(t: &PlanTensor, opts: &PlanOptions) -> bool {
     let name = t.name.as_str();
     n_dims(&t.shape) >= 2
         && name.ends_with("weight")
-        && !(opts.leave_output_tensor && name == "output.weight")
-        && name != "position_embd.weight"
-        && name != "token_types.weight"
+        && !(opts.leave_output_tensor && name == T::Output.weight())
+        && name != T::PositionEmbd.weight()
+        && name != T::TokenTypes.weight()
         && !NEVER.iter().any(|p| name.contains(p))
 }
 
@@ -643,7 +646,7 @@ pub fn plan(
             Some(default) if allows => {
                 // llama-quant.cpp: llama_tensor_get_type
                 if let (Some(te), Category::TokenEmbd) = (opts.token_embedding_type, cat) {
-                    let named = t.name == "per_layer_token_embd.weight"
+                    let named = t.name == T::PerLayerTokenEmbd.weight()
                         && opts.tensor_types.iter().any(|(re, _)| re.is_match(&t.name));
                     if !named {
                         te

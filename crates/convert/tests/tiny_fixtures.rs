@@ -499,3 +499,43 @@ fn model_card_and_sampling_defaults_match_llama_cpp() {
         "whole-file SHA-256"
     );
 }
+
+/// The architecture table (`gguf::arch`) describes every file llama.cpp wrote for the fixtures:
+/// each `general.architecture` is a row, each tensor one of that row's tensors, each `{arch}.*` key
+/// one of the listed keys. (A family the table misses could not be read by name in the engine.)
+#[test]
+fn the_architecture_table_covers_every_expected_file() {
+    let dir = tiny_dir().join("expected");
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".json") || !name.contains(".convert.") {
+            continue;
+        }
+        files += 1;
+        let d: J = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let arch_name = d["metadata"]["general.architecture"]["value"].as_str().unwrap();
+        let arch =
+            gguf::Arch::parse(arch_name).unwrap_or_else(|| panic!("{name}: architecture {arch_name} not in the table"));
+        for t in d["tensors"].as_array().unwrap() {
+            let tn = t["name"].as_str().unwrap();
+            let (kind, _, _) = gguf::Tensor::parse(tn).unwrap_or_else(|| panic!("{name}: tensor {tn} has no kind"));
+            assert!(
+                arch.tensors().contains(&kind),
+                "{name}: {tn} ({kind:?}) is not listed for {arch_name}"
+            );
+        }
+        let prefix = format!("{arch_name}.");
+        for k in d["metadata"].as_object().unwrap().keys() {
+            if let Some(rest) = k.strip_prefix(&prefix) {
+                assert!(gguf::arch::key::ALL.contains(&rest), "{name}: key {k} is not listed");
+            }
+        }
+    }
+    assert!(files > 0, "no conversion results in {}", dir.display());
+    eprintln!(
+        "architecture table checked against {files} expected conversions in {}",
+        dir.display()
+    );
+}

@@ -6,6 +6,8 @@ use super::text::{set_text_parameters, Keys};
 use super::{always_skipped, base_filter, map_or_err, Ctx, Family, OutTensor};
 use crate::hf::HfError;
 use crate::vocab;
+use gguf::arch::key;
+use gguf::Arch;
 use gguf::{Array, Metadata, Value};
 use serde_json::Value as J;
 
@@ -61,7 +63,7 @@ pub fn try_set_pooling_type(ctx: &Ctx, arch: &str, m: &mut Metadata) -> Result<(
                     "{p}/config.json: only MEAN, CLS and LAST pooling are supported"
                 )));
             };
-            m.insert(k.k("pooling_type"), Value::U32(ty));
+            m.insert(k.k(key::POOLING_TYPE), Value::U32(ty));
         }
     }
     if let Some(cp) = ctx.cfg.get("classifier_pooling") {
@@ -70,7 +72,7 @@ pub fn try_set_pooling_type(ctx: &Ctx, arch: &str, m: &mut Metadata) -> Result<(
             .filter(|s| matches!(*s, "cls" | "mean"))
             .and_then(mode)
             .ok_or_else(|| ctx.invalid(format!("unsupported classifier_pooling {cp}")))?;
-        m.insert(k.k("classifier.pooling_type"), Value::U32(t));
+        m.insert(k.k(key::CLASSIFIER_POOLING_TYPE), Value::U32(t));
     }
     Ok(())
 }
@@ -98,11 +100,11 @@ fn classifier_labels(ctx: &Ctx) -> Option<Vec<String>> {
 fn bert_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
     set_text_parameters(ctx, arch, m, file_type)?;
     let k = Keys(arch);
-    m.insert(k.k("attention.causal"), Value::Bool(false));
+    m.insert(k.k(key::ATTN_CAUSAL), Value::Bool(false));
     try_set_pooling_type(ctx, arch, m)?;
     if let Some(labels) = classifier_labels(ctx) {
         m.insert(
-            k.k("classifier.output_labels"),
+            k.k(key::CLASSIFIER_OUTPUT_LABELS),
             Value::Array(Array::String(labels.iter().collect())),
         );
     }
@@ -150,11 +152,11 @@ fn bert_tensors(ctx: &Ctx) -> Result<Vec<OutTensor>, HfError> {
 }
 
 impl Family for Bert {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "bert"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Bert
     }
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-        bert_parameters(ctx, "bert", m, file_type)
+        bert_parameters(ctx, Arch::Bert.name(), m, file_type)
     }
     fn set_vocab(&self, ctx: &mut Ctx, m: &mut Metadata) -> Result<(), HfError> {
         bert_vocab(ctx, m)
@@ -224,16 +226,16 @@ fn nomic_n_positions(ctx: &Ctx) -> Result<u64, HfError> {
 }
 
 impl Family for NomicBert {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "nomic-bert"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::NomicBert
     }
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
         let n_ctx = nomic_n_positions(ctx)?;
-        bert_parameters(ctx, "nomic-bert", m, file_type)?;
+        bert_parameters(ctx, Arch::NomicBert.name(), m, file_type)?;
         // The rewritten n_positions is the context length unless an earlier alias is present
         // (TextModel.set_gguf_parameters' find_hparam order); insert keeps the key's position.
         if ctx.cfg.find(&["max_position_embeddings", "n_ctx"]).is_none() {
-            m.insert("nomic-bert.context_length", Value::U32(n_ctx as u32));
+            m.insert(Arch::NomicBert.key(key::CONTEXT_LENGTH), Value::U32(n_ctx as u32));
         }
         Ok(())
     }

@@ -13,6 +13,9 @@ use super::text::{set_text_parameters, Keys};
 use super::{base_filter, block_id, dir_name, Ctx, Family, OutTensor};
 use crate::hf::HfError;
 use crate::vocab;
+use gguf::arch::key;
+use gguf::Arch;
+use gguf::Tensor as T;
 use gguf::{Array, GgmlType, Metadata, Value};
 use safetensors::Dtype;
 use serde_json::Value as J;
@@ -23,58 +26,66 @@ pub struct DeepseekV4;
 const MOSTLY_MXFP4_MOE: u32 = 38;
 
 /// `_map_dsv4_tensor_name`: model-level names.
-const ROOT_NAMES: &[(&str, &str)] = &[
-    ("embed.weight", "token_embd.weight"),
-    ("norm.weight", "output_norm.weight"),
-    ("head.weight", "output.weight"),
-    ("hc_head_fn", "output_hc_fn.weight"),
-    ("hc_head_base", "output_hc_base.weight"),
-    ("hc_head_scale", "output_hc_scale.weight"),
+const ROOT_NAMES: &[(&str, T, &str)] = &[
+    ("embed.weight", T::TokenEmbd, "weight"),
+    ("norm.weight", T::OutputNorm, "weight"),
+    ("head.weight", T::Output, "weight"),
+    ("hc_head_fn", T::OutputHcFn, "weight"),
+    ("hc_head_base", T::OutputHcBase, "weight"),
+    ("hc_head_scale", T::OutputHcScale, "weight"),
 ];
 
 /// `_map_dsv4_tensor_name`: per-layer names (`layers.N.<hf>` → `blk.N.<gguf>`).
-const LAYER_NAMES: &[(&str, &str)] = &[
-    ("hc_attn_fn", "hc_attn_fn.weight"),
-    ("hc_attn_base", "hc_attn_base.weight"),
-    ("hc_attn_scale", "hc_attn_scale.weight"),
-    ("hc_ffn_fn", "hc_ffn_fn.weight"),
-    ("hc_ffn_base", "hc_ffn_base.weight"),
-    ("hc_ffn_scale", "hc_ffn_scale.weight"),
-    ("attn.attn_sink", "attn_sinks.weight"),
-    ("attn.wq_a.weight", "attn_q_a.weight"),
-    ("attn.wq_b.weight", "attn_q_b.weight"),
-    ("attn.q_norm.weight", "attn_q_a_norm.weight"),
-    ("attn.wkv.weight", "attn_kv.weight"),
-    ("attn.kv_norm.weight", "attn_kv_a_norm.weight"),
-    ("attn.wo_a.weight", "attn_output_a.weight"),
-    ("attn.wo_b.weight", "attn_output_b.weight"),
-    ("attn.compressor.ape", "attn_compressor_ape.weight"),
-    ("attn.compressor.wkv.weight", "attn_compressor_kv.weight"),
-    ("attn.compressor.wgate.weight", "attn_compressor_gate.weight"),
-    ("attn.compressor.norm.weight", "attn_compressor_norm.weight"),
-    ("attn.indexer.wq_b.weight", "indexer.attn_q_b.weight"),
-    ("attn.indexer.weights_proj.weight", "indexer.proj.weight"),
-    ("attn.indexer.compressor.ape", "indexer_compressor_ape.weight"),
-    ("attn.indexer.compressor.wkv.weight", "indexer_compressor_kv.weight"),
-    ("attn.indexer.compressor.wgate.weight", "indexer_compressor_gate.weight"),
-    ("attn.indexer.compressor.norm.weight", "indexer_compressor_norm.weight"),
-    ("attn_norm.weight", "attn_norm.weight"),
-    ("ffn_norm.weight", "ffn_norm.weight"),
-    ("ffn.gate.weight", "ffn_gate_inp.weight"),
-    ("ffn.gate.bias", "exp_probs_b.bias"),
-    ("ffn.gate.bias_vl", "exp_probs_b_vl.bias"),
-    ("ffn.gate.tid2eid", "ffn_gate_tid2eid.weight"),
-    ("ffn.shared_experts.w1.weight", "ffn_gate_shexp.weight"),
-    ("ffn.shared_experts.w2.weight", "ffn_down_shexp.weight"),
-    ("ffn.shared_experts.w3.weight", "ffn_up_shexp.weight"),
+const LAYER_NAMES: &[(&str, T, &str)] = &[
+    ("hc_attn_fn", T::HcAttnFn, "weight"),
+    ("hc_attn_base", T::HcAttnBase, "weight"),
+    ("hc_attn_scale", T::HcAttnScale, "weight"),
+    ("hc_ffn_fn", T::HcFfnFn, "weight"),
+    ("hc_ffn_base", T::HcFfnBase, "weight"),
+    ("hc_ffn_scale", T::HcFfnScale, "weight"),
+    ("attn.attn_sink", T::AttnSinks, "weight"),
+    ("attn.wq_a.weight", T::AttnQA, "weight"),
+    ("attn.wq_b.weight", T::AttnQB, "weight"),
+    ("attn.q_norm.weight", T::AttnQANorm, "weight"),
+    ("attn.wkv.weight", T::AttnKv, "weight"),
+    ("attn.kv_norm.weight", T::AttnKvANorm, "weight"),
+    ("attn.wo_a.weight", T::AttnOutputA, "weight"),
+    ("attn.wo_b.weight", T::AttnOutputB, "weight"),
+    ("attn.compressor.ape", T::AttnCompressorApe, "weight"),
+    ("attn.compressor.wkv.weight", T::AttnCompressorKv, "weight"),
+    ("attn.compressor.wgate.weight", T::AttnCompressorGate, "weight"),
+    ("attn.compressor.norm.weight", T::AttnCompressorNorm, "weight"),
+    ("attn.indexer.wq_b.weight", T::IndexerAttnQB, "weight"),
+    ("attn.indexer.weights_proj.weight", T::IndexerProj, "weight"),
+    ("attn.indexer.compressor.ape", T::IndexerCompressorApe, "weight"),
+    ("attn.indexer.compressor.wkv.weight", T::IndexerCompressorKv, "weight"),
+    (
+        "attn.indexer.compressor.wgate.weight",
+        T::IndexerCompressorGate,
+        "weight",
+    ),
+    (
+        "attn.indexer.compressor.norm.weight",
+        T::IndexerCompressorNorm,
+        "weight",
+    ),
+    ("attn_norm.weight", T::AttnNorm, "weight"),
+    ("ffn_norm.weight", T::FfnNorm, "weight"),
+    ("ffn.gate.weight", T::FfnGateInp, "weight"),
+    ("ffn.gate.bias", T::FfnExpProbsB, "bias"),
+    ("ffn.gate.bias_vl", T::FfnExpProbsBVl, "bias"),
+    ("ffn.gate.tid2eid", T::FfnGateTid2eid, "weight"),
+    ("ffn.shared_experts.w1.weight", T::FfnGateShexp, "weight"),
+    ("ffn.shared_experts.w2.weight", T::FfnDownShexp, "weight"),
+    ("ffn.shared_experts.w3.weight", T::FfnUpShexp, "weight"),
 ];
 
 /// Routed expert projections: (HF name, GGUF tensor), in the order the converter writes them.
-const EXPERT_PROJS: &[(&str, &str)] = &[("w1", "ffn_gate_exps"), ("w2", "ffn_down_exps"), ("w3", "ffn_up_exps")];
+const EXPERT_PROJS: &[(&str, T)] = &[("w1", T::FfnGateExps), ("w2", T::FfnDownExps), ("w3", T::FfnUpExps)];
 
 fn map_name(ctx: &Ctx, name: &str) -> Result<String, HfError> {
-    if let Some((_, g)) = ROOT_NAMES.iter().find(|(h, _)| *h == name) {
-        return Ok(g.to_string());
+    if let Some((_, t, suffix)) = ROOT_NAMES.iter().find(|(h, _, _)| *h == name) {
+        return Ok(t.with(0, suffix));
     }
     let unsupported = || ctx.invalid(format!("unsupported DeepSeek-V4 tensor `{name}`"));
     let rest = name.strip_prefix("layers.").ok_or_else(unsupported)?;
@@ -82,8 +93,11 @@ fn map_name(ctx: &Ctx, name: &str) -> Result<String, HfError> {
     if bid.is_empty() || !bid.bytes().all(|b| b.is_ascii_digit()) {
         return Err(unsupported());
     }
-    let (_, g) = LAYER_NAMES.iter().find(|(h, _)| *h == tail).ok_or_else(unsupported)?;
-    Ok(format!("blk.{bid}.{g}"))
+    let (_, t, suffix) = LAYER_NAMES
+        .iter()
+        .find(|(h, _, _)| *h == tail)
+        .ok_or_else(unsupported)?;
+    Ok(t.with(bid.parse().map_err(|_| unsupported())?, suffix))
 }
 
 /// `layers.N.ffn.experts.E.w{1,2,3}.{weight,scale}` → (N, E).
@@ -162,8 +176,8 @@ fn req_f32(ctx: &Ctx, key: &str) -> Result<f32, HfError> {
 }
 
 impl Family for DeepseekV4 {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "deepseek4"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Deepseek4
     }
 
     // DeepseekV4Model.__init__: a default chat template is added before anything else; the
@@ -179,8 +193,8 @@ impl Family for DeepseekV4 {
 
     // DeepseekV4Model.set_gguf_parameters
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-        set_text_parameters(ctx, "deepseek4", m, file_type)?;
-        let k = Keys("deepseek4");
+        set_text_parameters(ctx, Arch::Deepseek4.name(), m, file_type)?;
+        let k = Keys(Arch::Deepseek4.name());
         let u = |m: &mut Metadata, key: &str, hp: &str| -> Result<(), HfError> {
             m.insert(k.k(key), Value::U32(req_u32(ctx, hp)?));
             Ok(())
@@ -190,30 +204,30 @@ impl Family for DeepseekV4 {
             Ok(())
         };
         let block_count = req_u32(ctx, "num_hidden_layers")? as usize;
-        u(m, "rope.dimension_count", "qk_rope_head_dim")?;
-        u(m, "attention.q_lora_rank", "q_lora_rank")?;
-        u(m, "attention.sliding_window", "sliding_window")?;
-        u(m, "expert_feed_forward_length", "moe_intermediate_size")?;
-        u(m, "expert_shared_count", "n_shared_experts")?;
-        f(m, "expert_weights_scale", "routed_scaling_factor")?;
+        u(m, key::ROPE_DIMENSION_COUNT, "qk_rope_head_dim")?;
+        u(m, key::ATTN_Q_LORA_RANK, "q_lora_rank")?;
+        u(m, key::ATTN_SLIDING_WINDOW, "sliding_window")?;
+        u(m, key::EXPERT_FEED_FORWARD_LENGTH, "moe_intermediate_size")?;
+        u(m, key::EXPERT_SHARED_COUNT, "n_shared_experts")?;
+        f(m, key::EXPERT_WEIGHTS_SCALE, "routed_scaling_factor")?;
         let norm = req(ctx, "norm_topk_prob")?
             .as_bool()
             .ok_or_else(|| ctx.invalid("config.json: `norm_topk_prob` must be a boolean"))?;
-        m.insert(k.k("expert_weights_norm"), Value::Bool(norm));
+        m.insert(k.k(key::EXPERT_WEIGHTS_NORM), Value::Bool(norm));
         let limit = req_f32(ctx, "swiglu_limit")?;
         m.insert(
-            k.k("swiglu_clamp_exp"),
+            k.k(key::SWIGLU_CLAMP_EXP),
             Value::Array(Array::F32(vec![limit; block_count])),
         );
         m.insert(
-            k.k("swiglu_clamp_shexp"),
+            k.k(key::SWIGLU_CLAMP_SHEXP),
             Value::Array(Array::F32(vec![limit; block_count])),
         );
-        u(m, "attention.indexer.head_count", "index_n_heads")?;
-        u(m, "attention.indexer.key_length", "index_head_dim")?;
-        u(m, "attention.indexer.top_k", "index_topk")?;
-        u(m, "attention.output_group_count", "o_groups")?;
-        u(m, "attention.output_lora_rank", "o_lora_rank")?;
+        u(m, key::ATTN_INDEXER_HEAD_COUNT, "index_n_heads")?;
+        u(m, key::ATTN_INDEXER_KEY_LENGTH, "index_head_dim")?;
+        u(m, key::ATTN_INDEXER_TOP_K, "index_topk")?;
+        u(m, key::ATTN_OUTPUT_GROUP_COUNT, "o_groups")?;
+        u(m, key::ATTN_OUTPUT_LORA_RANK, "o_lora_rank")?;
         let ratios = req(ctx, "compress_ratios")?
             .as_array()
             .and_then(|a| {
@@ -222,14 +236,14 @@ impl Family for DeepseekV4 {
                     .collect::<Option<Vec<i32>>>()
             })
             .ok_or_else(|| ctx.invalid("config.json: `compress_ratios` must be a list of integers"))?;
-        m.insert(k.k("attention.compress_ratios"), Value::Array(Array::I32(ratios)));
-        f(m, "attention.compress_rope_freq_base", "compress_rope_theta")?;
-        u(m, "hyper_connection.count", "hc_mult")?;
-        u(m, "hyper_connection.sinkhorn_iterations", "hc_sinkhorn_iters")?;
-        f(m, "hyper_connection.epsilon", "hc_eps")?;
-        u(m, "hash_layer_count", "num_hash_layers")?;
+        m.insert(k.k(key::ATTN_COMPRESS_RATIOS), Value::Array(Array::I32(ratios)));
+        f(m, key::ATTN_COMPRESS_ROPE_FREQ_BASE, "compress_rope_theta")?;
+        u(m, key::HYPER_CONNECTION_COUNT, "hc_mult")?;
+        u(m, key::HYPER_CONNECTION_SINKHORN_ITERATIONS, "hc_sinkhorn_iters")?;
+        f(m, key::HYPER_CONNECTION_EPSILON, "hc_eps")?;
+        u(m, key::HASH_LAYER_COUNT, "num_hash_layers")?;
         let out_len = req_u32(ctx, "hidden_size")? * req_u32(ctx, "hc_mult")?;
-        m.insert(k.k("embedding_length_out"), Value::U32(out_len));
+        m.insert(k.k(key::EMBEDDING_LENGTH_OUT), Value::U32(out_len));
         Ok(())
     }
 
@@ -256,17 +270,11 @@ impl Family for DeepseekV4 {
                 .hf
                 .get(&src)
                 .ok_or_else(|| ctx.invalid(format!("missing hash routing tensor `{src}`")))?;
-            out.push(tid2eid(ctx, format!("blk.{bid}.ffn_gate_tid2eid.weight"), t)?);
+            out.push(tid2eid(ctx, T::FfnGateTid2eid.blk(bid), t)?);
         }
         for bid in 0..n_layer {
             for (proj, gguf) in EXPERT_PROJS {
-                out.push(mxfp4_experts(
-                    ctx,
-                    format!("blk.{bid}.{gguf}.weight"),
-                    bid,
-                    proj,
-                    n_expert,
-                )?);
+                out.push(mxfp4_experts(ctx, gguf.blk(bid), bid, proj, n_expert)?);
             }
         }
         // get_tensors → filter_tensors → modify_tensors for everything else.

@@ -7,6 +7,9 @@ use super::text::{full_attention_rope, rope_parameters, set_text_parameters, Key
 use super::{always_skipped, base_filter, block_id, map_or_err, Ctx, Family, OutTensor};
 use crate::hf::{HfError, HfTensor};
 use crate::vocab::{self, spm, token_type};
+use gguf::arch::key;
+use gguf::Arch;
+use gguf::Tensor;
 use gguf::{Array, Metadata, Value};
 use serde_json::Value as J;
 
@@ -71,7 +74,7 @@ fn gemma_name(ctx: &Ctx, name: &str) -> Result<String, HfError> {
         block_id(name),
         name.starts_with("model.layers.") && name.ends_with(".post_attention_layernorm.weight"),
     ) {
-        return Ok(format!("blk.{bid}.post_attention_norm.weight"));
+        return Ok(Tensor::AttnPostNorm.blk(bid as usize));
     }
     map_or_err(ctx, name)
 }
@@ -103,12 +106,12 @@ fn gemma_tensors(ctx: &Ctx, v4: bool) -> Result<Vec<OutTensor>, HfError> {
         }
         if v4 && name.ends_with("router.scale") {
             let bid = block_id(&name).ok_or_else(|| ctx.invalid(format!("tensor `{}` has no layer index", t.name)))?;
-            out.push(OutTensor::from_hf(format!("blk.{bid}.ffn_gate_inp.scale"), t));
+            out.push(OutTensor::from_hf(Tensor::FfnGateInp.with(bid as usize, "scale"), t));
             continue;
         }
         if v4 && name.contains(".per_expert_scale") {
             let bid = block_id(&name).ok_or_else(|| ctx.invalid(format!("tensor `{}` has no layer index", t.name)))?;
-            out.push(OutTensor::from_hf(format!("blk.{bid}.ffn_down_exps.scale"), t));
+            out.push(OutTensor::from_hf(Tensor::FfnDownExps.with(bid as usize, "scale"), t));
             continue;
         }
         let max_rows = if name.contains("embed_tokens.weight") {
@@ -137,18 +140,21 @@ fn gemma3_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u32) ->
     let cfg = &ctx.cfg;
     let k = Keys(arch);
     let u = |key: &str, default: u64| cfg.get(key).and_then(J::as_u64).unwrap_or(default);
-    m.insert(k.k("context_length"), u32_value(u("max_position_embeddings", 131072)));
-    m.insert(k.k("attention.head_count"), u32_value(u("num_attention_heads", 8)));
+    m.insert(
+        k.k(key::CONTEXT_LENGTH),
+        u32_value(u("max_position_embeddings", 131072)),
+    );
+    m.insert(k.k(key::ATTN_HEAD_COUNT), u32_value(u("num_attention_heads", 8)));
     let eps = cfg.get("rms_norm_eps").and_then(J::as_f64).unwrap_or(1e-6);
-    m.insert(k.k("attention.layer_norm_rms_epsilon"), Value::F32(eps as f32));
-    m.insert(k.k("attention.key_length"), u32_value(u("head_dim", 256)));
-    m.insert(k.k("attention.value_length"), u32_value(u("head_dim", 256)));
+    m.insert(k.k(key::ATTN_LAYERNORM_RMS_EPS), Value::F32(eps as f32));
+    m.insert(k.k(key::ATTN_KEY_LENGTH), u32_value(u("head_dim", 256)));
+    m.insert(k.k(key::ATTN_VALUE_LENGTH), u32_value(u("head_dim", 256)));
     // the global layers' theta
     let theta = full_attention_rope(&rope_parameters(ctx))
         .get("rope_theta")
         .and_then(J::as_f64)
         .unwrap_or(1_000_000.0);
-    m.insert(k.k("rope.freq_base"), Value::F32(theta as f32));
+    m.insert(k.k(key::ROPE_FREQ_BASE), Value::F32(theta as f32));
     if cfg.get("attn_logit_softcapping").is_some() {
         return Err(ctx.invalid("attn_logit_softcapping is set, but Gemma 3 and later have no attention softcapping"));
     }
@@ -157,13 +163,13 @@ fn gemma3_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u32) ->
         .and_then(J::as_f64)
         .filter(|&c| c != 0.0)
     {
-        m.insert(k.k("final_logit_softcapping"), Value::F32(cap as f32));
+        m.insert(k.k(key::FINAL_LOGIT_SOFTCAPPING), Value::F32(cap as f32));
     }
     if cfg.get("sliding_window_pattern").and_then(J::as_u64) != Some(1) {
         let w = cfg.req_u64(&["sliding_window"])?;
-        m.insert(k.k("attention.sliding_window"), u32_value(w));
+        m.insert(k.k(key::ATTN_SLIDING_WINDOW), u32_value(w));
     }
-    m.insert(k.k("attention.head_count_kv"), u32_value(u("num_key_value_heads", 4)));
+    m.insert(k.k(key::ATTN_HEAD_COUNT_KV), u32_value(u("num_key_value_heads", 4)));
     Ok(())
 }
 
@@ -197,27 +203,27 @@ fn global_head_dim(ctx: &Ctx) -> Result<u64, HfError> {
 
 /// `Gemma4Model.set_gguf_parameters`.
 fn gemma4_parameters(ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-    let arch = "gemma4";
+    let arch = Arch::Gemma4.name();
     gemma3_parameters(ctx, arch, m, file_type)?;
     let cfg = &ctx.cfg;
     let k = Keys(arch);
     let n_shared = cfg.req_u64(&["num_kv_shared_layers"])?;
-    m.insert(k.k("attention.shared_kv_layers"), u32_value(n_shared));
+    m.insert(k.k(key::ATTN_SHARED_KV_LAYERS), u32_value(n_shared));
     let n_pl = cfg.get("hidden_size_per_layer_input").and_then(J::as_u64).unwrap_or(0);
-    m.insert(k.k("embedding_length_per_layer_input"), u32_value(n_pl));
+    m.insert(k.k(key::EMBEDDING_LENGTH_PER_LAYER_INPUT), u32_value(n_pl));
     let swa = swa_layers(ctx)?;
     m.insert(
-        k.k("attention.sliding_window_pattern"),
+        k.k(key::ATTN_SLIDING_WINDOW_PATTERN),
         Value::Array(Array::Bool(swa.clone())),
     );
     let hd_full = global_head_dim(ctx)?;
     let hd_swa = cfg.req_u64(&["head_dim"])?;
-    m.insert(k.k("attention.key_length"), u32_value(hd_full));
-    m.insert(k.k("attention.value_length"), u32_value(hd_full));
-    m.insert(k.k("attention.key_length_swa"), u32_value(hd_swa));
-    m.insert(k.k("attention.value_length_swa"), u32_value(hd_swa));
+    m.insert(k.k(key::ATTN_KEY_LENGTH), u32_value(hd_full));
+    m.insert(k.k(key::ATTN_VALUE_LENGTH), u32_value(hd_full));
+    m.insert(k.k(key::ATTN_KEY_LENGTH_SWA), u32_value(hd_swa));
+    m.insert(k.k(key::ATTN_VALUE_LENGTH_SWA), u32_value(hd_swa));
     if let Some(e) = cfg.find_u64(&["expert_intermediate_size", "moe_intermediate_size"]) {
-        m.insert(k.k("expert_feed_forward_length"), u32_value(e));
+        m.insert(k.k(key::EXPERT_FEED_FORWARD_LENGTH), u32_value(e));
     }
     let n_layer = cfg.req_u64(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])?;
     if cfg.get("use_double_wide_mlp").and_then(J::as_bool).unwrap_or(false) {
@@ -227,23 +233,23 @@ fn gemma4_parameters(ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), 
         let arr = (0..n_layer)
             .map(|il| if il < first_shared { n_ff } else { n_ff * 2 })
             .collect();
-        m.insert(k.k("feed_forward_length"), Value::Array(Array::I32(arr)));
+        m.insert(k.k(key::FEED_FORWARD_LENGTH), Value::Array(Array::I32(arr)));
     }
     if let (Some(kv_full), Some(kv_swa)) = (
         full_layer_value(ctx, "num_global_key_value_heads", "num_key_value_heads"),
         cfg.get("num_key_value_heads").and_then(J::as_u64),
     ) {
         let arr = swa.iter().map(|&s| if s { kv_swa } else { kv_full } as i32).collect();
-        m.insert(k.k("attention.head_count_kv"), Value::Array(Array::I32(arr)));
+        m.insert(k.k(key::ATTN_HEAD_COUNT_KV), Value::Array(Array::I32(arr)));
     }
     // the full layers' partial rotation is expressed through rope_freqs (see gemma4_rope_freqs)
     let prf_swa = rope_parameters(ctx)
         .get("partial_rotary_factor")
         .and_then(J::as_f64)
         .unwrap_or(1.0);
-    m.insert(k.k("rope.dimension_count"), u32_value(hd_full));
+    m.insert(k.k(key::ROPE_DIMENSION_COUNT), u32_value(hd_full));
     m.insert(
-        k.k("rope.dimension_count_swa"),
+        k.k(key::ROPE_DIMENSION_COUNT_SWA),
         u32_value((hd_swa as f64 * prf_swa) as u64),
     );
     Ok(())
@@ -275,7 +281,7 @@ fn gemma4_rope_freqs(ctx: &Ctx) -> Result<OutTensor, HfError> {
         .collect();
     Ok(OutTensor {
         rows_from: None,
-        name: "rope_freqs.weight".into(),
+        name: Tensor::RopeFreqs.weight(),
         shape: vec![values.len()],
         source: "(generated)".into(),
         make: Box::new(move |_| Ok(values.clone())),
@@ -298,12 +304,12 @@ fn skipped_note(ctx: &mut Ctx) {
 }
 
 impl Family for Gemma3 {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "gemma3"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Gemma3
     }
 
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-        gemma3_parameters(ctx, "gemma3", m, file_type)
+        gemma3_parameters(ctx, Arch::Gemma3.name(), m, file_type)
     }
 
     // Gemma3Model.set_vocab
@@ -337,8 +343,8 @@ const GEMMA4_VISIBLE: &[&str] = &[
 ];
 
 impl Family for Gemma4 {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "gemma4"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Gemma4
     }
 
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {

@@ -5,6 +5,9 @@ use super::text::{full_attention_rope, rope_parameters, set_text_parameters, Key
 use super::{always_skipped, base_filter, map_or_err, Ctx, Family, OutTensor};
 use crate::hf::{HfError, HfTensor};
 use crate::vocab;
+use gguf::arch::key;
+use gguf::Arch;
+use gguf::Tensor;
 use gguf::{Metadata, Value};
 use serde_json::Value as J;
 
@@ -104,7 +107,7 @@ pub fn llama3_rope_freqs(ctx: &Ctx) -> Option<OutTensor> {
     let shape = vec![factors.len()];
     Some(OutTensor {
         rows_from: None,
-        name: "rope_freqs.weight".into(),
+        name: Tensor::RopeFreqs.weight(),
         shape,
         source: "(generated)".into(),
         make: Box::new(move |_| Ok(factors.clone())),
@@ -113,20 +116,20 @@ pub fn llama3_rope_freqs(ctx: &Ctx) -> Option<OutTensor> {
 }
 
 impl Family for Llama {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "llama"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Llama
     }
 
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-        set_text_parameters(ctx, "llama", m, file_type)?;
-        let k = Keys("llama");
+        set_text_parameters(ctx, Arch::Llama.name(), m, file_type)?;
+        let k = Keys(Arch::Llama.name());
         let vocab_size = ctx.cfg.req_u64(&["vocab_size"])?;
-        m.insert(k.k("vocab_size"), Value::U32(vocab_size as u32));
+        m.insert(k.k(key::VOCAB_SIZE), Value::U32(vocab_size as u32));
         let rope_dim = match ctx.cfg.get("head_dim").and_then(J::as_u64) {
             Some(d) => d,
             None => ctx.cfg.req_u64(&["hidden_size"])? / ctx.cfg.req_u64(&["num_attention_heads"])?,
         };
-        m.insert(k.k("rope.dimension_count"), Value::U32(rope_dim as u32));
+        m.insert(k.k(key::ROPE_DIMENSION_COUNT), Value::U32(rope_dim as u32));
         Ok(())
     }
 

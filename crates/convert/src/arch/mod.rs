@@ -89,7 +89,7 @@ impl OutTensor {
 /// A model family: metadata and tensors.
 pub trait Family: Sync {
     /// `general.architecture`.
-    fn gguf_arch(&self, ctx: &Ctx) -> &'static str;
+    fn gguf_arch(&self, ctx: &Ctx) -> gguf::Arch;
     /// Model hyper-parameters, written after `general.*` (`set_gguf_parameters`), including
     /// `general.file_type` at the point the Python converter writes it.
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError>;

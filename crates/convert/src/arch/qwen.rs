@@ -5,6 +5,7 @@ use super::text::set_text_parameters;
 use super::{always_skipped, base_filter, map_or_err, Ctx, Family, OutTensor};
 use crate::hf::HfError;
 use crate::vocab;
+use gguf::Arch;
 use gguf::Metadata;
 
 pub struct Qwen2;
@@ -38,11 +39,11 @@ fn qwen_tensors(ctx: &Ctx) -> Result<Vec<OutTensor>, HfError> {
 }
 
 impl Family for Qwen2 {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "qwen2"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Qwen2
     }
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-        set_text_parameters(ctx, "qwen2", m, file_type)
+        set_text_parameters(ctx, Arch::Qwen2.name(), m, file_type)
     }
     fn set_vocab(&self, ctx: &mut Ctx, m: &mut Metadata) -> Result<(), HfError> {
         qwen_vocab(ctx, m)
@@ -53,11 +54,11 @@ impl Family for Qwen2 {
 }
 
 impl Family for Qwen3 {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "qwen3"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Qwen3
     }
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-        set_text_parameters(ctx, "qwen3", m, file_type)
+        set_text_parameters(ctx, Arch::Qwen3.name(), m, file_type)
     }
     fn set_vocab(&self, ctx: &mut Ctx, m: &mut Metadata) -> Result<(), HfError> {
         qwen_vocab(ctx, m)

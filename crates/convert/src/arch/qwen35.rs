@@ -13,6 +13,9 @@ use super::text::{rope_parameters, set_text_parameters, Keys};
 use super::{always_skipped, base_filter, block_id, map_or_err, Ctx, Family, OutTensor};
 use crate::hf::{HfError, HfTensor, HfTensors};
 use crate::vocab;
+use gguf::arch::key;
+use gguf::Arch;
+use gguf::Tensor;
 use gguf::{Array, Metadata, Value};
 use serde_json::Value as J;
 use std::collections::BTreeMap;
@@ -141,7 +144,9 @@ fn gguf_name(ctx: &Ctx, name: &str) -> Result<String, HfError> {
         .and_then(|r| r.strip_suffix(".post_attention_layernorm.weight"))
     {
         if !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()) {
-            return Ok(format!("blk.{b}.post_attention_norm.weight"));
+            if let Ok(b) = b.parse() {
+                return Ok(Tensor::AttnPostNorm.blk(b));
+            }
         }
     }
     map_or_err(ctx, name)
@@ -470,30 +475,30 @@ fn set_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u32) -> Re
     set_text_parameters(ctx, arch, m, file_type)?;
     let k = Keys(arch);
     // TextModel.set_gguf_parameters writes the block count extended by the MTP layers
-    m.insert(k.k("block_count"), Value::U32(block_count as u32));
+    m.insert(k.k(key::BLOCK_COUNT), Value::U32(block_count as u32));
     let u32_key = |m: &mut Metadata, key: &str, v: u64| {
         m.insert(k.k(key), Value::U32(v as u32));
     };
     // Qwen2MoeModel.set_gguf_parameters
     if let Some(v) = ctx.cfg.find_u64(&["moe_intermediate_size"]) {
-        u32_key(m, "expert_feed_forward_length", v);
+        u32_key(m, key::EXPERT_FEED_FORWARD_LENGTH, v);
     }
     if let Some(v) = ctx.cfg.find_u64(&["shared_expert_intermediate_size"]) {
-        u32_key(m, "expert_shared_feed_forward_length", v);
+        u32_key(m, key::EXPERT_SHARED_FEED_FORWARD_LENGTH, v);
     }
     // _QwenMtpMixin.set_gguf_parameters
     if n_mtp > 0 {
-        u32_key(m, "nextn_predict_layers", n_mtp);
+        u32_key(m, key::NEXTN_PREDICT_LAYERS, n_mtp);
     }
     // Qwen3NextModel.set_gguf_parameters
     let req = |key: &str| ctx.cfg.req_u64(&[key]);
-    u32_key(m, "ssm.conv_kernel", req("linear_conv_kernel_dim")?);
-    u32_key(m, "ssm.state_size", req("linear_key_head_dim")?);
-    u32_key(m, "ssm.group_count", req("linear_num_key_heads")?);
-    u32_key(m, "ssm.time_step_rank", req("linear_num_value_heads")?);
+    u32_key(m, key::SSM_CONV_KERNEL, req("linear_conv_kernel_dim")?);
+    u32_key(m, key::SSM_STATE_SIZE, req("linear_key_head_dim")?);
+    u32_key(m, key::SSM_GROUP_COUNT, req("linear_num_key_heads")?);
+    u32_key(m, key::SSM_TIME_STEP_RANK, req("linear_num_value_heads")?);
     u32_key(
         m,
-        "ssm.inner_size",
+        key::SSM_INNER_SIZE,
         req("linear_value_head_dim")? * req("linear_num_value_heads")?,
     );
     if let Some(lt) = ctx.cfg.get("layer_types") {
@@ -508,11 +513,11 @@ fn set_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u32) -> Re
         }
         let mut recurrent: Vec<bool> = lt.iter().map(|t| t.as_str() == Some("linear_attention")).collect();
         recurrent.resize(block_count as usize, false);
-        m.insert(k.k("attention.recurrent_layers"), Value::Array(Array::Bool(recurrent)));
+        m.insert(k.k(key::ATTN_RECURRENT_LAYERS), Value::Array(Array::Bool(recurrent)));
     }
     u32_key(
         m,
-        "full_attention_interval",
+        key::FULL_ATTENTION_INTERVAL,
         ctx.cfg.find_u64(&["full_attention_interval"]).unwrap_or(4),
     );
     let head_dim = match ctx.cfg.find_u64(&["head_dim"]) {
@@ -521,11 +526,11 @@ fn set_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u32) -> Re
     };
     let rp = rope_parameters(ctx);
     let partial = rp.get("partial_rotary_factor").and_then(J::as_f64).unwrap_or(0.25);
-    u32_key(m, "rope.dimension_count", (head_dim as f64 * partial) as u64);
+    u32_key(m, key::ROPE_DIMENSION_COUNT, (head_dim as f64 * partial) as u64);
     // _Qwen35MRopeMixin.set_gguf_parameters
     if !rp.contains_key("mrope_section") {
         m.insert(
-            k.k("rope.dimension_sections"),
+            k.k(key::ROPE_DIMENSION_SECTIONS),
             Value::Array(Array::I32(DEFAULT_MROPE_SECTION.to_vec())),
         );
     }
@@ -571,11 +576,11 @@ fn set_vocab(ctx: &mut Ctx, m: &mut Metadata) -> Result<(), HfError> {
 }
 
 impl Family for Qwen35 {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "qwen35"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Qwen35
     }
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-        set_parameters(ctx, "qwen35", m, file_type)
+        set_parameters(ctx, Arch::Qwen35.name(), m, file_type)
     }
     fn set_vocab(&self, ctx: &mut Ctx, m: &mut Metadata) -> Result<(), HfError> {
         set_vocab(ctx, m)
@@ -586,11 +591,11 @@ impl Family for Qwen35 {
 }
 
 impl Family for Qwen35Moe {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "qwen35moe"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Qwen35Moe
     }
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-        set_parameters(ctx, "qwen35moe", m, file_type)
+        set_parameters(ctx, Arch::Qwen35Moe.name(), m, file_type)
     }
     fn set_vocab(&self, ctx: &mut Ctx, m: &mut Metadata) -> Result<(), HfError> {
         set_vocab(ctx, m)

@@ -7,6 +7,8 @@ use super::qwen::Qwen3;
 use super::text::{set_text_parameters, Keys};
 use super::{always_skipped, base_filter, map_or_err, Ctx, Family, OutTensor};
 use crate::hf::HfError;
+use gguf::arch::key;
+use gguf::Arch;
 use gguf::{Metadata, Value};
 use serde_json::Value as J;
 
@@ -34,13 +36,13 @@ fn text_name(name: &str) -> Option<String> {
 }
 
 impl Family for Qwen3Vl {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "qwen3vl"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Qwen3Vl
     }
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-        set_text_parameters(ctx, "qwen3vl", m, file_type)?;
+        set_text_parameters(ctx, Arch::Qwen3Vl.name(), m, file_type)?;
         m.insert(
-            Keys("qwen3vl").k("n_deepstack_layers"),
+            Keys(Arch::Qwen3Vl.name()).k(key::N_DEEPSTACK_LAYERS),
             Value::U32(deepstack_layers(ctx)?),
         );
         Ok(())

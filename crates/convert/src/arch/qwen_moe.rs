@@ -6,6 +6,8 @@ use super::text::{set_text_parameters, Keys};
 use super::{always_skipped, base_filter, block_id, map_or_err, Ctx, Family, OutTensor};
 use crate::hf::{HfError, HfTensor};
 use crate::vocab;
+use gguf::arch::key;
+use gguf::Arch;
 use gguf::{Metadata, Value};
 use std::collections::BTreeMap;
 
@@ -16,10 +18,10 @@ pub fn set_moe_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u3
     set_text_parameters(ctx, arch, m, file_type)?;
     let k = Keys(arch);
     if let Some(v) = ctx.cfg.find_u64(&["moe_intermediate_size"]) {
-        m.insert(k.k("expert_feed_forward_length"), Value::U32(v as u32));
+        m.insert(k.k(key::EXPERT_FEED_FORWARD_LENGTH), Value::U32(v as u32));
     }
     if let Some(v) = ctx.cfg.find_u64(&["shared_expert_intermediate_size"]) {
-        m.insert(k.k("expert_shared_feed_forward_length"), Value::U32(v as u32));
+        m.insert(k.k(key::EXPERT_SHARED_FEED_FORWARD_LENGTH), Value::U32(v as u32));
     }
     Ok(())
 }
@@ -185,11 +187,11 @@ pub fn qwen_moe_tensors(ctx: &Ctx, rename: impl Fn(&str) -> String) -> Result<Ve
 }
 
 impl Family for Qwen3Moe {
-    fn gguf_arch(&self, _ctx: &Ctx) -> &'static str {
-        "qwen3moe"
+    fn gguf_arch(&self, _ctx: &Ctx) -> Arch {
+        Arch::Qwen3Moe
     }
     fn set_parameters(&self, ctx: &Ctx, m: &mut Metadata, file_type: u32) -> Result<(), HfError> {
-        set_moe_parameters(ctx, "qwen3moe", m, file_type)
+        set_moe_parameters(ctx, Arch::Qwen3Moe.name(), m, file_type)
     }
     /// `TextModel.set_vocab` (`_set_vocab_gpt2`).
     fn set_vocab(&self, ctx: &mut Ctx, m: &mut Metadata) -> Result<(), HfError> {

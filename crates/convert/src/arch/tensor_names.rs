@@ -1,263 +1,174 @@
 //! HF → GGUF tensor names, one table (a subset of gguf-py's `tensor_mapping.py` for the families
 //! hf2q converts). `{bid}` stands for the block index; the `.weight` / `.bias` suffix is kept.
+//! The GGUF side is a [`gguf::Tensor`] of the shared architecture table.
 
-/// (HF name template, GGUF name template, models the alias comes from)
-pub const TENSOR_NAMES: &[(&str, &str, &str)] = &[
-    ("model.embed_tokens", "token_embd", "llama, qwen2, qwen3, gemma"),
-    ("model.norm", "output_norm", "llama, qwen2, qwen3"),
-    ("lm_head", "output", "llama, qwen2, qwen3"),
-    (
-        "model.layers.{bid}.input_layernorm",
-        "blk.{bid}.attn_norm",
-        "llama, qwen2, qwen3",
-    ),
-    (
-        "model.layers.{bid}.self_attn.q_proj",
-        "blk.{bid}.attn_q",
-        "llama, qwen2, qwen3",
-    ),
-    (
-        "model.layers.{bid}.self_attn.k_proj",
-        "blk.{bid}.attn_k",
-        "llama, qwen2, qwen3",
-    ),
-    (
-        "model.layers.{bid}.self_attn.v_proj",
-        "blk.{bid}.attn_v",
-        "llama, qwen2, qwen3",
-    ),
+use gguf::Tensor as T;
+
+/// (HF name template, GGUF tensor, models the alias comes from)
+pub const TENSOR_NAMES: &[(&str, T, &str)] = &[
+    ("model.embed_tokens", T::TokenEmbd, "llama, qwen2, qwen3, gemma"),
+    ("model.norm", T::OutputNorm, "llama, qwen2, qwen3"),
+    ("lm_head", T::Output, "llama, qwen2, qwen3"),
+    ("model.layers.{bid}.input_layernorm", T::AttnNorm, "llama, qwen2, qwen3"),
+    ("model.layers.{bid}.self_attn.q_proj", T::AttnQ, "llama, qwen2, qwen3"),
+    ("model.layers.{bid}.self_attn.k_proj", T::AttnK, "llama, qwen2, qwen3"),
+    ("model.layers.{bid}.self_attn.v_proj", T::AttnV, "llama, qwen2, qwen3"),
     (
         "model.layers.{bid}.self_attn.o_proj",
-        "blk.{bid}.attn_output",
+        T::AttnOutput,
         "llama, qwen2, qwen3",
     ),
-    ("model.layers.{bid}.self_attn.q_norm", "blk.{bid}.attn_q_norm", "qwen3"),
-    ("model.layers.{bid}.self_attn.k_norm", "blk.{bid}.attn_k_norm", "qwen3"),
+    ("model.layers.{bid}.self_attn.q_norm", T::AttnQNorm, "qwen3"),
+    ("model.layers.{bid}.self_attn.k_norm", T::AttnKNorm, "qwen3"),
     (
         "model.layers.{bid}.post_attention_layernorm",
-        "blk.{bid}.ffn_norm",
+        T::FfnNorm,
         "llama, qwen2, qwen3",
     ),
-    (
-        "model.layers.{bid}.mlp.gate_proj",
-        "blk.{bid}.ffn_gate",
-        "llama, qwen2, qwen3",
-    ),
-    (
-        "model.layers.{bid}.mlp.up_proj",
-        "blk.{bid}.ffn_up",
-        "llama, qwen2, qwen3",
-    ),
-    (
-        "model.layers.{bid}.mlp.down_proj",
-        "blk.{bid}.ffn_down",
-        "llama, qwen2, qwen3",
-    ),
-    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp", "qwen3moe"),
+    ("model.layers.{bid}.mlp.gate_proj", T::FfnGate, "llama, qwen2, qwen3"),
+    ("model.layers.{bid}.mlp.up_proj", T::FfnUp, "llama, qwen2, qwen3"),
+    ("model.layers.{bid}.mlp.down_proj", T::FfnDown, "llama, qwen2, qwen3"),
+    ("model.layers.{bid}.mlp.gate", T::FfnGateInp, "qwen3moe"),
     (
         "model.layers.{bid}.mlp.experts.gate_proj",
-        "blk.{bid}.ffn_gate_exps",
+        T::FfnGateExps,
         "qwen3moe (stacked experts)",
     ),
     (
         "model.layers.{bid}.mlp.experts.up_proj",
-        "blk.{bid}.ffn_up_exps",
+        T::FfnUpExps,
         "qwen3moe (stacked experts)",
     ),
     (
         "model.layers.{bid}.mlp.experts.down_proj",
-        "blk.{bid}.ffn_down_exps",
+        T::FfnDownExps,
         "qwen3moe (stacked experts)",
     ),
     // gemma (gemma3, gemma4); `post_attention_layernorm` is ATTN_POST_NORM there (arch/gemma.rs)
     (
         "model.layers.{bid}.pre_feedforward_layernorm",
-        "blk.{bid}.ffn_norm",
+        T::FfnNorm,
         "gemma3, gemma4",
     ),
     (
         "model.layers.{bid}.post_feedforward_layernorm",
-        "blk.{bid}.post_ffw_norm",
+        T::FfnPostNorm,
         "gemma3, gemma4",
     ),
     (
         "model.layers.{bid}.pre_feedforward_layernorm_2",
-        "blk.{bid}.pre_ffw_norm_2",
+        T::FfnPreNorm2,
         "gemma4",
     ),
     (
         "model.layers.{bid}.post_feedforward_layernorm_1",
-        "blk.{bid}.post_ffw_norm_1",
+        T::FfnPostNorm1,
         "gemma4",
     ),
     (
         "model.layers.{bid}.post_feedforward_layernorm_2",
-        "blk.{bid}.post_ffw_norm_2",
+        T::FfnPostNorm2,
         "gemma4",
     ),
-    ("model.layers.{bid}.router.proj", "blk.{bid}.ffn_gate_inp", "gemma4"),
-    (
-        "model.layers.{bid}.experts.gate_up_proj",
-        "blk.{bid}.ffn_gate_up_exps",
-        "gemma4",
-    ),
-    (
-        "model.layers.{bid}.experts.down_proj",
-        "blk.{bid}.ffn_down_exps",
-        "gemma4",
-    ),
-    (
-        "model.layers.{bid}.layer_scalar",
-        "blk.{bid}.layer_output_scale",
-        "gemma4",
-    ),
-    (
-        "model.embed_tokens_per_layer",
-        "per_layer_token_embd",
-        "gemma3n, gemma4",
-    ),
+    ("model.layers.{bid}.router.proj", T::FfnGateInp, "gemma4"),
+    ("model.layers.{bid}.experts.gate_up_proj", T::FfnGateUpExps, "gemma4"),
+    ("model.layers.{bid}.experts.down_proj", T::FfnDownExps, "gemma4"),
+    ("model.layers.{bid}.layer_scalar", T::LayerOutputScale, "gemma4"),
+    ("model.embed_tokens_per_layer", T::PerLayerTokenEmbd, "gemma3n, gemma4"),
     (
         "model.per_layer_model_projection",
-        "per_layer_model_proj",
+        T::PerLayerModelProj,
         "gemma3n, gemma4",
     ),
     (
         "model.per_layer_projection_norm",
-        "per_layer_proj_norm",
+        T::PerLayerProjNorm,
         "gemma3n, gemma4",
     ),
     (
         "model.layers.{bid}.per_layer_input_gate",
-        "blk.{bid}.inp_gate",
+        T::PerLayerInpGate,
         "gemma3n, gemma4",
     ),
     (
         "model.layers.{bid}.per_layer_projection",
-        "blk.{bid}.proj",
+        T::PerLayerProj,
         "gemma3n, gemma4",
     ),
     (
         "model.layers.{bid}.post_per_layer_input_norm",
-        "blk.{bid}.post_norm",
+        T::PerLayerPostNorm,
         "gemma3n, gemma4",
     ),
     // qwen35 (Gated DeltaNet linear attention, shared expert, MTP/nextn)
-    (
-        "model.layers.{bid}.linear_attn.in_proj_qkv",
-        "blk.{bid}.attn_qkv",
-        "qwen3.5",
-    ),
-    (
-        "model.layers.{bid}.linear_attn.in_proj_z",
-        "blk.{bid}.attn_gate",
-        "qwen3.5",
-    ),
-    (
-        "model.layers.{bid}.linear_attn.in_proj_a",
-        "blk.{bid}.ssm_alpha",
-        "qwen3.5",
-    ),
-    (
-        "model.layers.{bid}.linear_attn.in_proj_b",
-        "blk.{bid}.ssm_beta",
-        "qwen3.5",
-    ),
-    (
-        "model.layers.{bid}.linear_attn.conv1d",
-        "blk.{bid}.ssm_conv1d",
-        "qwen3next",
-    ),
-    (
-        "model.layers.{bid}.linear_attn.dt_proj",
-        "blk.{bid}.ssm_dt",
-        "qwen3next",
-    ),
-    ("model.layers.{bid}.linear_attn.A_log", "blk.{bid}.ssm_a", "qwen3next"),
-    ("model.layers.{bid}.linear_attn.norm", "blk.{bid}.ssm_norm", "qwen3next"),
-    (
-        "model.layers.{bid}.linear_attn.out_proj",
-        "blk.{bid}.ssm_out",
-        "qwen3next",
-    ),
+    ("model.layers.{bid}.linear_attn.in_proj_qkv", T::AttnQkv, "qwen3.5"),
+    ("model.layers.{bid}.linear_attn.in_proj_z", T::AttnGate, "qwen3.5"),
+    ("model.layers.{bid}.linear_attn.in_proj_a", T::SsmAlpha, "qwen3.5"),
+    ("model.layers.{bid}.linear_attn.in_proj_b", T::SsmBeta, "qwen3.5"),
+    ("model.layers.{bid}.linear_attn.conv1d", T::SsmConv1d, "qwen3next"),
+    ("model.layers.{bid}.linear_attn.dt_proj", T::SsmDt, "qwen3next"),
+    ("model.layers.{bid}.linear_attn.A_log", T::SsmA, "qwen3next"),
+    ("model.layers.{bid}.linear_attn.norm", T::SsmNorm, "qwen3next"),
+    ("model.layers.{bid}.linear_attn.out_proj", T::SsmOut, "qwen3next"),
     (
         "model.layers.{bid}.mlp.shared_expert.gate_proj",
-        "blk.{bid}.ffn_gate_shexp",
+        T::FfnGateShexp,
         "qwen2moe",
     ),
     (
         "model.layers.{bid}.mlp.shared_expert.up_proj",
-        "blk.{bid}.ffn_up_shexp",
+        T::FfnUpShexp,
         "qwen2moe",
     ),
     (
         "model.layers.{bid}.mlp.shared_expert.down_proj",
-        "blk.{bid}.ffn_down_shexp",
+        T::FfnDownShexp,
         "qwen2moe",
     ),
     (
         "model.layers.{bid}.mlp.shared_expert_gate",
-        "blk.{bid}.ffn_gate_inp_shexp",
+        T::FfnGateInpShexp,
         "qwen2moe",
     ),
-    ("model.layers.{bid}.eh_proj", "blk.{bid}.nextn.eh_proj", "nextn (mtp)"),
-    (
-        "model.layers.{bid}.embed_tokens",
-        "blk.{bid}.nextn.embed_tokens",
-        "nextn (mtp)",
-    ),
-    ("model.layers.{bid}.enorm", "blk.{bid}.nextn.enorm", "nextn (mtp)"),
-    ("model.layers.{bid}.hnorm", "blk.{bid}.nextn.hnorm", "nextn (mtp)"),
+    ("model.layers.{bid}.eh_proj", T::NextnEhProj, "nextn (mtp)"),
+    ("model.layers.{bid}.embed_tokens", T::NextnEmbedTokens, "nextn (mtp)"),
+    ("model.layers.{bid}.enorm", T::NextnEnorm, "nextn (mtp)"),
+    ("model.layers.{bid}.hnorm", T::NextnHnorm, "nextn (mtp)"),
     (
         "model.layers.{bid}.shared_head.head",
-        "blk.{bid}.nextn.shared_head_head",
+        T::NextnSharedHeadHead,
         "nextn (mtp)",
     ),
     (
         "model.layers.{bid}.shared_head.norm",
-        "blk.{bid}.nextn.shared_head_norm",
+        T::NextnSharedHeadNorm,
         "nextn (mtp)",
     ),
     // bert
-    ("embeddings.word_embeddings", "token_embd", "bert, nomic-bert"),
-    ("embeddings.token_type_embeddings", "token_types", "bert, nomic-bert"),
-    ("embeddings.position_embeddings", "position_embd", "bert"),
-    ("embeddings.LayerNorm", "token_embd_norm", "bert"),
-    ("encoder.layer.{bid}.attention.self.query", "blk.{bid}.attn_q", "bert"),
-    ("encoder.layer.{bid}.attention.self.key", "blk.{bid}.attn_k", "bert"),
-    ("encoder.layer.{bid}.attention.self.value", "blk.{bid}.attn_v", "bert"),
-    (
-        "encoder.layer.{bid}.attention.output.dense",
-        "blk.{bid}.attn_output",
-        "bert",
-    ),
+    ("embeddings.word_embeddings", T::TokenEmbd, "bert, nomic-bert"),
+    ("embeddings.token_type_embeddings", T::TokenTypes, "bert, nomic-bert"),
+    ("embeddings.position_embeddings", T::PositionEmbd, "bert"),
+    ("embeddings.LayerNorm", T::TokenEmbdNorm, "bert"),
+    ("encoder.layer.{bid}.attention.self.query", T::AttnQ, "bert"),
+    ("encoder.layer.{bid}.attention.self.key", T::AttnK, "bert"),
+    ("encoder.layer.{bid}.attention.self.value", T::AttnV, "bert"),
+    ("encoder.layer.{bid}.attention.output.dense", T::AttnOutput, "bert"),
     (
         "encoder.layer.{bid}.attention.output.LayerNorm",
-        "blk.{bid}.attn_output_norm",
+        T::AttnOutputNorm,
         "bert",
     ),
-    ("encoder.layer.{bid}.intermediate.dense", "blk.{bid}.ffn_up", "bert"),
-    ("encoder.layer.{bid}.output.dense", "blk.{bid}.ffn_down", "bert"),
-    (
-        "encoder.layer.{bid}.output.LayerNorm",
-        "blk.{bid}.layer_output_norm",
-        "bert",
-    ),
-    ("emb_ln", "token_embd_norm", "nomic-bert"),
-    ("encoder.layers.{bid}.attn.Wqkv", "blk.{bid}.attn_qkv", "nomic-bert"),
-    (
-        "encoder.layers.{bid}.attn.out_proj",
-        "blk.{bid}.attn_output",
-        "nomic-bert",
-    ),
-    ("encoder.layers.{bid}.norm1", "blk.{bid}.attn_output_norm", "nomic-bert"),
-    ("encoder.layers.{bid}.mlp.fc11", "blk.{bid}.ffn_up", "nomic-bert"),
-    ("encoder.layers.{bid}.mlp.fc12", "blk.{bid}.ffn_gate", "nomic-bert"),
-    ("encoder.layers.{bid}.mlp.fc2", "blk.{bid}.ffn_down", "nomic-bert"),
-    (
-        "encoder.layers.{bid}.norm2",
-        "blk.{bid}.layer_output_norm",
-        "nomic-bert",
-    ),
+    ("encoder.layer.{bid}.intermediate.dense", T::FfnUp, "bert"),
+    ("encoder.layer.{bid}.output.dense", T::FfnDown, "bert"),
+    ("encoder.layer.{bid}.output.LayerNorm", T::LayerOutputNorm, "bert"),
+    ("emb_ln", T::TokenEmbdNorm, "nomic-bert"),
+    ("encoder.layers.{bid}.attn.Wqkv", T::AttnQkv, "nomic-bert"),
+    ("encoder.layers.{bid}.attn.out_proj", T::AttnOutput, "nomic-bert"),
+    ("encoder.layers.{bid}.norm1", T::AttnOutputNorm, "nomic-bert"),
+    ("encoder.layers.{bid}.mlp.fc11", T::FfnUp, "nomic-bert"),
+    ("encoder.layers.{bid}.mlp.fc12", T::FfnGate, "nomic-bert"),
+    ("encoder.layers.{bid}.mlp.fc2", T::FfnDown, "nomic-bert"),
+    ("encoder.layers.{bid}.norm2", T::LayerOutputNorm, "nomic-bert"),
 ];
 
 /// Map an HF tensor name (with `.weight`/`.bias`) to its GGUF name, or `None` if unmapped.
@@ -280,12 +191,12 @@ pub fn map_name(name: &str) -> Option<String> {
         })
         .collect();
     let templ = templ.join(".");
-    let (_, gguf, _) = TENSOR_NAMES.iter().find(|(hf, _, _)| *hf == templ)?;
-    let mapped = match &bid {
-        Some(b) => gguf.replace("{bid}", b),
-        None => gguf.to_string(),
+    let (_, t, _) = TENSOR_NAMES.iter().find(|(hf, _, _)| *hf == templ)?;
+    let bid = match bid {
+        Some(b) => b.parse().ok()?,
+        None => 0,
     };
-    Some(format!("{mapped}{suffix}"))
+    Some(format!("{}{suffix}", t.base(bid)))
 }
 
 #[cfg(test)]

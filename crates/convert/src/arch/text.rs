@@ -3,6 +3,7 @@
 
 use super::Ctx;
 use crate::hf::HfError;
+use gguf::arch::key;
 use gguf::{Array, Metadata, Value};
 use serde_json::{Map, Value as J};
 
@@ -94,7 +95,7 @@ pub fn set_text_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u
     let cfg = &ctx.cfg;
     let k = Keys(arch);
     let block_count = cfg.req_u64(&["n_layers", "num_hidden_layers", "n_layer", "num_layers"])?;
-    m.insert(k.k("block_count"), Value::U32(block_count as u32));
+    m.insert(k.k(key::BLOCK_COUNT), Value::U32(block_count as u32));
     let put_u32 = |m: &mut Metadata, key: &str, keys: &[&str]| {
         if let Some(v) = cfg.find(keys).and_then(u32_of) {
             m.insert(k.k(key), Value::U32(v));
@@ -102,7 +103,7 @@ pub fn set_text_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u
     };
     put_u32(
         m,
-        "context_length",
+        key::CONTEXT_LENGTH,
         &[
             "max_position_embeddings",
             "n_ctx",
@@ -112,10 +113,10 @@ pub fn set_text_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u
             "model_max_length",
         ],
     );
-    put_u32(m, "embedding_length", &["hidden_size", "n_embd", "dim"]);
+    put_u32(m, key::EMBEDDING_LENGTH, &["hidden_size", "n_embd", "dim"]);
     put_u32(
         m,
-        "feed_forward_length",
+        key::FEED_FORWARD_LENGTH,
         &[
             "prefix_dense_intermediate_size",
             "dense_intermediate_size",
@@ -124,10 +125,10 @@ pub fn set_text_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u
             "hidden_dim",
         ],
     );
-    put_u32(m, "attention.head_count", &["num_attention_heads", "n_head", "n_heads"]);
-    put_u32(m, "attention.head_count_kv", &["num_key_value_heads", "n_kv_heads"]);
+    put_u32(m, key::ATTN_HEAD_COUNT, &["num_attention_heads", "n_head", "n_heads"]);
+    put_u32(m, key::ATTN_HEAD_COUNT_KV, &["num_key_value_heads", "n_kv_heads"]);
     if cfg.get("is_causal") == Some(&J::Bool(false)) {
-        m.insert(k.k("attention.causal"), Value::Bool(false));
+        m.insert(k.k(key::ATTN_CAUSAL), Value::Bool(false));
     }
     let rp_all = rope_parameters(ctx);
     let rp = full_attention_rope(&rp_all);
@@ -135,36 +136,36 @@ pub fn set_text_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u
         let factor = rp.get("factor").and_then(f32_of);
         match (rope_type, factor) {
             ("linear", Some(f)) => {
-                m.insert(k.k("rope.scaling.type"), Value::String("linear".into()));
-                m.insert(k.k("rope.scaling.factor"), Value::F32(f));
+                m.insert(k.k(key::ROPE_SCALING_TYPE), Value::String("linear".into()));
+                m.insert(k.k(key::ROPE_SCALING_FACTOR), Value::F32(f));
             }
             ("yarn", Some(f)) => {
-                m.insert(k.k("rope.scaling.type"), Value::String("yarn".into()));
-                m.insert(k.k("rope.scaling.factor"), Value::F32(f));
+                m.insert(k.k(key::ROPE_SCALING_TYPE), Value::String("yarn".into()));
+                m.insert(k.k(key::ROPE_SCALING_FACTOR), Value::F32(f));
                 let orig = rp
                     .get("original_max_position_embeddings")
                     .and_then(u32_of)
                     .ok_or_else(|| ctx.invalid("yarn rope scaling without original_max_position_embeddings"))?;
-                m.insert(k.k("rope.scaling.original_context_length"), Value::U32(orig));
+                m.insert(k.k(key::ROPE_SCALING_ORIG_CTX_LEN), Value::U32(orig));
                 if let Some(v) = rp.get("extrapolation_factor").and_then(f32_of) {
-                    m.insert(k.k("rope.scaling.yarn_ext_factor"), Value::F32(v));
+                    m.insert(k.k(key::ROPE_SCALING_YARN_EXT_FACTOR), Value::F32(v));
                 }
                 if let Some(v) = rp
                     .get("attention_factor")
                     .or_else(|| rp.get("attn_factor"))
                     .and_then(f32_of)
                 {
-                    m.insert(k.k("rope.scaling.yarn_attn_factor"), Value::F32(v));
+                    m.insert(k.k(key::ROPE_SCALING_YARN_ATTN_FACTOR), Value::F32(v));
                 }
                 if let Some(v) = rp.get("beta_fast").and_then(f32_of) {
-                    m.insert(k.k("rope.scaling.yarn_beta_fast"), Value::F32(v));
+                    m.insert(k.k(key::ROPE_SCALING_YARN_BETA_FAST), Value::F32(v));
                 }
                 if let Some(v) = rp.get("beta_slow").and_then(f32_of) {
-                    m.insert(k.k("rope.scaling.yarn_beta_slow"), Value::F32(v));
+                    m.insert(k.k(key::ROPE_SCALING_YARN_BETA_SLOW), Value::F32(v));
                 }
             }
             ("su" | "longrope", _) => {
-                m.insert(k.k("rope.scaling.type"), Value::String("longrope".into()));
+                m.insert(k.k(key::ROPE_SCALING_TYPE), Value::String("longrope".into()));
             }
             _ => {}
         }
@@ -173,39 +174,39 @@ pub fn set_text_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u
         let mut s: Vec<i32> = sections.iter().filter_map(|v| v.as_i64().map(|x| x as i32)).collect();
         s.resize(s.len().max(4), 0);
         s.truncate(4);
-        m.insert(k.k("rope.dimension_sections"), Value::Array(Array::I32(s)));
+        m.insert(k.k(key::ROPE_DIMENSION_SECTIONS), Value::Array(Array::I32(s)));
     }
     if let Some(t) = rp.get("rope_theta").and_then(f32_of) {
-        m.insert(k.k("rope.freq_base"), Value::F32(t));
+        m.insert(k.k(key::ROPE_FREQ_BASE), Value::F32(t));
     }
     if let Some(t) = rp_all
         .get("sliding_attention")
         .and_then(|s| s.get("rope_theta"))
         .and_then(f32_of)
     {
-        m.insert(k.k("rope.freq_base_swa"), Value::F32(t));
+        m.insert(k.k(key::ROPE_FREQ_BASE_SWA), Value::F32(t));
     }
     if let Some(e) = cfg.find(&["rms_norm_eps", "norm_eps"]).and_then(f32_of) {
-        m.insert(k.k("attention.layer_norm_rms_epsilon"), Value::F32(e));
+        m.insert(k.k(key::ATTN_LAYERNORM_RMS_EPS), Value::F32(e));
     }
     if let Some(e) = cfg
         .find(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"])
         .and_then(f32_of)
     {
-        m.insert(k.k("attention.layer_norm_epsilon"), Value::F32(e));
+        m.insert(k.k(key::ATTN_LAYERNORM_EPS), Value::F32(e));
     }
     put_u32(
         m,
-        "expert_count",
+        key::EXPERT_COUNT,
         &["num_local_experts", "num_experts", "n_routed_experts"],
     );
     put_u32(
         m,
-        "expert_used_count",
+        key::EXPERT_USED_COUNT,
         &["num_experts_per_tok", "num_experts_per_token", "top_k_experts"],
     );
-    put_u32(m, "expert_group_count", &["n_group"]);
-    put_u32(m, "expert_group_used_count", &["topk_group"]);
+    put_u32(m, key::EXPERT_GROUP_COUNT, &["n_group"]);
+    put_u32(m, key::EXPERT_GROUP_USED_COUNT, &["topk_group"]);
     if let Some(f) = cfg
         .find(&[
             "score_function",
@@ -223,11 +224,11 @@ pub fn set_text_parameters(ctx: &Ctx, arch: &str, m: &mut Metadata, file_type: u
             "sqrtsoftplus" => 4,
             other => return Err(ctx.invalid(format!("unsupported expert score gating function `{other}`"))),
         };
-        m.insert(k.k("expert_gating_func"), Value::U32(v));
+        m.insert(k.k(key::EXPERT_GATING_FUNC), Value::U32(v));
     }
     if let Some(hd) = cfg.get("head_dim").and_then(u32_of) {
-        m.insert(k.k("attention.key_length"), Value::U32(hd));
-        m.insert(k.k("attention.value_length"), Value::U32(hd));
+        m.insert(k.k(key::ATTN_KEY_LENGTH), Value::U32(hd));
+        m.insert(k.k(key::ATTN_VALUE_LENGTH), Value::U32(hd));
     }
     m.insert(gguf::keys::FILE_TYPE, Value::U32(file_type));
     Ok(())

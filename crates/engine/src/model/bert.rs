@@ -7,7 +7,9 @@
 use super::Loader;
 use crate::backend::{Backend, Rope};
 use crate::{EngineError, Result};
+use gguf::arch::key;
 use gguf::GgufModel;
+use gguf::Tensor as T;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -67,25 +69,25 @@ impl<B: Backend> Bert<B> {
                 path.display()
             )));
         }
-        let key = |k: &str| format!("{arch}.{k}");
+        let full = |k: &str| format!("{arch}.{k}");
         let get = |k: &str| {
-            meta.get_u64(&key(k))
+            meta.get_u64(&full(k))
                 .map(|v| v as usize)
-                .ok_or_else(|| EngineError::Model(format!("{}: metadata key {} is missing", path.display(), key(k))))
+                .ok_or_else(|| EngineError::Model(format!("{}: metadata key {} is missing", path.display(), full(k))))
         };
-        let n_embd = get("embedding_length")?;
-        let n_head = get("attention.head_count")?;
-        let n_ff = get("feed_forward_length")?;
-        let n_layer = get("block_count")?;
-        let n_ctx_train = get("context_length")?;
+        let n_embd = get(key::EMBEDDING_LENGTH)?;
+        let n_head = get(key::ATTN_HEAD_COUNT)?;
+        let n_ff = get(key::FEED_FORWARD_LENGTH)?;
+        let n_layer = get(key::BLOCK_COUNT)?;
+        let n_ctx_train = get(key::CONTEXT_LENGTH)?;
         if n_head == 0 || n_embd % n_head != 0 {
             return Err(EngineError::Model(format!(
                 "{}: {n_embd} dims cannot split into {n_head} heads",
                 path.display()
             )));
         }
-        let eps = meta.get_f64(&key("attention.layer_norm_epsilon")).unwrap_or(1e-12) as f32;
-        let pooling = match meta.get_u64(&key("pooling_type")).unwrap_or(1) {
+        let eps = meta.get_f64(&full(key::ATTN_LAYERNORM_EPS)).unwrap_or(1e-12) as f32;
+        let pooling = match meta.get_u64(&full(key::POOLING_TYPE)).unwrap_or(1) {
             0 => Pooling::None,
             1 => Pooling::Mean,
             2 => Pooling::Cls,
@@ -103,7 +105,7 @@ impl<B: Backend> Bert<B> {
         let rope = nomic.then(|| Rope {
             n_dims: hd,
             neox: true,
-            freq_base: meta.get_f64(&key("rope.freq_base")).unwrap_or(10000.0) as f32,
+            freq_base: meta.get_f64(&full(key::ROPE_FREQ_BASE)).unwrap_or(10000.0) as f32,
             freq_scale: 1.0,
             ext_factor: 0.0,
             attn_factor: 1.0,
@@ -124,10 +126,10 @@ impl<B: Backend> Bert<B> {
                 l.get(&format!("{name}.bias"), &[e])?,
             ))
         };
-        let tok_embd = l.get("token_embd.weight", &[e, n_vocab])?;
-        let type_embd = match gguf.tensor("token_types.weight") {
+        let tok_embd = l.get(&T::TokenEmbd.weight(), &[e, n_vocab])?;
+        let type_embd = match gguf.tensor(&T::TokenTypes.weight()) {
             Some((_, t)) => Some(l.get(
-                "token_types.weight",
+                &T::TokenTypes.weight(),
                 &[e, t.shape.get(1).copied().unwrap_or(1) as usize],
             )?),
             None => None,
@@ -135,19 +137,18 @@ impl<B: Backend> Bert<B> {
         let pos_embd = if nomic {
             None
         } else {
-            Some(l.get("position_embd.weight", &[e, n_ctx_train])?)
+            Some(l.get(&T::PositionEmbd.weight(), &[e, n_ctx_train])?)
         };
-        let embd_norm = norm("token_embd_norm")?;
+        let embd_norm = norm(T::TokenEmbdNorm.template())?;
         let mut layers = Vec::with_capacity(n_layer);
         for i in 0..n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}");
             let (q, k, v, qkv) = if nomic {
-                (None, None, None, Some(l.mat(&n("attn_qkv.weight"), &[e, 3 * e])?))
+                (None, None, None, Some(l.mat(&T::AttnQkv.blk(i), &[e, 3 * e])?))
             } else {
                 (
-                    Some(l.mat(&n("attn_q.weight"), &[e, e])?),
-                    Some(l.mat(&n("attn_k.weight"), &[e, e])?),
-                    Some(l.mat(&n("attn_v.weight"), &[e, e])?),
+                    Some(l.mat(&T::AttnQ.blk(i), &[e, e])?),
+                    Some(l.mat(&T::AttnK.blk(i), &[e, e])?),
+                    Some(l.mat(&T::AttnV.blk(i), &[e, e])?),
                     None,
                 )
             };
@@ -156,22 +157,22 @@ impl<B: Backend> Bert<B> {
                 k,
                 v,
                 qkv,
-                bq: l.opt(&n("attn_q.bias"), &[e])?,
-                bk: l.opt(&n("attn_k.bias"), &[e])?,
-                bv: l.opt(&n("attn_v.bias"), &[e])?,
-                o: l.mat(&n("attn_output.weight"), &[e, e])?,
-                bo: l.opt(&n("attn_output.bias"), &[e])?,
-                attn_norm: norm(&n("attn_output_norm"))?,
-                up: l.mat(&n("ffn_up.weight"), &[e, n_ff])?,
-                bup: l.opt(&n("ffn_up.bias"), &[n_ff])?,
+                bq: l.opt(&T::AttnQ.with(i, "bias"), &[e])?,
+                bk: l.opt(&T::AttnK.with(i, "bias"), &[e])?,
+                bv: l.opt(&T::AttnV.with(i, "bias"), &[e])?,
+                o: l.mat(&T::AttnOutput.blk(i), &[e, e])?,
+                bo: l.opt(&T::AttnOutput.with(i, "bias"), &[e])?,
+                attn_norm: norm(&T::AttnOutputNorm.base(i))?,
+                up: l.mat(&T::FfnUp.blk(i), &[e, n_ff])?,
+                bup: l.opt(&T::FfnUp.with(i, "bias"), &[n_ff])?,
                 gate: if nomic {
-                    Some(l.mat(&n("ffn_gate.weight"), &[e, n_ff])?)
+                    Some(l.mat(&T::FfnGate.blk(i), &[e, n_ff])?)
                 } else {
                     None
                 },
-                down: l.mat(&n("ffn_down.weight"), &[n_ff, e])?,
-                bdown: l.opt(&n("ffn_down.bias"), &[e])?,
-                out_norm: norm(&n("layer_output_norm"))?,
+                down: l.mat(&T::FfnDown.blk(i), &[n_ff, e])?,
+                bdown: l.opt(&T::FfnDown.with(i, "bias"), &[e])?,
+                out_norm: norm(&T::LayerOutputNorm.base(i))?,
             });
         }
         Ok(Bert {

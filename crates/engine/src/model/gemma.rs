@@ -11,7 +11,9 @@ use super::blocks::{self, AttnShape, Ffn, FfnBufs, Glu, HeadBufs, Moe, MoeBufs, 
 use super::{Keys, Loader};
 use crate::backend::{Backend, Rope};
 use crate::{EngineError, Result};
+use gguf::arch::key;
 use gguf::GgufModel;
+use gguf::Tensor as T;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -140,26 +142,26 @@ impl<B: Backend> Gemma<B> {
             arch: &arch,
             path,
         };
-        let n_embd = k.u("embedding_length")?;
-        let n_layer = k.u("block_count")?;
-        let n_head = k.u("attention.head_count")?;
-        let n_ctx_train = k.u_or("context_length", 8192);
-        let eps = k.f_or("attention.layer_norm_rms_epsilon", 1e-6);
+        let n_embd = k.u(key::EMBEDDING_LENGTH)?;
+        let n_layer = k.u(key::BLOCK_COUNT)?;
+        let n_head = k.u(key::ATTN_HEAD_COUNT)?;
+        let n_ctx_train = k.u_or(key::CONTEXT_LENGTH, 8192);
+        let eps = k.f_or(key::ATTN_LAYERNORM_RMS_EPS, 1e-6);
         let n_vocab = meta
             .get_array("tokenizer.ggml.tokens")
             .map(|a| a.len())
             .ok_or_else(|| EngineError::Model(format!("{}: no tokenizer.ggml.tokens", path.display())))?;
-        let n_kv_head = per_layer(&k, "attention.head_count_kv", n_layer, Some(n_head))?;
-        let n_ff = per_layer(&k, "feed_forward_length", n_layer, None)?;
-        let hd_full = k.u_or("attention.key_length", n_embd / n_head.max(1));
-        let hd_swa = k.u_or("attention.key_length_swa", hd_full);
-        let rot_full = k.u_or("rope.dimension_count", hd_full);
-        let rot_swa = k.u_or("rope.dimension_count_swa", if v4 { hd_swa } else { rot_full });
-        let base_full = k.f_or("rope.freq_base", 10000.0);
-        let base_swa = k.f_or("rope.freq_base_swa", 10000.0);
-        let n_swa = k.u_or("attention.sliding_window", 0);
+        let n_kv_head = per_layer(&k, key::ATTN_HEAD_COUNT_KV, n_layer, Some(n_head))?;
+        let n_ff = per_layer(&k, key::FEED_FORWARD_LENGTH, n_layer, None)?;
+        let hd_full = k.u_or(key::ATTN_KEY_LENGTH, n_embd / n_head.max(1));
+        let hd_swa = k.u_or(key::ATTN_KEY_LENGTH_SWA, hd_full);
+        let rot_full = k.u_or(key::ROPE_DIMENSION_COUNT, hd_full);
+        let rot_swa = k.u_or(key::ROPE_DIMENSION_COUNT_SWA, if v4 { hd_swa } else { rot_full });
+        let base_full = k.f_or(key::ROPE_FREQ_BASE, 10000.0);
+        let base_swa = k.f_or(key::ROPE_FREQ_BASE_SWA, 10000.0);
+        let n_swa = k.u_or(key::ATTN_SLIDING_WINDOW, 0);
         // The layers with a sliding window: the GGUF's pattern, else Gemma 3's five of every six.
-        let swa: Vec<bool> = match meta.get_array(&k.key("attention.sliding_window_pattern")) {
+        let swa: Vec<bool> = match meta.get_array(&k.key(key::ATTN_SLIDING_WINDOW_PATTERN)) {
             Some(a) => (0..n_layer)
                 .map(|i| a.get(i).and_then(|v| v.as_bool().or(v.as_u64().map(|u| u != 0))))
                 .collect::<Option<Vec<bool>>>()
@@ -167,21 +169,21 @@ impl<B: Backend> Gemma<B> {
                     EngineError::Model(format!(
                         "{}: {} must hold {n_layer} booleans",
                         path.display(),
-                        k.key("attention.sliding_window_pattern")
+                        k.key(key::ATTN_SLIDING_WINDOW_PATTERN)
                     ))
                 })?,
             None if v4 => {
                 return Err(EngineError::Model(format!(
                     "{}: metadata key {} is missing",
                     path.display(),
-                    k.key("attention.sliding_window_pattern")
+                    k.key(key::ATTN_SLIDING_WINDOW_PATTERN)
                 )))
             }
             // llama.cpp llama-hparams.cpp set_swa_pattern(6): layer il slides when il % 6 < 5.
             None => (0..n_layer).map(|i| n_swa > 0 && i % 6 < 5).collect(),
         };
-        let scaling = meta.get_str(&k.key("rope.scaling.type")).unwrap_or("none");
-        let factor = k.f_or("rope.scaling.factor", 0.0);
+        let scaling = meta.get_str(&k.key(key::ROPE_SCALING_TYPE)).unwrap_or("none");
+        let factor = k.f_or(key::ROPE_SCALING_FACTOR, 0.0);
         let freq_scale_full = if scaling == "linear" && factor > 0.0 {
             1.0 / factor
         } else {
@@ -192,8 +194,8 @@ impl<B: Backend> Gemma<B> {
             gguf,
             path,
         };
-        let freq_factors = l.host("rope_freqs.weight")?;
-        let shared = k.u_or("attention.shared_kv_layers", 0);
+        let freq_factors = l.host(&T::RopeFreqs.weight())?;
+        let shared = k.u_or(key::ATTN_SHARED_KV_LAYERS, 0);
         if shared >= n_layer && shared > 0 {
             return Err(EngineError::Model(format!(
                 "{}: {shared} KV-shared layers leave no layer with its own cache",
@@ -201,27 +203,26 @@ impl<B: Backend> Gemma<B> {
             )));
         }
         let n_kv_from = n_layer - shared;
-        let softcap = k.f_or("final_logit_softcapping", if v4 { 30.0 } else { 0.0 });
+        let softcap = k.f_or(key::FINAL_LOGIT_SOFTCAPPING, if v4 { 30.0 } else { 0.0 });
         let e = n_embd;
-        let tok_embd = l.get("token_embd.weight", &[e, n_vocab])?;
-        let output = l.opt_mat("output.weight", &[e, n_vocab])?;
-        let ple_width = k.u_or("embedding_length_per_layer_input", 0);
+        let tok_embd = l.get(&T::TokenEmbd.weight(), &[e, n_vocab])?;
+        let output = l.opt_mat(&T::Output.weight(), &[e, n_vocab])?;
+        let ple_width = k.u_or(key::EMBEDDING_LENGTH_PER_LAYER_INPUT, 0);
         let ple = if v4 && ple_width > 0 {
             let pl = ple_width * n_layer;
             Some(Ple {
                 width: ple_width,
-                tok: l.get("per_layer_token_embd.weight", &[pl, n_vocab])?,
-                model_proj: l.mat("per_layer_model_proj.weight", &[e, pl])?,
-                proj_norm: l.get("per_layer_proj_norm.weight", &[ple_width])?,
+                tok: l.get(&T::PerLayerTokenEmbd.weight(), &[pl, n_vocab])?,
+                model_proj: l.mat(&T::PerLayerModelProj.weight(), &[e, pl])?,
+                proj_norm: l.get(&T::PerLayerProjNorm.weight(), &[ple_width])?,
             })
         } else {
             None
         };
-        let moe_keys = (k.u_or("expert_count", 0), k.u_or("expert_used_count", 0));
+        let moe_keys = (k.u_or(key::EXPERT_COUNT, 0), k.u_or(key::EXPERT_USED_COUNT, 0));
         let mut layers = Vec::with_capacity(n_layer);
         let mut kv = Vec::with_capacity(n_layer);
         for i in 0..n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}");
             let (hd, n_rot, base) = if swa[i] {
                 (hd_swa, rot_swa, base_swa)
             } else {
@@ -268,22 +269,22 @@ impl<B: Backend> Gemma<B> {
                 window,
                 shares,
             });
-            let moe = match l.opt_mat(&n("ffn_gate_inp.weight"), &[e, moe_keys.0.max(1)])? {
+            let moe = match l.opt_mat(&T::FfnGateInp.blk(i), &[e, moe_keys.0.max(1)])? {
                 Some(router) => {
                     let (n_expert, used) = moe_keys;
-                    let ff_exp = k.u("expert_feed_forward_length")?;
-                    let (gate, up) = if gguf.tensor(&n("ffn_gate_up_exps.weight")).is_some() {
-                        l.mats_split(&n("ffn_gate_up_exps.weight"), e, ff_exp, n_expert)?
+                    let ff_exp = k.u(key::EXPERT_FEED_FORWARD_LENGTH)?;
+                    let (gate, up) = if gguf.tensor(&T::FfnGateUpExps.blk(i)).is_some() {
+                        l.mats_split(&T::FfnGateUpExps.blk(i), e, ff_exp, n_expert)?
                     } else {
                         (
-                            l.mats(&n("ffn_gate_exps.weight"), e, ff_exp, n_expert)?,
-                            l.mats(&n("ffn_up_exps.weight"), e, ff_exp, n_expert)?,
+                            l.mats(&T::FfnGateExps.blk(i), e, ff_exp, n_expert)?,
+                            l.mats(&T::FfnUpExps.blk(i), e, ff_exp, n_expert)?,
                         )
                     };
-                    let down = l.mats(&n("ffn_down_exps.weight"), ff_exp, e, n_expert)?;
+                    let down = l.mats(&T::FfnDownExps.blk(i), ff_exp, e, n_expert)?;
                     let experts = Ffn::stack(gate, up, down);
                     let expert_scale = l
-                        .host(&n("ffn_down_exps.scale"))?
+                        .host(&T::FfnDownExps.with(i, "scale"))?
                         .unwrap_or_else(|| vec![1.0; n_expert]);
                     if expert_scale.len() != n_expert || used == 0 || used > n_expert {
                         return Err(EngineError::Model(format!(
@@ -304,30 +305,30 @@ impl<B: Backend> Gemma<B> {
                             },
                             n_ff: ff_exp,
                         },
-                        router_scale: l.get(&n("ffn_gate_inp.scale"), &[e])?,
+                        router_scale: l.get(&T::FfnGateInp.with(i, "scale"), &[e])?,
                         expert_scale,
-                        pre_norm_2: l.get(&n("pre_ffw_norm_2.weight"), &[e])?,
-                        post_norm_1: l.get(&n("post_ffw_norm_1.weight"), &[e])?,
-                        post_norm_2: l.get(&n("post_ffw_norm_2.weight"), &[e])?,
+                        pre_norm_2: l.get(&T::FfnPreNorm2.blk(i), &[e])?,
+                        post_norm_1: l.get(&T::FfnPostNorm1.blk(i), &[e])?,
+                        post_norm_2: l.get(&T::FfnPostNorm2.blk(i), &[e])?,
                     })
                 }
                 None => None,
             };
             let ple_layer = match &ple {
                 Some(p) => Some(PleLayer {
-                    inp_gate: l.mat(&n("inp_gate.weight"), &[e, p.width])?,
-                    proj: l.mat(&n("proj.weight"), &[p.width, e])?,
-                    post_norm: l.get(&n("post_norm.weight"), &[e])?,
+                    inp_gate: l.mat(&T::PerLayerInpGate.blk(i), &[e, p.width])?,
+                    proj: l.mat(&T::PerLayerProj.blk(i), &[p.width, e])?,
+                    post_norm: l.get(&T::PerLayerPostNorm.blk(i), &[e])?,
                 }),
                 None => None,
             };
-            let out_scale = match l.host(&n("layer_output_scale.weight"))? {
+            let out_scale = match l.host(&T::LayerOutputScale.blk(i))? {
                 Some(v) if v.len() == 1 => Some(v[0]),
                 Some(v) => {
                     return Err(EngineError::Model(format!(
                         "{}: {} holds {} values, expected 1",
                         path.display(),
-                        n("layer_output_scale.weight"),
+                        T::LayerOutputScale.blk(i),
                         v.len()
                     )))
                 }
@@ -337,33 +338,33 @@ impl<B: Backend> Gemma<B> {
                 n_kv_head: n_kv_head[i],
                 head_dim: hd,
                 rope,
-                attn_norm: l.get(&n("attn_norm.weight"), &[e])?,
-                wq: l.mat(&n("attn_q.weight"), &[e, qd])?,
+                attn_norm: l.get(&T::AttnNorm.blk(i), &[e])?,
+                wq: l.mat(&T::AttnQ.blk(i), &[e, qd])?,
                 wk: if own {
-                    Some(l.mat(&n("attn_k.weight"), &[e, kvd])?)
+                    Some(l.mat(&T::AttnK.blk(i), &[e, kvd])?)
                 } else {
                     None
                 },
                 wv: if own {
-                    l.opt_mat(&n("attn_v.weight"), &[e, kvd])?
+                    l.opt_mat(&T::AttnV.blk(i), &[e, kvd])?
                 } else {
                     None
                 },
-                q_norm: l.get(&n("attn_q_norm.weight"), &[hd])?,
+                q_norm: l.get(&T::AttnQNorm.blk(i), &[hd])?,
                 k_norm: if own {
-                    Some(l.get(&n("attn_k_norm.weight"), &[hd])?)
+                    Some(l.get(&T::AttnKNorm.blk(i), &[hd])?)
                 } else {
                     None
                 },
-                wo: l.mat(&n("attn_output.weight"), &[qd, e])?,
-                post_attn_norm: l.get(&n("post_attention_norm.weight"), &[e])?,
-                ffn_norm: l.get(&n("ffn_norm.weight"), &[e])?,
+                wo: l.mat(&T::AttnOutput.blk(i), &[qd, e])?,
+                post_attn_norm: l.get(&T::AttnPostNorm.blk(i), &[e])?,
+                ffn_norm: l.get(&T::FfnNorm.blk(i), &[e])?,
                 ffn: Ffn {
-                    gate: l.mat(&n("ffn_gate.weight"), &[e, n_ff[i]])?,
-                    up: l.mat(&n("ffn_up.weight"), &[e, n_ff[i]])?,
-                    down: l.mat(&n("ffn_down.weight"), &[n_ff[i], e])?,
+                    gate: l.mat(&T::FfnGate.blk(i), &[e, n_ff[i]])?,
+                    up: l.mat(&T::FfnUp.blk(i), &[e, n_ff[i]])?,
+                    down: l.mat(&T::FfnDown.blk(i), &[n_ff[i], e])?,
                 },
-                post_ffw_norm: l.get(&n("post_ffw_norm.weight"), &[e])?,
+                post_ffw_norm: l.get(&T::FfnPostNorm.blk(i), &[e])?,
                 moe,
                 ple: ple_layer,
                 out_scale,
@@ -372,11 +373,11 @@ impl<B: Backend> Gemma<B> {
                 return Err(EngineError::Model(format!(
                     "{}: tensor {} is missing",
                     path.display(),
-                    n("attn_v.weight")
+                    T::AttnV.blk(i)
                 )));
             }
         }
-        let output_norm = l.get("output_norm.weight", &[e])?;
+        let output_norm = l.get(&T::OutputNorm.weight(), &[e])?;
         // llama.cpp gemma3.cpp: Q is scaled by 1/√head_dim before attention (1/√(n_embd/n_head)
         // for the 62-layer 27B); Gemma 4 relies on its Q/K norms and attends with scale 1.
         let q_scale = if v4 {

@@ -8,6 +8,7 @@ use super::{DecoderParams, Loader};
 use crate::backend::Backend;
 use crate::{EngineError, Result};
 use gguf::GgufModel;
+use gguf::Tensor as T;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -55,11 +56,10 @@ struct Bufs<B: Backend> {
 impl<B: Backend> Llama<B> {
     pub fn load(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> Result<Llama<B>> {
         Llama::load_with(backend, gguf, path, |l, i, p| {
-            let n = |s: &str| format!("blk.{i}.{s}");
             Ok(LayerFfn::Dense(Ffn {
-                gate: l.mat(&n("ffn_gate.weight"), &[p.n_embd, p.n_ff])?,
-                up: l.mat(&n("ffn_up.weight"), &[p.n_embd, p.n_ff])?,
-                down: l.mat(&n("ffn_down.weight"), &[p.n_ff, p.n_embd])?,
+                gate: l.mat(&T::FfnGate.blk(i), &[p.n_embd, p.n_ff])?,
+                up: l.mat(&T::FfnUp.blk(i), &[p.n_embd, p.n_ff])?,
+                down: l.mat(&T::FfnDown.blk(i), &[p.n_ff, p.n_embd])?,
             }))
         })
     }
@@ -80,14 +80,14 @@ impl<B: Backend> Llama<B> {
         };
         let (e, hd) = (p.n_embd, p.head_dim);
         let (qd, kvd) = (p.n_head * hd, p.n_head_kv * hd);
-        let tok_embd = l.get("token_embd.weight", &[e, p.n_vocab])?;
-        let output = l.opt_mat("output.weight", &[e, p.n_vocab])?;
+        let tok_embd = l.get(&T::TokenEmbd.weight(), &[e, p.n_vocab])?;
+        let output = l.opt_mat(&T::Output.weight(), &[e, p.n_vocab])?;
         if output.is_none() && quant::dot::vec_dot_type(backend.weight_type(&tok_embd)).is_none() {
             return Err(EngineError::Unsupported(
                 "token_embd.weight (tied output) has no matmul kernel".into(),
             ));
         }
-        if let Some(f) = l.host("rope_freqs.weight")? {
+        if let Some(f) = l.host(&T::RopeFreqs.weight())? {
             if f.len() != p.rope.n_dims / 2 {
                 return Err(EngineError::Model(format!(
                     "rope_freqs.weight has {} values, expected {}",
@@ -100,23 +100,22 @@ impl<B: Backend> Llama<B> {
         let p = &params;
         let mut layers = Vec::with_capacity(p.n_layer);
         for i in 0..p.n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}");
             layers.push(Layer {
-                attn_norm: l.get(&n("attn_norm.weight"), &[e])?,
-                wq: l.mat(&n("attn_q.weight"), &[e, qd])?,
-                wk: l.mat(&n("attn_k.weight"), &[e, kvd])?,
-                wv: l.mat(&n("attn_v.weight"), &[e, kvd])?,
-                wo: l.mat(&n("attn_output.weight"), &[qd, e])?,
-                bq: l.opt(&n("attn_q.bias"), &[qd])?,
-                bk: l.opt(&n("attn_k.bias"), &[kvd])?,
-                bv: l.opt(&n("attn_v.bias"), &[kvd])?,
-                q_norm: l.opt(&n("attn_q_norm.weight"), &[hd])?,
-                k_norm: l.opt(&n("attn_k_norm.weight"), &[hd])?,
-                ffn_norm: l.get(&n("ffn_norm.weight"), &[e])?,
+                attn_norm: l.get(&T::AttnNorm.blk(i), &[e])?,
+                wq: l.mat(&T::AttnQ.blk(i), &[e, qd])?,
+                wk: l.mat(&T::AttnK.blk(i), &[e, kvd])?,
+                wv: l.mat(&T::AttnV.blk(i), &[e, kvd])?,
+                wo: l.mat(&T::AttnOutput.blk(i), &[qd, e])?,
+                bq: l.opt(&T::AttnQ.with(i, "bias"), &[qd])?,
+                bk: l.opt(&T::AttnK.with(i, "bias"), &[kvd])?,
+                bv: l.opt(&T::AttnV.with(i, "bias"), &[kvd])?,
+                q_norm: l.opt(&T::AttnQNorm.blk(i), &[hd])?,
+                k_norm: l.opt(&T::AttnKNorm.blk(i), &[hd])?,
+                ffn_norm: l.get(&T::FfnNorm.blk(i), &[e])?,
                 ffn: ffn(&l, i, p)?,
             });
         }
-        let output_norm = l.get("output_norm.weight", &[e])?;
+        let output_norm = l.get(&T::OutputNorm.weight(), &[e])?;
         let info = params.info();
         let kv = vec![KvLayer::own(kvd, kvd, None); params.n_layer];
         Ok(Llama {

@@ -12,6 +12,7 @@ pub use batch::{KvLayer, Logits, Model, ModelInfo, Scratch, SeqStep, PAGE};
 
 use crate::backend::{Backend, KvType, Rope, WeightSource};
 use crate::{EngineError, Result};
+use gguf::arch::key;
 use gguf::{GgufModel, Metadata};
 use std::path::Path;
 use std::sync::Arc;
@@ -41,17 +42,18 @@ pub enum Family {
     Gemma4,
 }
 
-/// One row of the architecture table: the GGUF arch string, its graph, and how it wants its rope.
+/// One row of the engine's side of the architecture table (`gguf::Arch`, shared with convert):
+/// the graph that runs it and how it wants its rope.
 pub struct Arch {
-    pub name: &'static str,
+    pub arch: gguf::Arch,
     pub family: Family,
     /// NeoX-style rotation (rotates i with i + n_rot/2) instead of adjacent pairs.
     pub rope_neox: bool,
 }
 
-const fn row(name: &'static str, family: Family, rope_neox: bool) -> Arch {
+const fn row(arch: gguf::Arch, family: Family, rope_neox: bool) -> Arch {
     Arch {
-        name,
+        arch,
         family,
         rope_neox,
     }
@@ -59,12 +61,12 @@ const fn row(name: &'static str, family: Family, rope_neox: bool) -> Arch {
 
 /// Decoder architectures the engine runs (llama.cpp's `llama_model_rope_type` gives the rope style).
 pub const ARCHITECTURES: &[Arch] = &[
-    row("llama", Family::Llama, false),
-    row("qwen2", Family::Llama, true),
-    row("qwen3", Family::Llama, true),
-    row("qwen3moe", Family::Qwen3Moe, true),
-    row("gemma3", Family::Gemma3, true),
-    row("gemma4", Family::Gemma4, true),
+    row(gguf::Arch::Llama, Family::Llama, false),
+    row(gguf::Arch::Qwen2, Family::Llama, true),
+    row(gguf::Arch::Qwen3, Family::Llama, true),
+    row(gguf::Arch::Qwen3Moe, Family::Qwen3Moe, true),
+    row(gguf::Arch::Gemma3, Family::Gemma3, true),
+    row(gguf::Arch::Gemma4, Family::Gemma4, true),
 ];
 
 /// Load a decoder of any family in the table.
@@ -79,7 +81,7 @@ pub fn load<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> 
 }
 
 fn unsupported(arch_name: &str, path: &Path) -> EngineError {
-    let known: Vec<_> = ARCHITECTURES.iter().map(|a| a.name).collect();
+    let known: Vec<_> = ARCHITECTURES.iter().map(|a| a.arch.name()).collect();
     EngineError::Unsupported(format!(
         "{}: architecture {arch_name:?} is not supported by the engine yet (supported: {})",
         path.display(),
@@ -88,7 +90,7 @@ fn unsupported(arch_name: &str, path: &Path) -> EngineError {
 }
 
 pub fn arch(name: &str) -> Option<&'static Arch> {
-    ARCHITECTURES.iter().find(|a| a.name == name)
+    ARCHITECTURES.iter().find(|a| a.arch.name() == name)
 }
 
 /// Reads `{arch}.*` metadata keys, naming the file when one is missing.
@@ -144,17 +146,17 @@ impl DecoderParams {
             arch: arch_name,
             path,
         };
-        let n_embd = k.u("embedding_length")?;
-        let n_head = k.u("attention.head_count")?;
-        let n_head_kv = k.u_or("attention.head_count_kv", n_head);
+        let n_embd = k.u(key::EMBEDDING_LENGTH)?;
+        let n_head = k.u(key::ATTN_HEAD_COUNT)?;
+        let n_head_kv = k.u_or(key::ATTN_HEAD_COUNT_KV, n_head);
         if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
             return Err(EngineError::Model(format!(
                 "{}: {n_head} attention heads cannot share {n_head_kv} KV heads",
                 path.display()
             )));
         }
-        let head_dim = k.u_or("attention.key_length", n_embd / n_head);
-        let n_rot = k.u_or("rope.dimension_count", head_dim);
+        let head_dim = k.u_or(key::ATTN_KEY_LENGTH, n_embd / n_head);
+        let n_rot = k.u_or(key::ROPE_DIMENSION_COUNT, head_dim);
         if n_rot > head_dim || !n_rot.is_multiple_of(2) {
             return Err(EngineError::Model(format!(
                 "{}: rope dimension {n_rot} does not fit heads of {head_dim}",
@@ -164,11 +166,11 @@ impl DecoderParams {
         let n_vocab = meta
             .get_array("tokenizer.ggml.tokens")
             .map(|a| a.len())
-            .or_else(|| meta.get_u64(&k.key("vocab_size")).map(|v| v as usize))
+            .or_else(|| meta.get_u64(&k.key(key::VOCAB_SIZE)).map(|v| v as usize))
             .ok_or_else(|| EngineError::Model(format!("{}: no tokenizer.ggml.tokens", path.display())))?;
-        let n_ctx_train = k.u_or("context_length", 4096);
-        let scaling = meta.get_str(&k.key("rope.scaling.type")).unwrap_or("none");
-        let factor = k.f_or("rope.scaling.factor", 0.0);
+        let n_ctx_train = k.u_or(key::CONTEXT_LENGTH, 4096);
+        let scaling = meta.get_str(&k.key(key::ROPE_SCALING_TYPE)).unwrap_or("none");
+        let factor = k.f_or(key::ROPE_SCALING_FACTOR, 0.0);
         let freq_scale = if matches!(scaling, "linear" | "yarn") && factor > 0.0 {
             1.0 / factor
         } else {
@@ -179,25 +181,25 @@ impl DecoderParams {
         let rope = Rope {
             n_dims: n_rot,
             neox: a.rope_neox,
-            freq_base: k.f_or("rope.freq_base", 10000.0),
+            freq_base: k.f_or(key::ROPE_FREQ_BASE, 10000.0),
             freq_scale,
             ext_factor,
-            attn_factor: k.f_or("rope.scaling.attn_factor", 1.0),
-            beta_fast: k.f_or("rope.scaling.yarn_beta_fast", 32.0),
-            beta_slow: k.f_or("rope.scaling.yarn_beta_slow", 1.0),
-            n_ctx_orig: k.u_or("rope.scaling.original_context_length", n_ctx_train),
+            attn_factor: k.f_or(key::ROPE_SCALING_ATTN_FACTOR, 1.0),
+            beta_fast: k.f_or(key::ROPE_SCALING_YARN_BETA_FAST, 32.0),
+            beta_slow: k.f_or(key::ROPE_SCALING_YARN_BETA_SLOW, 1.0),
+            n_ctx_orig: k.u_or(key::ROPE_SCALING_ORIG_CTX_LEN, n_ctx_train),
             freq_factors: None,
         };
         Ok(DecoderParams {
             arch: arch_name.to_string(),
             n_vocab,
             n_embd,
-            n_layer: k.u("block_count")?,
+            n_layer: k.u(key::BLOCK_COUNT)?,
             n_head,
             n_head_kv,
             head_dim,
-            n_ff: k.u("feed_forward_length")?,
-            eps: k.f_or("attention.layer_norm_rms_epsilon", 1e-5),
+            n_ff: k.u(key::FEED_FORWARD_LENGTH)?,
+            eps: k.f_or(key::ATTN_LAYERNORM_RMS_EPS, 1e-5),
             n_ctx_train,
             rope,
         })

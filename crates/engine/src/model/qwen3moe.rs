@@ -8,7 +8,9 @@ use super::llama::Llama;
 use super::Keys;
 use crate::backend::Backend;
 use crate::{EngineError, Result};
+use gguf::arch::key;
 use gguf::GgufModel;
+use gguf::Tensor as T;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -18,9 +20,9 @@ pub fn load<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> 
         arch: "qwen3moe",
         path,
     };
-    let n_expert = k.u("expert_count")?;
-    let n_used = k.u("expert_used_count")?;
-    let n_ff = k.u("expert_feed_forward_length")?;
+    let n_expert = k.u(key::EXPERT_COUNT)?;
+    let n_used = k.u(key::EXPERT_USED_COUNT)?;
+    let n_ff = k.u(key::EXPERT_FEED_FORWARD_LENGTH)?;
     if n_used == 0 || n_used > n_expert {
         return Err(EngineError::Model(format!(
             "{}: {n_used} experts used per token out of {n_expert}",
@@ -29,7 +31,10 @@ pub fn load<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> 
     }
     // llama.cpp llama-model.cpp: qwen3moe always renormalises the selected experts' weights
     // (expert_weights_norm defaults to true for this architecture).
-    let normalize = gguf.metadata().get_bool(&k.key("expert_weights_norm")).unwrap_or(true);
+    let normalize = gguf
+        .metadata()
+        .get_bool(&k.key(key::EXPERT_WEIGHTS_NORM))
+        .unwrap_or(true);
     let routing = Routing {
         n_expert,
         k: n_used,
@@ -37,12 +42,11 @@ pub fn load<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> 
         normalize,
     };
     Llama::load_with(backend, gguf, path, |l, i, p| {
-        let n = |s: &str| format!("blk.{i}.{s}");
-        let gate = l.mats(&n("ffn_gate_exps.weight"), p.n_embd, n_ff, n_expert)?;
-        let up = l.mats(&n("ffn_up_exps.weight"), p.n_embd, n_ff, n_expert)?;
-        let down = l.mats(&n("ffn_down_exps.weight"), n_ff, p.n_embd, n_expert)?;
+        let gate = l.mats(&T::FfnGateExps.blk(i), p.n_embd, n_ff, n_expert)?;
+        let up = l.mats(&T::FfnUpExps.blk(i), p.n_embd, n_ff, n_expert)?;
+        let down = l.mats(&T::FfnDownExps.blk(i), n_ff, p.n_embd, n_expert)?;
         Ok(LayerFfn::Moe(Moe {
-            router: l.mat(&n("ffn_gate_inp.weight"), &[p.n_embd, n_expert])?,
+            router: l.mat(&T::FfnGateInp.blk(i), &[p.n_embd, n_expert])?,
             experts: Ffn::stack(gate, up, down),
             routing,
             n_ff,
