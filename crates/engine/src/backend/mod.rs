@@ -51,6 +51,23 @@ pub enum KvType {
     Q8_0,
 }
 
+impl AttnArgs {
+    pub fn new(s: &StepSeq, l: &AttnLayer) -> AttnArgs {
+        AttnArgs {
+            layer: l.layer,
+            row0: s.row0,
+            rows: s.rows,
+            pos0: s.pos0,
+            n_head: l.n_head,
+            n_kv_head: l.n_kv_head,
+            head_dim: l.head_dim,
+            scale: l.scale,
+            window: l.window,
+            causal: l.causal,
+        }
+    }
+}
+
 impl KvType {
     pub fn parse(s: &str) -> Option<KvType> {
         match s.to_ascii_lowercase().as_str() {
@@ -61,7 +78,49 @@ impl KvType {
     }
 }
 
-/// Attention over one sequence's cache for a run of query rows.
+/// One sequence's rows of a forward step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepSeq {
+    /// First row of the sequence in the step and how many rows it has.
+    pub row0: usize,
+    pub rows: usize,
+    /// Position of the first row; rows are consecutive positions.
+    pub pos0: usize,
+}
+
+/// What every layer of a forward step reads besides activations: the token ids, their positions
+/// and where each sequence's rows are. Made once per step and handed to the backend once
+/// ([`Backend::begin_step`]), which keeps it where its kernels read it (host memory on the CPU,
+/// device buffers on a GPU) for the ops that take the step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepPlan {
+    pub ids: Vec<u32>,
+    pub positions: Vec<usize>,
+    pub seqs: Vec<StepSeq>,
+}
+
+impl StepPlan {
+    /// Rows per sequence, in order.
+    pub fn row_runs(&self) -> Vec<usize> {
+        self.seqs.iter().map(|s| s.rows).collect()
+    }
+}
+
+/// One layer's attention: which cache layer it reads and its shape.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnLayer {
+    pub layer: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    /// Sliding window: a query at position p sees keys in (p - window, p].
+    pub window: Option<usize>,
+    /// Non-causal (encoder) attention over each sequence's own rows.
+    pub causal: bool,
+}
+
+/// Attention over one sequence's cache for a run of query rows (a step's sequence and a layer).
 #[derive(Clone, Copy, Debug)]
 pub struct AttnArgs {
     pub layer: usize,
@@ -88,6 +147,8 @@ pub trait Backend: Send + Sync + 'static {
     type Kv: Send + Sync;
     /// A page of a KV pool, shared by reference counting.
     type Page: Send + Sync + Clone;
+    /// A step's [`StepPlan`] as the backend keeps it.
+    type Step: Send + Sync;
 
     fn name(&self) -> String;
     /// Host worker threads (what `llama-bench` reports as `n_threads`).
@@ -130,6 +191,12 @@ pub trait Backend: Send + Sync + 'static {
     /// model and type) at positions `pos0 ..` (a page boundary); the capacity must hold them.
     fn kv_import(&self, kv: &mut Self::Kv, pos0: usize, data: &[u8]) -> crate::Result<()>;
 
+    /// Take the step's ids, positions and sequence layout, once per step; `kvs` are the caches of
+    /// its sequences, in order (a backend may upload their page tables here), or none for a
+    /// step without caches (encoders).
+    fn begin_step(&self, plan: StepPlan, kvs: &[&Self::Kv]) -> crate::Result<Self::Step>;
+    /// Rows of an embedding table for the step's ids; the output's runs are the step's sequences.
+    fn embed(&self, table: &Self::Weight, step: &Self::Step, out: &mut Self::Buf) -> crate::Result<()>;
     /// Rows of an embedding table (any weight type), one per id.
     fn get_rows(&self, table: &Self::Weight, ids: &[u32], out: &mut Self::Buf) -> crate::Result<()>;
     /// Column slices: `outs[i].1 = x[:, outs[i].0 .. outs[i].0 + width]` (fused QKV split).
@@ -158,21 +225,14 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Add a bias row to every row.
     fn add_bias(&self, x: &mut Self::Buf, b: &Self::Weight);
-    /// Rotate every head of every row; row i is at position `positions[i]`.
-    fn rope(&self, x: &mut Self::Buf, head_dim: usize, positions: &[usize], rope: &Rope);
-    /// Write the K and V rows `src_rows` at positions `pos0 ..` of `layer`.
-    fn store_kv(
-        &self,
-        kv: &mut Self::Kv,
-        layer: usize,
-        pos0: usize,
-        k: &Self::Buf,
-        v: &Self::Buf,
-        src_rows: std::ops::Range<usize>,
-    );
-    /// Softmax attention of one layer for every sequence of a step, one call: each run's query
-    /// rows attend over its own cache; writes those rows of `out`.
-    fn attention(&self, q: &Self::Buf, runs: &[(&Self::Kv, AttnArgs)], out: &mut Self::Buf);
+    /// Rotate every head of every row; row i is at the step's position i.
+    fn rope(&self, x: &mut Self::Buf, head_dim: usize, step: &Self::Step, rope: &Rope);
+    /// Write every sequence's K and V rows of the step at its positions of `layer` (`kvs` in the
+    /// step's sequence order).
+    fn store_kv(&self, kvs: &mut [&mut Self::Kv], step: &Self::Step, layer: usize, k: &Self::Buf, v: &Self::Buf);
+    /// Softmax attention of one layer for every sequence of a step, one call: each sequence's
+    /// query rows attend over its own cache (`kvs` in the step's sequence order).
+    fn attention(&self, q: &Self::Buf, step: &Self::Step, kvs: &[&Self::Kv], layer: &AttnLayer, out: &mut Self::Buf);
     /// Bidirectional attention for encoders over the f32 Q/K/V rows of a whole batch, one call per
     /// layer: each sequence (a range of rows) attends to all of its rows, per head (`n_head` heads
     /// across the columns). `out` takes Q's shape.
@@ -212,13 +272,15 @@ pub trait Backend: Send + Sync + 'static {
     fn weighted_sum_rows(&self, src: &Self::Buf, weights: &[f32], k_per: usize, out: &mut Self::Buf);
     /// Set the logical shape (rows, cols) of a buffer within its capacity.
     fn reshape(&self, x: &mut Self::Buf, rows: usize, cols: usize);
-    /// The products that follow run over rows belonging to sequences of these lengths, in order
-    /// (a step's tokens, or its logits rows): where a kernel's summation order depends on how many
-    /// rows it multiplies together, each sequence gets the order it would get alone, so batching
-    /// never changes a reply. Products over another number of rows are one run.
-    fn set_runs(&self, runs: &[usize]) {
-        let _ = runs;
-    }
+    /// The rows of `x` belong to sequences of these lengths, in order (a step's tokens, its logits
+    /// rows, or the rows a MoE expert takes): where a kernel's summation order depends on how many
+    /// rows it multiplies together, a product with `x` as its activations gives each sequence the
+    /// order it would get alone, so batching never changes a reply. Outputs whose rows are `x`'s
+    /// rows (norms, products, GLUs, attention, column splits) carry the same runs on; outputs
+    /// built from other rows (`get_rows`, `select_rows`, `reshape`, `write`) are one run.
+    fn set_runs(&self, x: &mut Self::Buf, runs: &[usize]);
+    /// The runs of `x` (empty: one run).
+    fn runs(&self, x: &Self::Buf) -> Vec<usize>;
     /// `x += y`.
     fn add(&self, x: &mut Self::Buf, y: &Self::Buf);
     /// Copy a buffer to the host.

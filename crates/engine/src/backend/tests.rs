@@ -4,7 +4,7 @@
 //! derived from the roundings the op is allowed (activation quantization, f16 storage), so a
 //! wrong index or a wrong formula fails.
 
-use super::{AttnArgs, Backend, KvType, Rope, WeightSource};
+use super::{AttnLayer, Backend, KvType, Rope, StepPlan, StepSeq, WeightSource};
 use crate::model::KvLayer;
 use gguf::GgmlType;
 use std::sync::Arc;
@@ -283,7 +283,10 @@ pub fn rope<B: Backend>(b: &B) {
         };
         let xv = values(positions.len() * heads * hd, 9);
         let mut x = buf(b, positions.len(), heads * hd, &xv);
-        b.run(|| b.rope(&mut x, hd, &positions, &r));
+        let mut p = plan(&[(0, positions.len())]);
+        p.positions = positions.to_vec();
+        let step = b.begin_step(p, &[]).unwrap();
+        b.run(|| b.rope(&mut x, hd, &step, &r));
         let mut want = Vec::new();
         let mut bound = Vec::new();
         for (pi, &p) in positions.iter().enumerate() {
@@ -429,6 +432,19 @@ pub fn rows<B: Backend>(b: &B) {
     });
 }
 
+/// A step over sequences of (first position, rows), with token id 0 everywhere.
+pub fn plan(seqs: &[(usize, usize)]) -> StepPlan {
+    let mut row0 = 0;
+    let mut p = StepPlan::default();
+    for &(pos0, rows) in seqs {
+        p.seqs.push(StepSeq { row0, rows, pos0 });
+        p.positions.extend(pos0..pos0 + rows);
+        p.ids.extend(std::iter::repeat_n(0, rows));
+        row0 += rows;
+    }
+    p
+}
+
 /// Softmax attention of a whole step in one call: several sequences of different lengths after
 /// earlier positions, GQA, a sliding window, a layer with its own head size, long runs (the tiled
 /// path) and decode rows, F16 and Q8_0 caches. Reference: exact softmax over the cache's rounded
@@ -454,35 +470,28 @@ pub fn attention<B: Backend>(b: &B) {
                 let vv_vals = values(total * kvd, 50 + s as u64);
                 let k = buf(b, total, kvd, &kv_vals);
                 let v = buf(b, total, kvd, &vv_vals);
-                b.store_kv(kv, layer, 0, &k, &v, 0..total);
+                let step = b.begin_step(plan(&[(0, total)]), &[&*kv]).unwrap();
+                b.store_kv(&mut [kv], &step, layer, &k, &v);
                 refs.push((kv_vals, vv_vals));
             }
             let total_rows: usize = seqs.iter().map(|s| s.1).sum();
             let qv = values(total_rows * n_head * l_hd, 60);
             let q = buf(b, total_rows, n_head * l_hd, &qv);
-            let mut row0 = 0;
-            let runs: Vec<(&B::Kv, AttnArgs)> = seqs
-                .iter()
-                .zip(&kvs)
-                .map(|(&(pos0, rows), kv)| {
-                    let a = AttnArgs {
-                        layer,
-                        row0,
-                        rows,
-                        pos0,
-                        n_head,
-                        n_kv_head: n_kv,
-                        head_dim: l_hd,
-                        scale: 0.125,
-                        window,
-                        causal: true,
-                    };
-                    row0 += rows;
-                    (kv, a)
-                })
-                .collect();
+            let a = AttnLayer {
+                layer,
+                n_head,
+                n_kv_head: n_kv,
+                head_dim: l_hd,
+                scale: 0.125,
+                window,
+                causal: true,
+            };
+            let kv_refs: Vec<&B::Kv> = kvs.iter().collect();
+            let p = plan(&seqs);
+            let starts: Vec<usize> = p.seqs.iter().map(|s| s.row0).collect();
+            let step = b.begin_step(p, &kv_refs).unwrap();
             let mut out = b.alloc(total_rows, n_head * l_hd);
-            b.run(|| b.attention(&q, &runs, &mut out));
+            b.run(|| b.attention(&q, &step, &kv_refs, &a, &mut out));
             let got = b.read(&out);
             let round = |x: f32| -> f64 {
                 match ty {
@@ -491,7 +500,7 @@ pub fn attention<B: Backend>(b: &B) {
                 }
             };
             for (si, (&(pos0, rows), (kr, vr))) in seqs.iter().zip(&refs).enumerate() {
-                let row0 = runs[si].1.row0;
+                let row0 = starts[si];
                 // The cache's values as stored.
                 let (kq, vq): (Vec<f64>, Vec<f64>) = match ty {
                     KvType::F16 => (

@@ -2,7 +2,7 @@
 //! sequences one forward step runs ([`SeqStep`]), what a model tells its callers ([`ModelInfo`])
 //! and how its per-sequence state is laid out ([`KvLayer`]).
 
-use crate::backend::{Backend, KvType};
+use crate::backend::{Backend, KvType, StepPlan, StepSeq};
 use crate::{EngineError, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -130,11 +130,31 @@ pub(crate) fn check_step<B: Backend>(b: &B, s: &Scratch, seqs: &[SeqStep<'_, B>]
     Ok(total)
 }
 
-/// The step's token ids and positions, row by row.
-pub(crate) fn ids_positions<B: Backend>(seqs: &[SeqStep<'_, B>]) -> (Vec<u32>, Vec<usize>) {
+/// The step's token ids, positions and sequence layout, handed to the backend once
+/// (`Backend::begin_step`).
+pub(crate) fn begin_step<B: Backend>(b: &B, seqs: &[SeqStep<'_, B>]) -> Result<B::Step> {
     let ids = seqs.iter().flat_map(|q| q.tokens.iter().copied()).collect();
     let positions = seqs.iter().flat_map(|q| q.pos0..q.pos0 + q.tokens.len()).collect();
-    (ids, positions)
+    let mut row0 = 0;
+    let layout = seqs
+        .iter()
+        .map(|q| {
+            let s = StepSeq {
+                row0,
+                rows: q.tokens.len(),
+                pos0: q.pos0,
+            };
+            row0 += s.rows;
+            s
+        })
+        .collect();
+    let kvs: Vec<&B::Kv> = seqs.iter().map(|q| &*q.kv).collect();
+    let plan = StepPlan {
+        ids,
+        positions,
+        seqs: layout,
+    };
+    b.begin_step(plan, &kvs)
 }
 
 /// The rows of the step that produce logits.
@@ -154,11 +174,9 @@ pub(crate) fn output_rows<B: Backend>(seqs: &[SeqStep<'_, B>]) -> Vec<usize> {
     rows
 }
 
-/// Rows per sequence of the step, and logits rows per sequence (for `Backend::set_runs`).
-pub(crate) fn runs<B: Backend>(seqs: &[SeqStep<'_, B>]) -> (Vec<usize>, Vec<usize>) {
-    let rows = seqs.iter().map(|q| q.tokens.len()).collect();
-    let logits = seqs
-        .iter()
+/// Logits rows per sequence (for `Backend::set_runs`).
+pub(crate) fn logit_runs<B: Backend>(seqs: &[SeqStep<'_, B>]) -> Vec<usize> {
+    seqs.iter()
         .map(|q| {
             let n = q.tokens.len();
             match q.logits {
@@ -168,6 +186,5 @@ pub(crate) fn runs<B: Backend>(seqs: &[SeqStep<'_, B>]) -> (Vec<usize>, Vec<usiz
                 Logits::From(i) => n.saturating_sub(i),
             }
         })
-        .collect();
-    (rows, logits)
+        .collect()
 }

@@ -5,7 +5,7 @@
 //! in one batched forward, each attending only to its own tokens.
 
 use super::Loader;
-use crate::backend::{Backend, Rope};
+use crate::backend::{Backend, Rope, StepPlan, StepSeq};
 use crate::{EngineError, Result};
 use gguf::arch::key;
 use gguf::GgufModel;
@@ -223,13 +223,31 @@ impl<B: Backend> Bert<B> {
         let (mut up, mut gate, mut act, mut qkv) = (buf(n_ff), buf(n_ff), buf(n_ff), buf(3 * e));
         let ids: Vec<u32> = inputs.iter().flatten().copied().collect();
         let positions: Vec<usize> = inputs.iter().flat_map(|t| 0..t.len()).collect();
-        b.get_rows(&self.tok_embd, &ids, &mut x)?;
+        let mut layout = Vec::with_capacity(inputs.len());
+        let mut row0 = 0;
+        for t in inputs {
+            layout.push(StepSeq {
+                row0,
+                rows: t.len(),
+                pos0: 0,
+            });
+            row0 += t.len();
+        }
+        let step = b.begin_step(
+            StepPlan {
+                ids,
+                positions,
+                seqs: layout,
+            },
+            &[],
+        )?;
+        b.embed(&self.tok_embd, &step, &mut x)?;
         if let Some(te) = &self.type_embd {
             b.get_rows(te, &vec![0; total], &mut t)?;
             b.add(&mut x, &t);
         }
         if let Some(pe) = &self.pos_embd {
-            let pos: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
+            let pos: Vec<u32> = inputs.iter().flat_map(|t| 0..t.len() as u32).collect();
             b.get_rows(pe, &pos, &mut t)?;
             b.add(&mut x, &t);
         }
@@ -255,8 +273,8 @@ impl<B: Backend> Bert<B> {
                 }
             }
             if let Some(r) = &self.rope {
-                b.rope(&mut q, hd, &positions, r);
-                b.rope(&mut k, hd, &positions, r);
+                b.rope(&mut q, hd, &step, r);
+                b.rope(&mut k, hd, &step, r);
             }
             // Every sequence attends to all of its own tokens, the whole batch in one call.
             b.encoder_attention(&q, &k, &v, &seqs, self.n_head, scale, &mut attn);

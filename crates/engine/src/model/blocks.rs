@@ -3,7 +3,7 @@
 //! buffers; families put them together in their own order with their own norms.
 
 use super::batch::{KvLayer, SeqStep};
-use crate::backend::{AttnArgs, Backend};
+use crate::backend::{AttnLayer, Backend};
 use crate::Result;
 
 /// The shape of one layer's attention.
@@ -20,6 +20,7 @@ pub struct AttnShape {
 #[allow(clippy::too_many_arguments)]
 pub fn attend<B: Backend>(
     b: &B,
+    step: &B::Step,
     seqs: &mut [SeqStep<'_, B>],
     layer: usize,
     kv: &KvLayer,
@@ -29,37 +30,21 @@ pub fn attend<B: Backend>(
     v: &B::Buf,
     out: &mut B::Buf,
 ) {
-    let read = kv.shares.unwrap_or(layer);
     if kv.shares.is_none() {
-        let mut row0 = 0;
-        for s in seqs.iter_mut() {
-            let rows = s.tokens.len();
-            b.store_kv(s.kv, layer, s.pos0, k, v, row0..row0 + rows);
-            row0 += rows;
-        }
+        let mut kvs: Vec<&mut B::Kv> = seqs.iter_mut().map(|s| &mut *s.kv).collect();
+        b.store_kv(&mut kvs, step, layer, k, v);
     }
-    let mut row0 = 0;
-    let runs: Vec<(&B::Kv, AttnArgs)> = seqs
-        .iter()
-        .map(|s| {
-            let rows = s.tokens.len();
-            let a = AttnArgs {
-                layer: read,
-                row0,
-                rows,
-                pos0: s.pos0,
-                n_head: shape.n_head,
-                n_kv_head: shape.n_kv_head,
-                head_dim: shape.head_dim,
-                scale: shape.scale,
-                window: kv.window,
-                causal: true,
-            };
-            row0 += rows;
-            (&*s.kv, a)
-        })
-        .collect();
-    b.attention(q, &runs, out);
+    let a = AttnLayer {
+        layer: kv.shares.unwrap_or(layer),
+        n_head: shape.n_head,
+        n_kv_head: shape.n_kv_head,
+        head_dim: shape.head_dim,
+        scale: shape.scale,
+        window: kv.window,
+        causal: true,
+    };
+    let kvs: Vec<&B::Kv> = seqs.iter().map(|s| &*s.kv).collect();
+    b.attention(q, step, &kvs, &a, out);
 }
 
 /// Buffers of the output head over up to `rows` logits rows.
@@ -98,7 +83,7 @@ pub fn logits<B: Backend>(
         return Vec::new();
     }
     b.select_rows(x, &rows, &mut t.sel);
-    b.set_runs(&super::batch::runs(seqs).1);
+    b.set_runs(&mut t.sel, &super::batch::logit_runs(seqs));
     b.rms_norm(&t.sel, norm, eps, &mut t.seln);
     dump.put(b, "result_norm", &t.seln);
     b.matmul(output, &t.seln, &mut t.logits);
@@ -300,8 +285,23 @@ pub fn moe_ffn<B: Backend>(
     let (ids, ws) = route(&logits, r);
     let groups = group_by_expert(&ids, r.k, r.n_expert);
     let n = groups.len();
+    // Which sequence each row belongs to: an expert's rows keep their sequences' runs, so its
+    // products sum each sequence's rows as they would sum alone.
+    let x_runs = b.runs(x);
+    let seq_of: Vec<usize> = x_runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &r)| std::iter::repeat_n(i, r))
+        .collect();
     for (g, (_, rows, _)) in groups.iter().enumerate() {
         b.select_rows(x, rows, &mut t.xs[g]);
+        if x_runs.len() > 1 && seq_of.len() == b.shape(x).0 {
+            let mut runs = vec![0usize; x_runs.len()];
+            for &r in rows {
+                runs[seq_of[r]] += 1;
+            }
+            b.set_runs(&mut t.xs[g], &runs);
+        }
     }
     {
         let (xs, ffn) = (&t.xs, &mut t.ffn);

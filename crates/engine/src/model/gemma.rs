@@ -414,17 +414,16 @@ impl<B: Backend> Gemma<B> {
         let b = &*self.backend;
         let eps = self.eps;
         let e = self.info.n_embd;
-        let (ids, positions) = batch::ids_positions(seqs);
-        let (row_runs, _) = batch::runs(seqs);
-        b.set_runs(&row_runs);
-        let all: Vec<usize> = (0..ids.len()).collect();
-        b.get_rows(&self.tok_embd, &ids, &mut s.x)?;
+        let step = batch::begin_step(b, seqs)?;
+        let all: Vec<usize> = (0..seqs.iter().map(|q| q.tokens.len()).sum()).collect();
+        let all = &all[..];
+        b.embed(&self.tok_embd, &step, &mut s.x)?;
         b.scale(&mut s.x, (e as f32).sqrt());
         let mut dump = crate::debug::Dump::from_env();
         dump.put(b, "inp_scaled", &s.x);
         if let (Some(p), Some(PleBufs { all: ple, tmp, .. })) = (&self.ple, s.ple.as_mut()) {
             // llama.cpp gemma4.cpp: (proj(x)/√n_embd, RMS-normed per layer) + tok·√width, over √2.
-            b.get_rows(&p.tok, &ids, tmp)?;
+            b.embed(&p.tok, &step, tmp)?;
             b.scale(tmp, (p.width as f32).sqrt());
             b.matmul(&p.model_proj, &s.x, ple);
             b.scale(ple, 1.0 / (e as f32).sqrt());
@@ -438,7 +437,7 @@ impl<B: Backend> Gemma<B> {
             dump.put(b, &format!("attn_norm-{il}"), &s.xn);
             b.matmul(&ly.wq, &s.xn, &mut s.q);
             b.head_rms_norm(&mut s.q, Some(&ly.q_norm), hd, eps);
-            b.rope(&mut s.q, hd, &positions, &ly.rope);
+            b.rope(&mut s.q, hd, &step, &ly.rope);
             if self.q_scale != 1.0 {
                 b.scale(&mut s.q, self.q_scale);
             }
@@ -447,11 +446,11 @@ impl<B: Backend> Gemma<B> {
                     Some(wv) => b.matmul_many(&[wk, wv], &s.xn, &mut [&mut s.k, &mut s.v]),
                     None => {
                         b.matmul(wk, &s.xn, &mut s.k);
-                        b.select_rows(&s.k, &all, &mut s.v);
+                        b.select_rows(&s.k, all, &mut s.v);
                     }
                 }
                 b.head_rms_norm(&mut s.k, ly.k_norm.as_ref(), hd, eps);
-                b.rope(&mut s.k, hd, &positions, &ly.rope);
+                b.rope(&mut s.k, hd, &step, &ly.rope);
                 if self.v4 {
                     b.head_rms_norm(&mut s.v, None, hd, eps);
                 }
@@ -465,7 +464,7 @@ impl<B: Backend> Gemma<B> {
                 head_dim: hd,
                 scale: 1.0,
             };
-            blocks::attend(b, seqs, il, &self.kv[il], shape, &s.q, &s.k, &s.v, &mut s.attn);
+            blocks::attend(b, &step, seqs, il, &self.kv[il], shape, &s.q, &s.k, &s.v, &mut s.attn);
             dump.put(b, &format!("kqv_out-{il}"), &s.attn);
             b.matmul(&ly.wo, &s.attn, &mut s.o);
             b.rms_norm(&s.o, &ly.post_attn_norm, eps, &mut s.xn);
@@ -481,7 +480,8 @@ impl<B: Backend> Gemma<B> {
                 let (mb, route_in, moe_out) = s.moe.as_mut().expect("MoE buffers for a MoE model");
                 b.rms_norm(&s.f, &m.post_norm_1, eps, &mut s.o);
                 // The router reads rms(x1)/√n_embd ⊙ scale; the experts read norm(x1, pre_ffw_norm_2).
-                b.select_rows(&s.x, &all, route_in);
+                b.select_rows(&s.x, all, route_in);
+                b.set_runs(route_in, &b.runs(&s.x));
                 b.head_rms_norm(route_in, None, e, eps);
                 b.scale(route_in, 1.0 / (e as f32).sqrt());
                 b.mul_row(route_in, &m.router_scale);

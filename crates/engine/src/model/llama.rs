@@ -182,10 +182,8 @@ impl<B: Backend> Llama<B> {
         let p = &self.params;
         let b = &*self.backend;
         let hd = p.head_dim;
-        let (ids, positions) = batch::ids_positions(seqs);
-        let (row_runs, _) = batch::runs(seqs);
-        b.set_runs(&row_runs);
-        b.get_rows(&self.tok_embd, &ids, &mut s.x)?;
+        let step = batch::begin_step(b, seqs)?;
+        b.embed(&self.tok_embd, &step, &mut s.x)?;
         let mut dump = crate::debug::Dump::from_env();
         let shape = AttnShape {
             n_head: p.n_head,
@@ -212,12 +210,12 @@ impl<B: Backend> Llama<B> {
             if let Some(w) = &ly.k_norm {
                 b.head_rms_norm(&mut s.k, Some(w), hd, p.eps);
             }
-            b.rope(&mut s.q, hd, &positions, &p.rope);
-            b.rope(&mut s.k, hd, &positions, &p.rope);
+            b.rope(&mut s.q, hd, &step, &p.rope);
+            b.rope(&mut s.k, hd, &step, &p.rope);
             dump.put(b, &format!("Qcur-{il}"), &s.q);
             dump.put(b, &format!("Kcur-{il}"), &s.k);
             dump.put(b, &format!("Vcur-{il}"), &s.v);
-            blocks::attend(b, seqs, il, &self.kv[il], shape, &s.q, &s.k, &s.v, &mut s.attn);
+            blocks::attend(b, &step, seqs, il, &self.kv[il], shape, &s.q, &s.k, &s.v, &mut s.attn);
             dump.put(b, &format!("kqv_out-{il}"), &s.attn);
             b.matmul(&ly.wo, &s.attn, &mut s.o);
             dump.put(b, &format!("attn_out-{il}"), &s.o);

@@ -18,7 +18,7 @@ const TILE_Q: usize = 64;
 /// others share one parallel region of (row, head) tasks.
 pub(super) fn attention(cpu: &Cpu, q: &CpuBuf, runs: &[(&CpuKv, AttnArgs)], out: &mut CpuBuf) {
     let Some((_, first)) = runs.first() else { return };
-    out.set_shape(q.rows, first.n_head * first.head_dim);
+    out.shape_from(q.rows, &q.runs, first.n_head * first.head_dim);
     let mut short = Vec::new();
     for (kv, a) in runs {
         if a.rows >= TILE_Q && kv.ty() == KvType::F16 {
@@ -366,7 +366,8 @@ mod tests {
                     KvType::F16,
                 )
                 .unwrap();
-            cpu.store_kv(&mut kv, 0, 0, &k, &v, 0..n);
+            let fill = cpu.begin_step(crate::backend::tests::plan(&[(0, n)]), &[&kv]).unwrap();
+            cpu.store_kv(&mut [&mut kv], &fill, 0, &k, &v);
             let a = AttnArgs {
                 layer: 0,
                 row0: 0,
@@ -380,7 +381,19 @@ mod tests {
                 causal,
             };
             let mut out = cpu.alloc(rows, n_head * hd);
-            cpu.attention(&q, &[(&kv, a)], &mut out);
+            let step = cpu
+                .begin_step(crate::backend::tests::plan(&[(pos0, rows)]), &[&kv])
+                .unwrap();
+            let layer = crate::backend::AttnLayer {
+                layer: 0,
+                n_head,
+                n_kv_head,
+                head_dim: hd,
+                scale: 0.125,
+                window,
+                causal,
+            };
+            cpu.attention(&q, &step, &[&kv], &layer, &mut out);
             // The tiled path sums in f32 (rel. error ~1e-6 over ≤ 190 keys); the one-chunk path
             // rounds Q and the V accumulator to f16 (2^-11 relative per step).
             let tol = if rows >= TILE_Q { 2e-5 } else { 5e-3 };

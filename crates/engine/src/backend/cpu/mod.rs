@@ -11,7 +11,7 @@ mod pages;
 mod rope;
 mod simd;
 
-use super::{AttnArgs, Backend, KvType, Rope, WeightSource};
+use super::{AttnArgs, AttnLayer, Backend, KvType, Rope, StepPlan, WeightSource};
 use crate::{EngineError, Result};
 use gguf::GgmlType;
 use quant::dot::packed::{Packing, PACK_ROWS};
@@ -28,10 +28,6 @@ pub struct Cpu {
     exact_activations: bool,
     /// Activation scratch of matmul (converted rows, one buffer per activation type), reused.
     scratch: Mutex<Vec<Vec<u8>>>,
-    /// The last step's rotary tables (see `rope_caches`).
-    rope_memo: Mutex<Option<(Rope, Vec<usize>, RopeCaches)>>,
-    /// Rows per sequence of the products being run (see `Backend::set_runs`).
-    runs: Mutex<Vec<usize>>,
 }
 
 impl Cpu {
@@ -53,8 +49,6 @@ impl Cpu {
             path: KernelPath::detect(),
             exact_activations: false,
             scratch: Mutex::new(Vec::new()),
-            rope_memo: Mutex::new(None),
-            runs: Mutex::new(Vec::new()),
         })
     }
 
@@ -65,24 +59,6 @@ impl Cpu {
     pub fn with_exact_activations(mut self) -> Cpu {
         self.exact_activations = true;
         self
-    }
-
-    /// Rotary tables for `positions`: computed once and reused while the same positions and rope
-    /// parameters come back (Q and K of every layer of a step share them).
-    fn rope_caches(&self, rope: &Rope, positions: &[usize]) -> RopeCaches {
-        let mut memo = self.rope_memo.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((r, p, c)) = &*memo {
-            if r == rope && p.as_slice() == positions {
-                return c.clone();
-            }
-        }
-        let caches: RopeCaches = Arc::new(if positions.len() > 1 {
-            positions.par_iter().map(|&p| rope::cache(rope, p as f32)).collect()
-        } else {
-            positions.iter().map(|&p| rope::cache(rope, p as f32)).collect()
-        });
-        *memo = Some((rope.clone(), positions.to_vec(), caches.clone()));
-        caches
     }
 
     pub fn kernel_path(&self) -> KernelPath {
@@ -139,9 +115,13 @@ pub struct CpuBuf {
     data: Vec<f32>,
     rows: usize,
     cols: usize,
+    /// Rows per sequence (`Backend::set_runs`); empty: one run. Outputs row-aligned with an
+    /// input take the input's runs.
+    runs: Arc<[usize]>,
 }
 
 impl CpuBuf {
+    /// A new logical shape; the rows no longer belong to known sequences.
     fn set_shape(&mut self, rows: usize, cols: usize) {
         assert!(
             rows * cols <= self.data.len(),
@@ -150,6 +130,12 @@ impl CpuBuf {
         );
         self.rows = rows;
         self.cols = cols;
+        self.runs = Arc::from([]);
+    }
+    /// The shape of an output whose rows are `x`'s rows (`cols` wide), with `x`'s sequences.
+    fn shape_from(&mut self, x_rows: usize, x_runs: &Arc<[usize]>, cols: usize) {
+        self.set_shape(x_rows, cols);
+        self.runs = x_runs.clone();
     }
     fn view(&self) -> &[f32] {
         &self.data[..self.rows * self.cols]
@@ -162,6 +148,53 @@ impl CpuBuf {
     }
 }
 
+/// A step as the CPU keeps it: the plan, and the rotary tables of its positions per rope (Q and K
+/// of every layer share them).
+pub struct CpuStep {
+    plan: StepPlan,
+    rope: Mutex<Vec<(Rope, RopeCaches)>>,
+}
+
+impl CpuStep {
+    fn rope_caches(&self, rope: &Rope) -> RopeCaches {
+        let mut memo = self.rope.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, c)) = memo.iter().find(|(r, _)| r == rope) {
+            return c.clone();
+        }
+        let positions = &self.plan.positions;
+        let caches: RopeCaches = Arc::new(if positions.len() > 1 {
+            positions.par_iter().map(|&p| rope::cache(rope, p as f32)).collect()
+        } else {
+            positions.iter().map(|&p| rope::cache(rope, p as f32)).collect()
+        });
+        memo.push((rope.clone(), caches.clone()));
+        caches
+    }
+}
+
+/// Write K and V rows `src_rows` at positions `pos0 ..` of `layer`.
+fn store_rows(kv: &mut CpuKv, layer: usize, pos0: usize, k: &CpuBuf, v: &CpuBuf, src_rows: Range<usize>) {
+    let (row0, rows) = (src_rows.start, src_rows.len());
+    assert!(
+        pos0 + rows <= kv.capacity(),
+        "KV cache of {} positions cannot hold {}",
+        kv.capacity(),
+        pos0 + rows
+    );
+    let (kd, vd) = kv.layout.dims[layer];
+    let ty = kv.ty();
+    for (src, is_v, dim) in [(k, false, kd), (v, true, vd)] {
+        assert_eq!(src.cols, dim, "KV rows of layer {layer}");
+        for i in 0..rows {
+            let d = kv.row_mut(layer, is_v, pos0 + i);
+            match ty {
+                KvType::F16 => dot::quantize_act(GgmlType::F16, src.row(row0 + i), d),
+                KvType::Q8_0 => dot::quantize_q8_0_ggml(src.row(row0 + i), d),
+            }
+        }
+    }
+}
+
 /// `body(x_row, out_row)` for every row, on the pool when there is more than one row.
 /// Element-wise ops over at least this many values run on the pool (smaller ones, such as a decode
 /// step's rows, would spend more on the hand-off than on the work). Same results either way.
@@ -169,7 +202,7 @@ const PARALLEL_ELEMS: usize = 1 << 16;
 
 fn map_rows(x: &CpuBuf, out: &mut CpuBuf, body: impl Fn(&[f32], &mut [f32]) + Send + Sync) {
     let n = x.cols;
-    out.set_shape(x.rows, n);
+    out.shape_from(x.rows, &x.runs, n);
     if x.rows > 1 {
         x.view()
             .par_chunks(n)
@@ -329,6 +362,7 @@ impl Backend for Cpu {
     type Buf = CpuBuf;
     type Kv = CpuKv;
     type Page = Arc<CpuPage>;
+    type Step = CpuStep;
 
     fn name(&self) -> String {
         format!("cpu ({}, {} threads)", self.path.name(), self.threads)
@@ -429,6 +463,7 @@ impl Backend for Cpu {
             data: vec![0.0; rows * cols],
             rows,
             cols,
+            runs: Arc::from([]),
         }
     }
 
@@ -480,6 +515,29 @@ impl Backend for Cpu {
         kv.import(pos0, data)
     }
 
+    fn begin_step(&self, plan: StepPlan, kvs: &[&CpuKv]) -> Result<CpuStep> {
+        let rows: usize = plan.seqs.iter().map(|s| s.rows).sum();
+        if plan.ids.len() != rows || plan.positions.len() != rows || !(kvs.is_empty() || kvs.len() == plan.seqs.len()) {
+            return Err(EngineError::Backend(format!(
+                "a step of {} ids, {} positions and {} caches for {} sequences of {rows} rows",
+                plan.ids.len(),
+                plan.positions.len(),
+                kvs.len(),
+                plan.seqs.len()
+            )));
+        }
+        Ok(CpuStep {
+            plan,
+            rope: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn embed(&self, table: &CpuWeight, step: &CpuStep, out: &mut CpuBuf) -> Result<()> {
+        self.get_rows(table, &step.plan.ids, out)?;
+        out.runs = Arc::from(step.plan.row_runs());
+        Ok(())
+    }
+
     fn get_rows(&self, table: &CpuWeight, ids: &[u32], out: &mut CpuBuf) -> Result<()> {
         let (n, rows) = (table.row_len(), table.n_rows());
         let codec = quant::codec(table.ty)
@@ -509,7 +567,7 @@ impl Backend for Cpu {
                 *off + width,
                 x.cols
             );
-            out.set_shape(x.rows, width);
+            out.shape_from(x.rows, &x.runs, width);
             for r in 0..x.rows {
                 out.data[r * width..(r + 1) * width].copy_from_slice(&x.row(r)[*off..*off + width]);
             }
@@ -548,7 +606,7 @@ impl Backend for Cpu {
                 }
             }
         };
-        out.set_shape(x.rows, n);
+        out.shape_from(x.rows, &x.runs, n);
         if x.rows > 1 {
             x.view()
                 .par_chunks(4 * n)
@@ -668,7 +726,7 @@ impl Backend for Cpu {
                 let (t, n) = (x.rows, x.cols);
                 let d = w.dense.as_ref().expect("checked");
                 assert_eq!(n, d.k, "matmul: activations of {n} columns by weight rows of {}", d.k);
-                out.set_shape(t, d.n_out);
+                out.shape_from(t, &x.runs, d.n_out);
                 self.pool.install(|| d.matmul(x.view(), t, &mut out.data, self.threads));
             }
             return;
@@ -676,7 +734,9 @@ impl Backend for Cpu {
         // (activation buffer, its type) → converted rows, shared by the jobs that use them.
         let mut acts_of: Vec<(*const f32, GgmlType, usize, usize)> = Vec::new();
         let mut plan = Vec::with_capacity(jobs.len());
+        let mut job_runs = Vec::with_capacity(jobs.len());
         for (w, x, out) in jobs.iter_mut() {
+            job_runs.push(x.runs.clone());
             let (t, n) = (x.rows, x.cols);
             assert_eq!(
                 n,
@@ -685,7 +745,7 @@ impl Backend for Cpu {
                 w.row_len()
             );
             let k = w.kernel.expect("weight type checked at model load");
-            out.set_shape(t, w.n_rows());
+            out.shape_from(t, &x.runs, w.n_rows());
             let key = (x.data.as_ptr(), k.act, t, n);
             let ai = match acts_of.iter().position(|&a| a == key) {
                 Some(i) => i,
@@ -740,15 +800,13 @@ impl Backend for Cpu {
         let scratch: &[Vec<u8>] = &scratch;
         let ws: Vec<&CpuWeight> = jobs.iter().map(|j| j.0).collect();
         let plan = &plan;
-        // Sequences' rows (`set_runs`), for products over a whole step: each sequence's columns
-        // are grouped and given kernels as if it ran alone, so a reply does not depend on what
-        // else is batched with it. Other products are one run.
-        let step_runs = self.runs.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let segments = |t: usize| -> Vec<(usize, usize)> {
-            if step_runs.iter().sum::<usize>() == t && step_runs.len() > 1 {
+        // Sequences' rows (`set_runs` on the activations): each sequence's columns are grouped
+        // and given kernels as if it ran alone, so a reply does not depend on what else is
+        // batched with it. Activations without runs are one run.
+        let segments = |runs: &[usize], t: usize| -> Vec<(usize, usize)> {
+            if runs.iter().sum::<usize>() == t && runs.len() > 1 {
                 let mut at = 0;
-                step_runs
-                    .iter()
+                runs.iter()
                     .filter(|&&r| r > 0)
                     .map(|&r| {
                         at += r;
@@ -759,7 +817,7 @@ impl Backend for Cpu {
                 vec![(0, t)]
             }
         };
-        let segs: Vec<Vec<(usize, usize)>> = plan.iter().map(|p| segments(p.2)).collect();
+        let segs: Vec<Vec<(usize, usize)>> = plan.iter().zip(&job_runs).map(|(p, r)| segments(r, p.2)).collect();
         let segs = &segs;
         // One tile per task: rayon would otherwise hand out runs of tiles that cannot be split
         // once started, and the last run leaves the other threads idle.
@@ -848,10 +906,10 @@ impl Backend for Cpu {
         }
     }
 
-    fn rope(&self, x: &mut CpuBuf, head_dim: usize, positions: &[usize], rope: &Rope) {
+    fn rope(&self, x: &mut CpuBuf, head_dim: usize, step: &CpuStep, rope: &Rope) {
         let cols = x.cols;
-        assert_eq!(positions.len(), x.rows);
-        let caches = self.rope_caches(rope, positions);
+        assert_eq!(step.plan.positions.len(), x.rows);
+        let caches = step.rope_caches(rope);
         let body = |(i, row): (usize, &mut [f32])| {
             for h in row.chunks_mut(head_dim) {
                 rope::rotate(h, &caches[i], rope);
@@ -864,34 +922,23 @@ impl Backend for Cpu {
         }
     }
 
-    fn store_kv(&self, kv: &mut CpuKv, layer: usize, pos0: usize, k: &CpuBuf, v: &CpuBuf, src_rows: Range<usize>) {
-        let (row0, rows) = (src_rows.start, src_rows.len());
-        assert!(
-            pos0 + rows <= kv.capacity(),
-            "KV cache of {} positions cannot hold {}",
-            kv.capacity(),
-            pos0 + rows
-        );
-        let (kd, vd) = kv.layout.dims[layer];
-        let ty = kv.ty();
-        for (src, is_v, dim) in [(k, false, kd), (v, true, vd)] {
-            assert_eq!(src.cols, dim, "KV rows of layer {layer}");
-            for i in 0..rows {
-                let d = kv.row_mut(layer, is_v, pos0 + i);
-                match ty {
-                    KvType::F16 => dot::quantize_act(GgmlType::F16, src.row(row0 + i), d),
-                    KvType::Q8_0 => dot::quantize_q8_0_ggml(src.row(row0 + i), d),
-                }
-            }
+    fn store_kv(&self, kvs: &mut [&mut CpuKv], step: &CpuStep, layer: usize, k: &CpuBuf, v: &CpuBuf) {
+        for (kv, s) in kvs.iter_mut().zip(&step.plan.seqs) {
+            store_rows(kv, layer, s.pos0, k, v, s.row0..s.row0 + s.rows);
         }
     }
 
-    fn attention(&self, q: &CpuBuf, runs: &[(&CpuKv, AttnArgs)], out: &mut CpuBuf) {
-        attn::attention(self, q, runs, out)
+    fn attention(&self, q: &CpuBuf, step: &CpuStep, kvs: &[&CpuKv], layer: &AttnLayer, out: &mut CpuBuf) {
+        let runs: Vec<(&CpuKv, AttnArgs)> = kvs
+            .iter()
+            .zip(&step.plan.seqs)
+            .map(|(kv, s)| (*kv, AttnArgs::new(s, layer)))
+            .collect();
+        attn::attention(self, q, &runs, out)
     }
 
     fn geglu(&self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) {
-        out.set_shape(gate.rows, gate.cols);
+        out.shape_from(gate.rows, &gate.runs, gate.cols);
         let table = gelu_table();
         let body = |(o, (g, u)): (&mut [f32], (&[f32], &[f32]))| {
             for ((o, &x), &y) in o.iter_mut().zip(g).zip(u) {
@@ -982,14 +1029,16 @@ impl Backend for Cpu {
         x.set_shape(rows, cols);
     }
 
-    fn set_runs(&self, runs: &[usize]) {
-        let mut r = self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        r.clear();
-        r.extend_from_slice(runs);
+    fn set_runs(&self, x: &mut CpuBuf, runs: &[usize]) {
+        x.runs = Arc::from(runs);
+    }
+
+    fn runs(&self, x: &CpuBuf) -> Vec<usize> {
+        x.runs.to_vec()
     }
 
     fn swiglu(&self, gate: &CpuBuf, up: &CpuBuf, out: &mut CpuBuf) {
-        out.set_shape(gate.rows, gate.cols);
+        out.shape_from(gate.rows, &gate.runs, gate.cols);
         let n = gate.cols;
         if gate.rows > 1 {
             out.view_mut()
