@@ -188,6 +188,8 @@ pub struct Decoding {
     pub tokens: Vec<u32>,
     text: String,
     emitted: usize,
+    /// The stop string that ended the sequence, if one did.
+    matched: Option<String>,
 }
 
 /// A token's log-probability under the model's distribution (raw logits, before sampling
@@ -229,6 +231,7 @@ impl Decoding {
             tokens: Vec::new(),
             text: String::new(),
             emitted: 0,
+            matched: None,
         })
     }
 
@@ -236,6 +239,11 @@ impl Decoding {
     pub fn with_constraint(mut self, c: crate::grammar::Constraint) -> Decoding {
         self.constraint = Some(c);
         self
+    }
+
+    /// The stop string that ended the sequence (`None` if it ended otherwise or goes on).
+    pub fn matched_stop(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// The whole text so far (including text held back for a possible stop string).
@@ -278,12 +286,14 @@ impl Decoding {
             }
         }
         let from = self.emitted.min(self.text.len());
-        if let Some(at) = self
+        if let Some((at, k)) = self
             .stop
             .iter()
-            .filter_map(|s| self.text[from..].find(s.as_str()).map(|i| i + from))
+            .enumerate()
+            .filter_map(|(k, s)| self.text[from..].find(s.as_str()).map(|i| (i + from, k)))
             .min()
         {
+            self.matched = Some(self.stop[k].clone());
             self.text.truncate(at);
             let piece = self.text[self.emitted..].to_string();
             self.emitted = self.text.len();

@@ -557,6 +557,134 @@ fn official_openai_python_sdk() {
     );
 }
 
+/// The agents' APIs through the official SDKs (PyPI, unmodified): the `openai` package's
+/// `client.responses` and the `anthropic` package's `client.messages` give the same greedy text as
+/// chat completions for the same conversation, streamed and not, with tools, structured output,
+/// stored responses and count_tokens (tests/agent_sdks.py has the checks).
+#[test]
+fn official_agent_sdks() {
+    let s = Server::start(&["--api-key", "sdk-key", "--parallel", "2"]);
+    let model = smollm2().file_stem().unwrap().to_string_lossy().into_owned();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agent_sdks.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&s.addr)
+        .arg("sdk-key")
+        .arg(&model)
+        .env("PYTHONPATH", common::pylib())
+        .env("NO_PROXY", "*")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "agent SDK script failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Bad input on the agents' routes is an API-shaped 4xx naming the field, never a 5xx: malformed
+/// items, unknown item and block types, tool results without their call, wrong types, oversized
+/// prompts; Anthropic's errors in its own shape, and its `x-api-key` header accepted.
+#[test]
+fn agent_routes_refuse_bad_input_by_name() {
+    let s = Server::start(&["--api-key", "k", "-c", "512"]);
+    let responses: &[(Value, &str)] = &[
+        (json!({"input": 7}), "input"),
+        (json!({}), "input"),
+        (json!({"input": [{"type": "bogus"}]}), "input[0].type"),
+        (json!({"input": [{"role": "robot", "content": "x"}]}), "input[0]"),
+        (
+            json!({"input": [{"type": "function_call_output", "call_id": "c9", "output": "x"}]}),
+            "input[0]",
+        ),
+        (
+            json!({"input": [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "not json"}]}),
+            "input[0]",
+        ),
+        (json!({"input": "hi", "tools": [{"type": "file_search"}]}), "tools"),
+        (json!({"input": "hi", "max_output_tokens": -1}), "max_output_tokens"),
+        (
+            json!({"input": "hi", "text": {"format": {"type": "xml"}}}),
+            "text.format",
+        ),
+        (
+            json!({"input": "hi", "previous_response_id": "resp_missing"}),
+            "previous_response_id",
+        ),
+        (json!({"input": "hi", "temperature": "hot"}), "temperature"),
+        (json!({"input": "word ".repeat(2000)}), ""),
+    ];
+    for (body, param) in responses {
+        let (st, _, b) = s.request("POST", "/v1/responses", Some(&body.to_string()), Some("k"));
+        let r: Value = serde_json::from_str(&b).unwrap_or(Value::Null);
+        assert_eq!(st, 400, "{body} → {b}");
+        if !param.is_empty() {
+            assert_eq!(r["error"]["param"].as_str(), Some(*param), "{body} → {r}");
+        }
+    }
+    let msgs: &[(Value, &str)] = &[
+        (json!({"messages": [{"role": "user", "content": "hi"}]}), "max_tokens"),
+        (json!({"max_tokens": 8, "messages": []}), "messages"),
+        (
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "r"}]}]}),
+            "tool_use_id",
+        ),
+        (
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "hologram"}]}]}),
+            "messages[0].content[0].type",
+        ),
+        (
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "sometimes"}}),
+            "tool_choice",
+        ),
+        (
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "stop_sequences": "END"}),
+            "stop_sequences",
+        ),
+        (
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": "word ".repeat(2000)}]}),
+            "context",
+        ),
+    ];
+    for (body, needle) in msgs {
+        let raw = format!(
+            "POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: k\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+            body.to_string().len(),
+            body
+        );
+        let (st, _, b) = common::server::split_response(&s.raw(raw.as_bytes(), std::time::Duration::from_secs(60)));
+        let r: Value = serde_json::from_str(&b).unwrap_or(Value::Null);
+        assert_eq!(st, 400, "{body} → {b}");
+        assert_eq!(r["type"], "error", "{r}");
+        assert_eq!(r["error"]["type"], "invalid_request_error", "{r}");
+        assert!(
+            r["error"]["message"].as_str().unwrap_or("").contains(needle),
+            "{body} → {r}"
+        );
+    }
+    // Malformed JSON, a wrong key, an unknown stored response.
+    let (st, _, b) = s.request("POST", "/v1/messages", Some("{not json"), Some("k"));
+    assert_eq!(st, 400, "{b}");
+    let (st, _, b) = s.request("POST", "/v1/messages", Some("{}"), Some("wrong"));
+    let r: Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(
+        (st, r["error"]["type"].as_str()),
+        (401, Some("authentication_error")),
+        "{b}"
+    );
+    let (st, _, _) = s.request("GET", "/v1/responses/resp_nope", None, Some("k"));
+    assert_eq!(st, 404);
+    let (st, _, _) = s.request("DELETE", "/v1/responses/resp_nope", None, Some("k"));
+    assert_eq!(st, 404);
+    // llama-server's routes without the /v1 prefix.
+    let (st, _, b) = s.request("GET", "/models", None, Some("k"));
+    assert_eq!(st, 200, "{b}");
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let (st, _, b) = s.request("POST", "/chat/completions", Some(&chat.to_string()), Some("k"));
+    assert_eq!(st, 200, "{b}");
+}
+
 /// A chat request whose prompt is a few hundred tokens long (`topic` makes it distinct).
 fn long_chat(topic: &str, max_tokens: usize) -> Value {
     let system = format!(

@@ -43,7 +43,7 @@ impl ApiError {
         ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_request_error",
-            "missing or invalid API key (send it as `Authorization: Bearer KEY`)",
+            "missing or invalid API key (send it as `Authorization: Bearer KEY` or `x-api-key: KEY`)",
         )
         .with_code("invalid_api_key")
     }

@@ -8,6 +8,7 @@
 //! that queue, bounded; a full queue is a 429); tools, structured output, logprobs and `n > 1` are
 //! answered with a clear 400 until they exist.
 
+mod anthropic;
 pub mod api;
 pub mod conn;
 pub mod embed;
@@ -15,7 +16,9 @@ pub mod error;
 mod metrics;
 pub mod prefix;
 pub mod reasoning;
+mod responses;
 pub mod routes;
+mod single;
 pub mod tools;
 pub mod worker;
 
@@ -132,6 +135,8 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 struct AppState {
     cfg: ServeConfig,
     ready: AtomicBool,
+    /// Stored Responses-API responses (`previous_response_id`).
+    responses: std::sync::Mutex<responses::Store>,
     workers: RwLock<Vec<Arc<Worker>>>,
     embedders: RwLock<Vec<Arc<embed::Embedder>>>,
     metrics: metrics::Metrics,
@@ -148,6 +153,7 @@ pub async fn run(cfg: ServeConfig) -> Result<(), String> {
     let state = Arc::new(AppState {
         cfg: cfg.clone(),
         ready: AtomicBool::new(false),
+        responses: Default::default(),
         workers: RwLock::new(Vec::new()),
         embedders: RwLock::new(Vec::new()),
         metrics: metrics::Metrics::default(),
@@ -371,6 +377,16 @@ fn router(state: Shared) -> Router {
         .route(routes::EMBEDDINGS, post(embeddings))
         .route(routes::MODELS, get(list_models))
         .route(routes::MODEL, get(get_model))
+        .route(routes::RESPONSES, post(responses::create))
+        .route(routes::RESPONSE, get(responses::get).delete(responses::delete))
+        .route(routes::MESSAGES, post(anthropic::create))
+        .route(routes::COUNT_TOKENS, post(anthropic::count_tokens))
+        // llama-server serves the OpenAI routes without the /v1 prefix too (clients configured
+        // with a base URL that lacks it).
+        .route("/chat/completions", post(chat_completions))
+        .route("/completions", post(completions))
+        .route("/embeddings", post(embeddings))
+        .route("/models", get(list_models))
         .route(routes::TOKENIZE, post(tokenize))
         .route(routes::DETOKENIZE, post(detokenize))
         .route(routes::HEALTH, get(|| async { Json(json!({"status": "ok"})) }))
@@ -384,8 +400,10 @@ fn router(state: Shared) -> Router {
             )
         })
         .method_not_allowed_fallback(|req: axum::extract::Request| async move {
-            let allow = if req.uri().path().starts_with("/v1/models")
-                || [routes::HEALTH, routes::READYZ, routes::METRICS].contains(&req.uri().path())
+            let allow = if req.uri().path().starts_with("/v1/responses/") {
+                "GET, DELETE"
+            } else if req.uri().path().starts_with("/v1/models")
+                || [routes::HEALTH, routes::READYZ, routes::METRICS, "/models"].contains(&req.uri().path())
             {
                 "GET"
             } else {
@@ -454,7 +472,11 @@ async fn guarded(st: &Shared, req: axum::extract::Request, next: axum::middlewar
     let path = req.uri().path().to_string();
     let open = path == routes::HEALTH || path == routes::READYZ;
     let resp = if !open && !authorized(st, req.headers()) {
-        ApiError::unauthorized().into_response()
+        if path.starts_with(routes::MESSAGES) {
+            anthropic::error_response(ApiError::unauthorized())
+        } else {
+            ApiError::unauthorized().into_response()
+        }
     } else {
         match read_body(st, req).await {
             Ok(req) => next.run(req).await,
@@ -463,6 +485,8 @@ async fn guarded(st: &Shared, req: axum::extract::Request, next: axum::middlewar
     };
     let route = if path.starts_with("/v1/models/") {
         routes::MODEL.to_string()
+    } else if path.starts_with("/v1/responses/") {
+        routes::RESPONSE.to_string()
     } else {
         path
     };
@@ -531,12 +555,15 @@ async fn read_body(st: &AppState, req: axum::extract::Request) -> Result<axum::e
     Ok(axum::extract::Request::from_parts(parts, axum::body::Body::from(buf)))
 }
 
+/// `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`.
 fn authorized(st: &AppState, h: &HeaderMap) -> bool {
     let Some(key) = &st.cfg.api_key else { return true };
-    h.get("authorization")
+    let bearer = h
+        .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|k| k == key)
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let x_api_key = h.get("x-api-key").and_then(|v| v.to_str().ok());
+    bearer.or(x_api_key).is_some_and(|k| k == key)
 }
 
 /// The text model a request names (or the first one). An embedding model named by a text route
@@ -806,70 +833,72 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
 }
 
 async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
-    let prepared = (|| {
-        let b = api::object(&body)?;
-        let v = api::common(&b, true)?;
-        let mut msgs = api::messages(&b)?;
-        let tools = tools::parse(&b)?;
-        if tools.as_ref().is_some_and(|t| t.forced.is_some()) && v.format.is_some() {
-            return Err(ApiError::invalid(
-                "response_format",
-                "response_format cannot be combined with a forced tool_choice",
-            ));
-        }
-        let w = worker(&st, v.model.as_deref())?;
-        let tpl = w
-            .model
-            .template
-            .as_ref()
-            .ok_or_else(|| ApiError::bad_request(format!("the model {} has no chat template", w.id)))?;
-        let mut kwargs = serde_json::Map::new();
-        if let Some(Value::Object(k)) = b.get("chat_template_kwargs") {
-            kwargs = k.clone();
-        }
-        let mut template_tools = None;
-        let tool_format = tools::ToolFormat::of_template(tpl.source());
-        match &tools {
-            Some(t) if tool_format.is_some() => template_tools = Some(&t.tools),
-            Some(t) => tools::inline_tools(&mut msgs, t),
-            // A tool round trip's follow-up often comes without `tools`: a template that knows no
-            // tools still gets the earlier calls and results as text.
-            None if tool_format.is_none() => tools::inline_history(&mut msgs),
-            None => {}
-        }
-        if tool_format.is_some() {
-            tools::arguments_as_objects(&mut msgs);
-        }
-        tools::empty_call_content(&mut msgs);
-        let tool_format = tool_format.unwrap_or(tools::ToolFormat::Hermes);
-        let text = tpl
-            .render(&msgs, template_tools, true, &kwargs)
-            .map_err(|e| template_error(tpl, &msgs, template_tools, &kwargs, e))?;
-        let mut prompt = w
-            .model
-            .tokenizer
-            .encode(&text, true, true)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        if let Some(bos) = w.model.tokenizer.bos() {
-            if prompt.len() >= 2 && prompt[0] == bos && prompt[1] == bos {
-                prompt.remove(0);
-            }
-        }
-        let thinks = reasoning::template_markers(tpl.source()).map(|m| (m, reasoning::prompt_opens(&text, m)));
-        let mut p = prepare(w, prompt, v)?;
-        p.reasoning = thinks;
-        if let Some(t) = &tools {
-            p.tools = true;
-            p.tools_parallel = t.parallel;
-            p.grammar = tools::forced_grammar(t, tool_format);
-            p.tool_format = tool_format;
-        }
-        Ok(p)
-    })();
-    match prepared {
+    match api::object(&body).and_then(|b| prepare_chat(&st, &b)) {
         Ok(p) => respond(st, p, true).await,
         Err(e) => e.into_response(),
     }
+}
+
+/// A chat request (chat completions, or a Responses / Messages request translated to one):
+/// validated, rendered with the model's template and tokenized.
+fn prepare_chat(st: &AppState, b: &serde_json::Map<String, Value>) -> Result<Prepared, ApiError> {
+    let v = api::common(b, true)?;
+    let mut msgs = api::messages(b)?;
+    let tools = tools::parse(b)?;
+    if tools.as_ref().is_some_and(|t| t.forced.is_some()) && v.format.is_some() {
+        return Err(ApiError::invalid(
+            "response_format",
+            "response_format cannot be combined with a forced tool_choice",
+        ));
+    }
+    let w = worker(st, v.model.as_deref())?;
+    let tpl = w
+        .model
+        .template
+        .as_ref()
+        .ok_or_else(|| ApiError::bad_request(format!("the model {} has no chat template", w.id)))?;
+    let mut kwargs = serde_json::Map::new();
+    if let Some(Value::Object(k)) = b.get("chat_template_kwargs") {
+        kwargs = k.clone();
+    }
+    let mut template_tools = None;
+    let tool_format = tools::ToolFormat::of_template(tpl.source());
+    match &tools {
+        Some(t) if tool_format.is_some() => template_tools = Some(&t.tools),
+        Some(t) => tools::inline_tools(&mut msgs, t),
+        // A tool round trip's follow-up often comes without `tools`: a template that knows no
+        // tools still gets the earlier calls and results as text.
+        None if tool_format.is_none() => tools::inline_history(&mut msgs),
+        None => {}
+    }
+    if tool_format.is_some() {
+        tools::arguments_as_objects(&mut msgs);
+    }
+    tools::empty_call_content(&mut msgs);
+    let tool_format = tool_format.unwrap_or(tools::ToolFormat::Hermes);
+    let text = tpl
+        .render(&msgs, template_tools, true, &kwargs)
+        .map_err(|e| template_error(tpl, &msgs, template_tools, &kwargs, e))?;
+    let mut prompt = w
+        .model
+        .tokenizer
+        .encode(&text, true, true)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if let Some(bos) = w.model.tokenizer.bos() {
+        if prompt.len() >= 2 && prompt[0] == bos && prompt[1] == bos {
+            prompt.remove(0);
+        }
+    }
+    let thinks = reasoning::template_markers(tpl.source()).map(|m| (m, reasoning::prompt_opens(&text, m)));
+    let mut p = prepare(w, prompt, v)?;
+    p.reasoning = thinks;
+    if let Some(t) = &tools {
+        p.tools = true;
+        p.tools_parallel = t.parallel;
+        p.grammar = tools::forced_grammar(t, tool_format);
+        p.tool_format = tool_format;
+    }
+    Ok(p)
 }
 
 /// A 400 for a chat template that failed, naming the first message whose rendering fails (found
@@ -1064,6 +1093,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                     prompt_tokens,
                     completion_tokens,
                     cached_tokens,
+                    ..
                 } => {
                     finishes[i] = Some(finish);
                     pt = prompt_tokens;
@@ -1222,6 +1252,7 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                 prompt_tokens,
                 completion_tokens,
                 cached_tokens,
+                ..
             } => {
                 let pt = prompt_tokens;
                 ct += completion_tokens;

@@ -37,6 +37,8 @@ pub enum Event {
         prompt_tokens: usize,
         completion_tokens: usize,
         cached_tokens: usize,
+        /// The stop string that ended the reply, if one did.
+        stop: Option<String>,
     },
     Error(ApiError),
 }
@@ -696,6 +698,7 @@ fn step<B: Backend>(
                         prompt_tokens: a.job.prompt.len(),
                         completion_tokens: a.decoding.tokens.len(),
                         cached_tokens: a.cached,
+                        stop: a.decoding.matched_stop().map(str::to_string),
                     });
                 }
             }
