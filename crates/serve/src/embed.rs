@@ -7,7 +7,8 @@
 
 use crate::error::ApiError;
 use engine::backend::Backend;
-use engine::model::bert::{l2_normalize, Bert};
+use engine::model::l2_normalize;
+use engine::model::Encoder;
 use engine::tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
@@ -88,12 +89,12 @@ impl Embedder {
         queue_capacity: usize,
         limits: Limits,
     ) -> engine::Result<Embedder> {
-        let model = Bert::load(backend, gguf, path)?;
+        let model = engine::model::load_encoder(backend, gguf, path)?;
         let tokenizer = Tokenizer::from_gguf(gguf.metadata())
             .map_err(|e| engine::EngineError::Model(format!("{}: tokenizer: {e}", path.display())))?;
         let capacity = queue_capacity.max(1);
         let (tx, rx) = sync_channel::<Job>(capacity);
-        let (dim, max_tokens) = (model.n_embd, model.n_ctx_train);
+        let (dim, max_tokens) = (model.n_embd(), model.n_ctx_train());
         let counters = Arc::new(Counters::default());
         let c = counters.clone();
         std::thread::Builder::new()
@@ -314,7 +315,7 @@ enum Input {
     Ids(Vec<u32>),
 }
 
-fn run<B: Backend>(model: Bert<B>, rx: Receiver<Job>, capacity: usize, counters: &Counters) {
+fn run<B: Backend>(model: Box<dyn Encoder<B>>, rx: Receiver<Job>, capacity: usize, counters: &Counters) {
     let mut active: VecDeque<Job> = VecDeque::new();
     let mut budget = FIRST_BATCH_TOKENS;
     loop {

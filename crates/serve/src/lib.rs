@@ -281,7 +281,7 @@ fn load_models_on<B: Backend>(state: &AppState, backend: Arc<B>) -> Result<(), S
             .file_stem()
             .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
         let gguf = engine::model::open_gguf(path).map_err(|e| e.to_string())?;
-        if matches!(gguf.metadata().architecture(), Some("bert" | "nomic-bert")) {
+        if engine::model::is_encoder(gguf.metadata().architecture().unwrap_or_default()) {
             // Encoders multiply by unquantized activations (their vectors are compared directly).
             let opts = BackendOptions {
                 device: state.cfg.device,

@@ -9,6 +9,7 @@ pub mod llama;
 pub mod qwen3moe;
 
 pub use batch::{KvLayer, Logits, Model, ModelInfo, Scratch, SeqStep, PAGE};
+pub use bert::l2_normalize;
 
 use crate::backend::{Backend, KvType, Rope, WeightSource};
 use crate::{EngineError, Result};
@@ -68,6 +69,51 @@ pub const ARCHITECTURES: &[Arch] = &[
     row(gguf::Arch::Gemma3, Family::Gemma3, true),
     row(gguf::Arch::Gemma4, Family::Gemma4, true),
 ];
+
+/// An embedding model (encoder) of any family in [`ENCODERS`], held by `embed` and the server's
+/// `/v1/embeddings` without naming the family.
+pub trait Encoder<B: Backend>: Send + Sync {
+    /// Width of the vectors.
+    fn n_embd(&self) -> usize;
+    /// The most tokens one input may have.
+    fn n_ctx_train(&self) -> usize;
+    /// One pooled vector per input (L2-normalised when `normalize`), the inputs batched together.
+    fn embed(&self, inputs: &[Vec<u32>], normalize: bool) -> Result<Vec<Vec<f32>>>;
+}
+
+impl<B: Backend> Encoder<B> for bert::Bert<B> {
+    fn n_embd(&self) -> usize {
+        self.n_embd
+    }
+    fn n_ctx_train(&self) -> usize {
+        self.n_ctx_train
+    }
+    fn embed(&self, inputs: &[Vec<u32>], normalize: bool) -> Result<Vec<Vec<f32>>> {
+        bert::Bert::embed(self, inputs, normalize)
+    }
+}
+
+/// Encoder architectures the engine runs (one graph, `bert.rs`).
+pub const ENCODERS: &[gguf::Arch] = &[gguf::Arch::Bert, gguf::Arch::NomicBert];
+
+/// Whether a GGUF architecture is an encoder (served by `/v1/embeddings`, not by the text routes).
+pub fn is_encoder(arch_name: &str) -> bool {
+    ENCODERS.iter().any(|a| a.name() == arch_name)
+}
+
+/// Load an encoder of any family in [`ENCODERS`].
+pub fn load_encoder<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> Result<Box<dyn Encoder<B>>> {
+    let arch_name = gguf.metadata().architecture().unwrap_or_default();
+    if !is_encoder(arch_name) {
+        let known: Vec<_> = ENCODERS.iter().map(|a| a.name()).collect();
+        return Err(EngineError::Unsupported(format!(
+            "{}: architecture {arch_name:?} is not an embedding model (embedding models: {})",
+            path.display(),
+            known.join(", ")
+        )));
+    }
+    Ok(Box::new(bert::Bert::load(backend, gguf, path)?))
+}
 
 /// Load a decoder of any family in the table.
 pub fn load<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> Result<Box<dyn Model<B>>> {

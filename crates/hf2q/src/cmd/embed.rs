@@ -8,7 +8,6 @@ use crate::error::{CliError, CliResult};
 use clap::Args;
 use engine::backend::select::{with_backend, BackendOptions, WithBackend};
 use engine::backend::Backend;
-use engine::model::bert::Bert;
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -94,7 +93,7 @@ impl WithBackend for Embed<'_> {
 
 fn embed<B: Backend>(args: &EmbedArgs, texts: &[String], backend: Arc<B>) -> CliResult {
     let gguf = engine::model::open_gguf(&args.model.model)?;
-    let m = Bert::load(backend, &gguf, &args.model.model)?;
+    let m = engine::model::load_encoder(backend, &gguf, &args.model.model)?;
     let tok = engine::tokenizer::Tokenizer::from_gguf(gguf.metadata())
         .map_err(|e| CliError::input(format!("{}: tokenizer: {e}", args.model.model.display())))?;
     let mut inputs = Vec::with_capacity(texts.len());
@@ -102,16 +101,16 @@ fn embed<B: Backend>(args: &EmbedArgs, texts: &[String], backend: Arc<B>) -> Cli
         let mut ids = tok
             .encode(t, true, false)
             .map_err(|e| CliError::input(format!("input {i}: {e}")))?;
-        if ids.len() > m.n_ctx_train {
+        if ids.len() > m.n_ctx_train() {
             if !args.truncate {
                 return Err(CliError::input(format!(
                     "input {i} has {} tokens; the model takes at most {} (use --truncate)",
                     ids.len(),
-                    m.n_ctx_train
+                    m.n_ctx_train()
                 )));
             }
             let last = *ids.last().unwrap_or(&0);
-            ids.truncate(m.n_ctx_train);
+            ids.truncate(m.n_ctx_train());
             if let Some(l) = ids.last_mut() {
                 *l = last; // keep the closing separator
             }
