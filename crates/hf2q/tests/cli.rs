@@ -374,3 +374,24 @@ fn closed_pipe_ends_quietly() {
         );
     }
 }
+
+/// Two models that would be served under one id, and more aliases than models, are refused
+/// before anything loads; so is `--device` with a device this build cannot run on.
+#[test]
+fn serve_refuses_ambiguous_model_ids() {
+    let m = smollm2();
+    let m = m.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["serve", "-m", m, "-m", m], "two models would be served as"),
+        (
+            vec!["serve", "-m", m, "--alias", "a", "--alias", "b"],
+            "2 --alias for 1 models",
+        ),
+        (vec!["serve", "-m", m, "--device", "tpu"], "--device"),
+    ] {
+        let o = hf2q(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

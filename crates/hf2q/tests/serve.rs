@@ -162,13 +162,44 @@ fn errors_are_openai_shaped() {
     );
     err(st, &r, 400, "temperature");
     assert_eq!(r["error"]["param"], "temperature");
+    // With one chat model, a name it does not have is that model (as llama-server answers agents
+    // that send a fixed "gpt-4"), and the reply says which served it.
+    let body = json!({"messages": msgs, "model": "gpt-4", "max_tokens": 2}).to_string();
+    let (st, head, b) = s.request("POST", "/v1/chat/completions", Some(&body), key);
+    assert_eq!(st, 200, "{b}");
+    let served = smollm2().file_stem().unwrap().to_string_lossy().into_owned();
+    assert!(
+        head.to_ascii_lowercase()
+            .contains(&format!("x-hf2q-model: {}", served.to_ascii_lowercase())),
+        "{head}"
+    );
+    // llama-server's GBNF field is refused, not ignored.
     let (st, r) = s.json(
         "POST",
         "/v1/chat/completions",
-        json!({"messages": msgs, "model": "gpt-4"}),
+        json!({"messages": msgs, "grammar": "root ::= \"yes\""}),
         key,
     );
-    err(st, &r, 404, "gpt-4");
+    err(st, &r, 400, "grammar");
+    // llama-server's /tokenize with pieces, and /apply-template.
+    let (st, r) = s.json(
+        "POST",
+        "/tokenize",
+        json!({"content": "Hello world", "with_pieces": true}),
+        key,
+    );
+    assert_eq!(st, 200, "{r}");
+    let pieces: String = r["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["piece"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(pieces, "Hello world", "{r}");
+    assert!(r["tokens"][0]["id"].is_u64(), "{r}");
+    let (st, r) = s.json("POST", "/apply-template", json!({"messages": msgs}), key);
+    assert_eq!(st, 200, "{r}");
+    assert!(r["prompt"].as_str().unwrap().contains("hi"), "{r}");
     let (st, r) = s.json("POST", "/v1/chat/completions", json!({"messages": msgs, "n": 17}), key);
     err(st, &r, 400, "at most 16");
     let (st, r) = s.json(
@@ -683,6 +714,31 @@ fn agent_routes_refuse_bad_input_by_name() {
     let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
     let (st, _, b) = s.request("POST", "/chat/completions", Some(&chat.to_string()), Some("k"));
     assert_eq!(st, 200, "{b}");
+}
+
+/// LangChain's `ChatOpenAI(base_url=…)` (PyPI langchain-openai, unmodified): invoke, stream,
+/// `.bind_tools()` and `.with_structured_output()` (tests/langchain_check.py has the checks).
+#[test]
+fn langchain_chat_openai() {
+    let s = Server::start(&["--api-key", "sdk-key"]);
+    let model = smollm2().file_stem().unwrap().to_string_lossy().into_owned();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/langchain_check.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(format!("http://{}/v1", s.addr))
+        .arg("sdk-key")
+        .arg(&model)
+        .env("PYTHONPATH", common::pylib())
+        .env("NO_PROXY", "*")
+        .env("LANGCHAIN_TRACING_V2", "false")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "langchain script failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A chat request whose prompt is a few hundred tokens long (`topic` makes it distinct).
@@ -1350,4 +1406,42 @@ fn prints_a_ready_to_paste_request() {
     let (st, r) = s.json("POST", "/v1/chat/completions", body, None);
     assert_eq!(st, 200, "{r}");
     assert!(r["choices"][0]["message"]["content"].is_string());
+}
+
+/// With several chat models, a request naming none of them is a 404 that lists them (the
+/// one-model fallback applies only when there is no choice to make); `--alias` names a model.
+#[test]
+fn unknown_models_are_404_when_several_chat_models_are_served() {
+    let gemma = common::models_dir().join("gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        gemma.is_file(),
+        "{} is missing: run scripts/fetch-models first",
+        gemma.display()
+    );
+    let s = Server::start_with(&[smollm2(), gemma], &["--alias", "tiny-chat"]);
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": msgs, "model": "gpt-4", "max_tokens": 2}),
+        None,
+    );
+    assert_eq!(st, 404, "{r}");
+    let m = r["error"]["message"].as_str().unwrap();
+    assert!(m.contains("gemma-3-270m-q4_k_m") && m.contains("tiny-chat"), "{m}");
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": msgs, "model": "tiny-chat", "max_tokens": 2}),
+        None,
+    );
+    assert_eq!((st, r["model"].as_str()), (200, Some("tiny-chat")), "{r}");
+    let (st, r) = s.json(
+        "POST",
+        "/v1/completions",
+        json!({"prompt": "The sky is", "model": "gemma-3-270m-q4_k_m", "max_tokens": 2}),
+        None,
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["model"], "gemma-3-270m-q4_k_m");
 }

@@ -341,6 +341,7 @@ async fn create_inner(st: Shared, body: Bytes) -> Result<Response, ApiError> {
     let p = prepare_chat(&st, &chat)?;
     let stream = p.stream;
     let model = p.worker.id.clone();
+    let requested = b.get("model").and_then(Value::as_str).map(str::to_string);
     let prompt_tokens = p.prompt.len();
     let rx = single::start(&st, p)?;
     let id = new_id("msg");
@@ -356,13 +357,17 @@ async fn create_inner(st: Shared, body: Bytes) -> Result<Response, ApiError> {
         }
         content.extend(r.calls.iter().map(tool_use_block));
         let (reason, seq) = stop_reason(&s);
-        return Ok(
-            Json(json!({"id": id, "type": "message", "role": "assistant", "model": model,
+        let r = Json(json!({"id": id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": reason, "stop_sequence": seq, "usage": usage(&s)}))
-            .into_response(),
-        );
+        .into_response();
+        return Ok(super::served_by(r, requested.as_deref(), &model));
     }
-    Ok(stream_response(st, rx, id, model, prompt_tokens))
+    let served = model.clone();
+    Ok(super::served_by(
+        stream_response(st, rx, id, model, prompt_tokens),
+        requested.as_deref(),
+        &served,
+    ))
 }
 
 fn ev(ty: &str, data: Value) -> SseEvent {

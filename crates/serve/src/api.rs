@@ -84,6 +84,15 @@ pub fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
 
 /// The fields shared by chat (`chat` = true) and text completions.
 pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> {
+    // llama-server's GBNF `grammar`: a constraint this server does not read yet must not be
+    // dropped silently.
+    if field(body, "grammar").is_some() {
+        return Err(ApiError::invalid(
+            "grammar",
+            "'grammar' (llama.cpp GBNF) is not supported by this server; constrain the reply with \
+             response_format json_schema or a forced tool call instead",
+        ));
+    }
     let model = match field(body, "model") {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),

@@ -44,6 +44,8 @@ pub struct ServeConfig {
     pub host: String,
     pub port: u16,
     pub models: Vec<PathBuf>,
+    /// Ids to serve the models under, in order (`--alias`); the others go by file stem.
+    pub aliases: Vec<String>,
     pub api_key: Option<String>,
     pub threads: usize,
     /// The compute device (`--device`).
@@ -276,10 +278,11 @@ impl WithBackend for StartEmbedder<'_> {
 }
 
 fn load_models_on<B: Backend>(state: &AppState, backend: Arc<B>) -> Result<(), String> {
-    for path in &state.cfg.models {
-        let id = path
-            .file_stem()
-            .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+    for (i, path) in state.cfg.models.iter().enumerate() {
+        let id = state.cfg.aliases.get(i).cloned().unwrap_or_else(|| {
+            path.file_stem()
+                .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+        });
         let gguf = engine::model::open_gguf(path).map_err(|e| e.to_string())?;
         if engine::model::is_encoder(gguf.metadata().architecture().unwrap_or_default()) {
             // Encoders multiply by unquantized activations (their vectors are compared directly).
@@ -389,6 +392,7 @@ fn router(state: Shared) -> Router {
         .route("/models", get(list_models))
         .route(routes::TOKENIZE, post(tokenize))
         .route(routes::DETOKENIZE, post(detokenize))
+        .route("/apply-template", post(apply_template))
         .route(routes::HEALTH, get(|| async { Json(json!({"status": "ok"})) }))
         .route(routes::READYZ, get(readyz))
         .route(routes::METRICS, get(metrics))
@@ -566,6 +570,16 @@ fn authorized(st: &AppState, h: &HeaderMap) -> bool {
     bearer.or(x_api_key).is_some_and(|k| k == key)
 }
 
+/// Says in a header which model served a request that named another one (see `worker`).
+fn served_by(mut r: Response, requested: Option<&str>, served: &str) -> Response {
+    if requested.is_some_and(|m| m != served) {
+        if let Ok(v) = axum::http::HeaderValue::from_str(served) {
+            r.headers_mut().insert("x-hf2q-model", v);
+        }
+    }
+    r
+}
+
 /// The text model a request names (or the first one). An embedding model named by a text route
 /// is a 400 saying so; an unknown name is a 404 listing every served model.
 fn worker(st: &AppState, model: Option<&str>) -> Result<Arc<Worker>, ApiError> {
@@ -586,6 +600,12 @@ fn worker(st: &AppState, model: Option<&str>) -> Result<Arc<Worker>, ApiError> {
             Some(e) => not_text(&e.id),
             None => ApiError::unavailable("no model loaded"),
         }),
+        // With one chat model, a name it does not have (agents often send a fixed "gpt-4o") is
+        // that model, as llama-server does; the reply says which (`x-hf2q-model`, and the log).
+        Some(id) if ws.len() == 1 && !ws.iter().any(|w| w.id == id) && !es.iter().any(|e| e.id == id) => {
+            tracing::info!("request for model {id:?} served by {}, the only chat model", ws[0].id);
+            Ok(ws[0].clone())
+        }
         Some(id) => ws.iter().find(|w| w.id == id).cloned().ok_or_else(|| {
             if es.iter().any(|e| e.id == id) {
                 return not_text(id);
@@ -695,12 +715,41 @@ async fn tokenize(State(st): State<Shared>, body: Bytes) -> Response {
             .ok_or_else(|| ApiError::invalid("content", "'content' must be a string"))?;
         let add_special = b.get("add_special").and_then(Value::as_bool).unwrap_or(false);
         let parse_special = b.get("parse_special").and_then(Value::as_bool).unwrap_or(true);
-        let toks = w
-            .model
-            .tokenizer
+        let with_pieces = match b.get("with_pieces") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(p)) => *p,
+            Some(_) => return Err(ApiError::invalid("with_pieces", "'with_pieces' must be a boolean")),
+        };
+        let tok = &w.model.tokenizer;
+        let toks = tok
             .encode(content, add_special, parse_special)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        Ok::<_, ApiError>(Json(json!({"tokens": toks})).into_response())
+        if !with_pieces {
+            return Ok::<_, ApiError>(Json(json!({"tokens": toks})).into_response());
+        }
+        // llama-server's `with_pieces`: each token's text, or its bytes when they are not UTF-8.
+        let pieces: Vec<Value> = toks
+            .iter()
+            .map(|&id| {
+                let bytes = tok.token_bytes(id, true);
+                let piece = match String::from_utf8(bytes.clone()) {
+                    Ok(s) => json!(s),
+                    Err(_) => json!(bytes),
+                };
+                json!({"id": id, "piece": piece})
+            })
+            .collect();
+        Ok(Json(json!({"tokens": pieces})).into_response())
+    })();
+    r.unwrap_or_else(|e| e.into_response())
+}
+
+/// `POST /apply-template` (llama-server's): the prompt a chat request renders to, as text.
+async fn apply_template(State(st): State<Shared>, body: Bytes) -> Response {
+    let r = (|| {
+        let b = api::object(&body)?;
+        let p = prepare_chat(&st, &b)?;
+        Ok::<_, ApiError>(Json(json!({"prompt": p.rendered})).into_response())
     })();
     r.unwrap_or_else(|e| e.into_response())
 }
@@ -771,6 +820,8 @@ struct Prepared {
     grammar: Option<String>,
     /// Thinking model: its reasoning markers, and whether the reply starts inside them.
     reasoning: Option<(reasoning::Markers, bool)>,
+    /// The chat template's output (chat requests).
+    rendered: String,
 }
 
 fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
@@ -829,12 +880,21 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         tool_format: tools::ToolFormat::Hermes,
         grammar: None,
         reasoning: None,
+        rendered: String::new(),
     })
 }
 
 async fn chat_completions(State(st): State<Shared>, body: Bytes) -> Response {
-    match api::object(&body).and_then(|b| prepare_chat(&st, &b)) {
-        Ok(p) => respond(st, p, true).await,
+    let b = match api::object(&body) {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let requested = b.get("model").and_then(Value::as_str).map(str::to_string);
+    match prepare_chat(&st, &b) {
+        Ok(p) => {
+            let served = p.worker.id.clone();
+            served_by(respond(st, p, true).await, requested.as_deref(), &served)
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -892,6 +952,7 @@ fn prepare_chat(st: &AppState, b: &serde_json::Map<String, Value>) -> Result<Pre
     let thinks = reasoning::template_markers(tpl.source()).map(|m| (m, reasoning::prompt_opens(&text, m)));
     let mut p = prepare(w, prompt, v)?;
     p.reasoning = thinks;
+    p.rendered = text;
     if let Some(t) = &tools {
         p.tools = true;
         p.tools_parallel = t.parallel;
@@ -951,10 +1012,13 @@ async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
                 ))
             }
         };
-        prepare(w, prompt, v)
+        Ok((v.model.clone(), prepare(w, prompt, v)?))
     })();
     match prepared {
-        Ok(p) => respond(st, p, false).await,
+        Ok((requested, p)) => {
+            let served = p.worker.id.clone();
+            served_by(respond(st, p, false).await, requested.as_deref(), &served)
+        }
         Err(e) => e.into_response(),
     }
 }

@@ -559,6 +559,7 @@ async fn create_inner(st: Shared, body: Bytes) -> Result<Response, ApiError> {
     let p = prepare_chat(&st, &chat)?;
     let stream = p.stream;
     let model = p.worker.id.clone();
+    let requested = b.get("model").and_then(Value::as_str).map(str::to_string);
     let tokenizer = p.worker.model.clone();
     let rx = single::start(&st, p)?;
     let id = new_id("resp");
@@ -592,9 +593,18 @@ async fn create_inner(st: Shared, body: Bytes) -> Result<Response, ApiError> {
             incomplete,
         );
         save(&st, &ctx, &id, &resp, assistant_message(&r.thought, &r.text, &calls));
-        return Ok(Json(resp).into_response());
+        return Ok(super::served_by(
+            Json(resp).into_response(),
+            requested.as_deref(),
+            &model,
+        ));
     }
-    Ok(stream_response(st, rx, id, created, model, ctx, Box::new(count)))
+    let served = model.clone();
+    Ok(super::served_by(
+        stream_response(st, rx, id, created, model, ctx, Box::new(count)),
+        requested.as_deref(),
+        &served,
+    ))
 }
 
 fn save(st: &AppState, ctx: &Ctx, id: &str, resp: &Value, reply: Value) {

@@ -7,9 +7,13 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// GGUF model to serve (repeatable; a request's `model` picks one by file stem).
+    /// GGUF model to serve (repeatable; a request's `model` picks one by file stem or alias).
     #[arg(short = 'm', long = "model", required = true)]
     pub models: Vec<PathBuf>,
+    /// The id a model is served under instead of its file stem (repeatable: the first --alias
+    /// names the first -m, the second the second, …).
+    #[arg(long = "alias")]
+    pub aliases: Vec<String>,
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// TCP port [default: 8080, or the next free port when 8080 is taken]. 0 = any free port; the
@@ -96,11 +100,40 @@ pub fn run(args: ServeArgs) -> CliResult {
             return Err(CliError::input(format!("{}: no such model file", m.display())));
         }
     }
+    if args.aliases.len() > args.models.len() {
+        return Err(CliError::input(format!(
+            "{} --alias for {} models: each --alias names one -m, in order",
+            args.aliases.len(),
+            args.models.len()
+        )));
+    }
+    let mut ids: Vec<String> = args
+        .models
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            args.aliases.get(i).cloned().unwrap_or_else(|| {
+                m.file_stem()
+                    .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+            })
+        })
+        .collect();
+    if let Some(a) = args.aliases.iter().find(|a| a.trim().is_empty()) {
+        return Err(CliError::input(format!("--alias {a:?}: an alias must not be empty")));
+    }
+    ids.sort();
+    if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+        return Err(CliError::input(format!(
+            "two models would be served as {:?}: give one of them another --alias",
+            w[0]
+        )));
+    }
     let cfg = serve::ServeConfig {
         host: args.host,
         port: args.port.unwrap_or(8080),
         port_fallback: args.port.is_none(),
         models: args.models,
+        aliases: args.aliases,
         api_key: args.api_key,
         threads: args.threads,
         device: engine::backend::select::Device::parse(&args.device)
