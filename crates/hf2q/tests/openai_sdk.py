@@ -112,9 +112,14 @@ lp = r.choices[0].logprobs
 check("".join(lp.tokens) == r.choices[0].text and len(lp.token_logprobs) == len(lp.tokens)
       and all(len(t) == 2 for t in lp.top_logprobs), f"completions logprobs {lp}")
 
+# With one chat model, a name it does not have (agents' fixed "gpt-4o") is served by it and says so
+raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=messages, temperature=0, max_tokens=24)
+check(raw.headers.get("x-hf2q-model") == model, f"x-hf2q-model header {raw.headers.get('x-hf2q-model')}")
+check(raw.parse().choices[0].message.content == text, "the substituted model's reply")
+
 # Errors map to the SDK's classes
 try:
-    client.chat.completions.create(model="no-such-model", messages=messages)
+    client.models.retrieve("no-such-model")
     check(False, "unknown model raised")
 except openai.NotFoundError:
     pass

@@ -1445,3 +1445,88 @@ fn unknown_models_are_404_when_several_chat_models_are_served() {
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["model"], "gemma-3-270m-q4_k_m");
 }
+
+/// `--models-dir` with `--models-memory` for two of three models: requests alternating between
+/// the three all succeed (loads and unloads in /metrics), concurrent requests for a model being
+/// loaded wait for it, `/v1/models` lists all three with `loaded`, and a model that can never fit
+/// is a 503 with Retry-After naming the sizes.
+#[test]
+fn models_dir_loads_and_unloads_under_a_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a", "b", "c"] {
+        std::os::unix::fs::symlink(smollm2(), dir.path().join(format!("{name}.gguf"))).unwrap();
+    }
+    let d = dir.path().to_str().unwrap();
+    // One model: its 94 MiB file and a 512-position KV pool (~12 MiB); two fit in 250 MiB.
+    let s = Server::start_with(
+        &[],
+        &[
+            "--models-dir",
+            d,
+            "--models-memory",
+            "250MiB",
+            "-c",
+            "512",
+            "--parallel",
+            "1",
+        ],
+    );
+    let (st, r) = s.json("GET", "/v1/models", json!({}), None);
+    assert_eq!(st, 200);
+    let listed: Vec<(String, bool)> = r["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["id"].as_str().unwrap().to_string(), m["loaded"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![("a".into(), false), ("b".into(), false), ("c".into(), false)]
+    );
+    let ask = |id: &str| {
+        s.json(
+            "POST",
+            "/v1/completions",
+            json!({"model": id, "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}),
+            None,
+        )
+    };
+    let mut texts = Vec::new();
+    for id in ["a", "b", "c", "a", "b", "c"] {
+        let (st, r) = ask(id);
+        assert_eq!(st, 200, "{id}: {r}");
+        assert_eq!(r["model"], id);
+        texts.push(r["choices"][0]["text"].as_str().unwrap().to_string());
+    }
+    // The same file under three names: the same greedy text every time.
+    assert!(texts.iter().all(|t| t == &texts[0]), "{texts:?}");
+    assert_eq!(s.metric("hf2q_model_loads_total"), Some(6.0));
+    assert_eq!(s.metric("hf2q_model_unloads_total"), Some(4.0));
+    assert_eq!(s.metric("hf2q_models_loaded"), Some(2.0));
+    // Three concurrent requests for the model that is not loaded: all wait for its one load.
+    let (st, r) = s.json("GET", "/v1/models", json!({}), None);
+    assert_eq!(st, 200);
+    let cold = r["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["loaded"] == false)
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .expect("one model is unloaded");
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..3).map(|_| sc.spawn(|| ask(&cold))).collect();
+        for h in hs {
+            let (st, r) = h.join().unwrap();
+            assert_eq!(st, 200, "{r}");
+        }
+    });
+    assert_eq!(s.metric("hf2q_model_loads_total"), Some(7.0));
+    drop(s);
+    // A budget smaller than one model: a 503 with Retry-After that names the sizes.
+    let s = Server::start_with(&[], &["--models-dir", d, "--models-memory", "50MiB"]);
+    let body = json!({"model": "a", "prompt": "x", "max_tokens": 1}).to_string();
+    let (st, head, b) = s.request("POST", "/v1/completions", Some(&body), None);
+    assert_eq!(st, 503, "{b}");
+    assert!(head.to_ascii_lowercase().contains("retry-after"), "{head}");
+    assert!(b.contains("50.0 MiB") && b.contains("can never be loaded"), "{b}");
+}

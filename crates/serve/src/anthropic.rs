@@ -28,7 +28,7 @@ pub fn error_response(e: ApiError) -> Response {
         _ => "invalid_request_error",
     };
     let mut r = (e.status, Json(error_body(kind, &e))).into_response();
-    if e.status == StatusCode::TOO_MANY_REQUESTS {
+    if e.status == StatusCode::TOO_MANY_REQUESTS || e.status == StatusCode::SERVICE_UNAVAILABLE {
         r.headers_mut()
             .insert("retry-after", axum::http::HeaderValue::from_static("1"));
     }
@@ -337,6 +337,7 @@ pub async fn create(State(st): State<Shared>, body: Bytes) -> Response {
 
 async fn create_inner(st: Shared, body: Bytes) -> Result<Response, ApiError> {
     let b = super::api::object(&body)?;
+    super::ensure_loaded(&st, b.get("model").and_then(Value::as_str)).await?;
     let chat = to_chat(&b, false)?;
     let p = prepare_chat(&st, &chat)?;
     let stream = p.stream;

@@ -17,6 +17,9 @@ pub(crate) struct Metrics {
     pub e2e: Histogram,
     pub prompt_len: Histogram,
     pub completion_len: Histogram,
+    /// Models of --models-dir loaded on demand, and unloaded to make room.
+    pub model_loads: AtomicU64,
+    pub model_unloads: AtomicU64,
 }
 
 /// A Prometheus histogram with fixed upper bounds.
@@ -72,6 +75,8 @@ impl Default for Metrics {
             e2e: Histogram::new(SECONDS),
             prompt_len: Histogram::new(TOKENS),
             completion_len: Histogram::new(TOKENS),
+            model_loads: AtomicU64::new(0),
+            model_unloads: AtomicU64::new(0),
         }
     }
 }
@@ -104,6 +109,16 @@ pub(crate) fn render(st: &AppState) -> String {
             "Prompt tokens reused from the KV cache.",
             &st.metrics.cached_tokens,
         ),
+        (
+            "hf2q_model_loads_total",
+            "Models of --models-dir loaded on demand.",
+            &st.metrics.model_loads,
+        ),
+        (
+            "hf2q_model_unloads_total",
+            "Idle models unloaded to make room under --models-memory.",
+            &st.metrics.model_unloads,
+        ),
     ] {
         out.push_str(&format!(
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
@@ -131,6 +146,11 @@ pub(crate) fn render(st: &AppState) -> String {
     m.completion_len
         .render("hf2q_completion_tokens", "Generated tokens per request.", &mut out);
     let workers = st.workers.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let n_embed = st.embedders.read().unwrap_or_else(|e| e.into_inner()).len();
+    out.push_str(&format!(
+        "# HELP hf2q_models_loaded Models loaded now.\n# TYPE hf2q_models_loaded gauge\nhf2q_models_loaded {}\n",
+        workers.len() + n_embed
+    ));
     let gauges: [Gauge<crate::worker::Worker, usize>; 6] = [
         ("hf2q_queue_depth", "Requests waiting for a slot.", |w| w.queue_depth()),
         ("hf2q_active_slots", "Sequences being decoded.", |w| w.active_slots()),

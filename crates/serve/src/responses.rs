@@ -535,6 +535,7 @@ pub async fn create(State(st): State<Shared>, body: Bytes) -> Response {
 
 async fn create_inner(st: Shared, body: Bytes) -> Result<Response, ApiError> {
     let b = super::api::object(&body)?;
+    super::ensure_loaded(&st, b.get("model").and_then(Value::as_str)).await?;
     let prev = match b.get("previous_response_id").filter(|v| !v.is_null()) {
         None => None,
         Some(Value::String(id)) => {

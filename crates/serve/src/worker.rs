@@ -73,6 +73,8 @@ struct JobQueue {
     jobs: Mutex<VecDeque<Job>>,
     ready: Condvar,
     capacity: usize,
+    /// Set when the model is unloaded: the engine thread ends once nothing is left to serve.
+    closed: AtomicBool,
 }
 
 impl JobQueue {
@@ -102,7 +104,7 @@ impl JobQueue {
             if let Some(j) = q.pop_front() {
                 return Some(j);
             }
-            if !wait {
+            if !wait || self.closed.load(Ordering::Acquire) {
                 return None;
             }
             q = self
@@ -166,6 +168,15 @@ pub struct Worker {
     prefix_blocks: Arc<AtomicUsize>,
 }
 
+impl Drop for Worker {
+    /// The last handle gone (the model was unloaded and its requests finished): the engine thread
+    /// ends and frees the model and its KV pool.
+    fn drop(&mut self) {
+        self.queue.closed.store(true, Ordering::Release);
+        self.queue.ready.notify_all();
+    }
+}
+
 struct Active {
     job: Job,
     decoding: Decoding,
@@ -208,6 +219,7 @@ impl Worker {
             jobs: Mutex::new(VecDeque::new()),
             ready: Condvar::new(),
             capacity: limits.queue_capacity.max(1),
+            closed: AtomicBool::new(false),
         });
         let alive = Arc::new(AtomicBool::new(true));
         let active = Arc::new(AtomicUsize::new(0));
@@ -309,6 +321,11 @@ impl Worker {
         } else {
             Err(ApiError::busy())
         }
+    }
+
+    /// No request running or waiting.
+    pub fn idle(&self) -> bool {
+        self.queue_depth() == 0 && self.active_slots() == 0
     }
 
     /// Requests waiting for a slot (those whose client left are not counted).
@@ -453,10 +470,12 @@ fn schedule<B: Backend>(m: &Engine<B>, mut sc: Sched<B>, queue: &JobQueue, gauge
                 }
             }
         }
-        gauges.active.store(
-            sc.slots.iter().filter(|s| s.active.is_some()).count(),
-            Ordering::Relaxed,
-        );
+        let running = sc.slots.iter().filter(|s| s.active.is_some()).count();
+        gauges.active.store(running, Ordering::Relaxed);
+        // Unloaded (the last handle dropped): end once the last request is done.
+        if running == 0 && sc.waiting.is_none() && queue.closed.load(Ordering::Acquire) && queue.len() == 0 {
+            return;
+        }
         gauges.held.store(usize::from(sc.waiting.is_some()), Ordering::Relaxed);
         // A client that left during its prompt's prefill (no token sent yet to notice it by).
         for i in 0..sc.slots.len() {

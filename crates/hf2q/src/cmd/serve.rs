@@ -8,8 +8,17 @@ use std::time::Duration;
 #[derive(Args)]
 pub struct ServeArgs {
     /// GGUF model to serve (repeatable; a request's `model` picks one by file stem or alias).
-    #[arg(short = 'm', long = "model", required = true)]
+    #[arg(short = 'm', long = "model", required_unless_present = "models_dir")]
     pub models: Vec<PathBuf>,
+    /// Serve every GGUF file of DIR under its file stem, each loaded when a request first names it
+    /// (split models by their first shard). Listed by /v1/models with `"loaded"`.
+    #[arg(long = "models-dir", value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// Memory the loaded models may take together (file bytes plus KV pool; e.g. 8GiB): models of
+    /// --models-dir that are idle are unloaded, least recently used first, to make room. A model
+    /// that cannot fit at all is a 503 naming the sizes.
+    #[arg(long = "models-memory", value_parser = serve::parse_bytes)]
+    pub models_memory: Option<u64>,
     /// The id a model is served under instead of its file stem (repeatable: the first --alias
     /// names the first -m, the second the second, …).
     #[arg(long = "alias")]
@@ -134,6 +143,8 @@ pub fn run(args: ServeArgs) -> CliResult {
         port_fallback: args.port.is_none(),
         models: args.models,
         aliases: args.aliases,
+        models_dir: args.models_dir,
+        models_memory: args.models_memory,
         api_key: args.api_key,
         threads: args.threads,
         device: engine::backend::select::Device::parse(&args.device)
