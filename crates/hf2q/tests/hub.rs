@@ -548,3 +548,56 @@ fn token_goes_to_the_endpoint_only() {
         assert_eq!(r.auth, None, "token forwarded to another host: {r:?}");
     }
 }
+
+mod common;
+
+/// `hf2q serve --model ORG/NAME`: downloads the repository, converts it once into the cache (a
+/// model under 2B parameters to Q8_0), serves it as ORG/NAME; a restart serves the cached file
+/// without downloading or converting again. An unknown quantization type is a clear error.
+#[test]
+fn serve_a_hub_repository_by_name() {
+    let hub = Hub::start(Config::default());
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let env = [
+        ("HF_ENDPOINT", hub.endpoint()),
+        ("HF2Q_CACHE", cache.to_string_lossy().into_owned()),
+    ];
+    let gguf = cache.join("models/test--llama").join(COMMIT).join("llama.Q8_0.gguf");
+    let mtime = {
+        let s = common::server::Server::start_env(&[PathBuf::from("test/llama")], &["-c", "256"], &env);
+        let (st, r) = s.json("GET", "/v1/models", serde_json::json!({}), None);
+        assert_eq!(st, 200, "{r}");
+        assert_eq!(r["data"][0]["id"], "test/llama", "{r}");
+        let (st, r) = s.json(
+            "POST",
+            "/v1/completions",
+            serde_json::json!({"model": "test/llama", "prompt": [1, 2, 3], "max_tokens": 2}),
+            None,
+        );
+        assert_eq!(st, 200, "{r}");
+        assert!(gguf.is_file(), "{} missing", gguf.display());
+        std::fs::metadata(&gguf).unwrap().modified().unwrap()
+    };
+    let downloads = file_requests(&hub).len();
+    assert!(downloads > 0);
+    {
+        let s = common::server::Server::start_env(&[PathBuf::from("test/llama")], &["-c", "256"], &env);
+        let (st, _) = s.json("GET", "/v1/models", serde_json::json!({}), None);
+        assert_eq!(st, 200);
+    }
+    assert_eq!(
+        file_requests(&hub).len(),
+        downloads,
+        "the second start downloaded files"
+    );
+    assert_eq!(
+        std::fs::metadata(&gguf).unwrap().modified().unwrap(),
+        mtime,
+        "converted twice"
+    );
+    let out = hub.hf2q(&cache, None, &["serve", "-m", "test/llama:Q9_Z", "--port", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("Q9_Z"), "{err}");
+}

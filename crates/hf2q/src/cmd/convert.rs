@@ -125,7 +125,7 @@ pub fn run(args: ConvertArgs) -> CliResult {
 
 /// Download `repo` at `revision` into the cache (or find it there), with a byte progress bar on a
 /// terminal; returns the snapshot.
-fn download(repo: &str, revision: &str) -> CliResult<convert::hub::Snapshot> {
+pub fn download(repo: &str, revision: &str) -> CliResult<convert::hub::Snapshot> {
     use convert::hub::Event;
     let opts = convert::hub::HubOptions::from_env(super::doctor::cache_dir().join("hub"));
     let bar = progress_bar();

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// GGUF model to serve (repeatable; a request's `model` picks one by file stem or alias).
+    /// GGUF model to serve (repeatable; a request's `model` picks one by file stem or alias), or a
+    /// HuggingFace repository ORG/NAME[:QUANT]: downloaded with the Hub code, converted once into
+    /// the cache ($HF2Q_CACHE/models) to QUANT (default Q8_0 for models under 2B parameters,
+    /// Q4_K_M above), and served as ORG/NAME[:QUANT].
     #[arg(short = 'm', long = "model", required_unless_present = "models_dir")]
     pub models: Vec<PathBuf>,
     /// Serve every GGUF file of DIR under its file stem, each loaded when a request first names it
@@ -95,7 +98,75 @@ fn seconds(s: &str) -> Result<f64, String> {
     }
 }
 
-pub fn run(args: ServeArgs) -> CliResult {
+/// A `-m` value that names a Hub repository (`ORG/NAME[:QUANT]`, and no such file exists).
+fn hub_spec(m: &std::path::Path) -> Option<(String, Option<String>)> {
+    if m.exists() {
+        return None;
+    }
+    let s = m.to_str()?;
+    if s.ends_with(".gguf") {
+        return None;
+    }
+    let (repo, quant) = match s.rsplit_once(':') {
+        Some((r, q)) => (r, Some(q.to_string())),
+        None => (s, None),
+    };
+    convert::hub::validate_repo_id(repo).ok()?;
+    (repo.split('/').count() == 2).then(|| (repo.to_string(), quant))
+}
+
+/// Download `repo`, convert it to `quant` (or the default for its size) into the cache once, and
+/// return the GGUF path.
+fn from_hub(repo: &str, quant: Option<&str>) -> CliResult<PathBuf> {
+    let snap = super::convert::download(repo, "main")?;
+    let quant = match quant {
+        Some(q) => q.to_string(),
+        None => {
+            let n = convert::hf::inspect(&snap.dir)
+                .map_err(|e| CliError::input(format!("{repo}: {e}")))?
+                .parameters;
+            if n < 2_000_000_000 { "Q8_0" } else { "Q4_K_M" }.to_string()
+        }
+    };
+    let target = convert::plan::Target::parse(&quant)
+        .ok_or_else(|| CliError::input(format!("{repo}:{quant}: unknown quantization type {quant:?}")))?;
+    let dir = super::doctor::cache_dir()
+        .join("models")
+        .join(repo.replace('/', "--"))
+        .join(&snap.commit);
+    let name = repo.rsplit('/').next().unwrap_or(repo);
+    let out = dir.join(format!("{name}.{}.gguf", target.name()));
+    if out.is_file() {
+        tracing::info!("{repo}: serving the cached conversion {}", out.display());
+        return Ok(out);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::runtime(format!("{}: {e}", dir.display())))?;
+    eprintln!(
+        "hf2q serve: converting {repo} ({}) to {} once, into {}",
+        snap.commit,
+        target.name(),
+        out.display()
+    );
+    let opts = convert::requant::QuantizeOptions::default();
+    convert::pipeline::convert(&snap.dir, &out, target, &opts).map_err(|e| {
+        if e.is_invalid_input() {
+            CliError::input(format!("{repo}: {e}"))
+        } else {
+            CliError::runtime(format!("{repo}: {e}"))
+        }
+    })?;
+    Ok(out)
+}
+
+pub fn run(mut args: ServeArgs) -> CliResult {
+    // Hub repositories become cached GGUF files served under the name they were asked by.
+    let mut names: Vec<Option<String>> = vec![None; args.models.len()];
+    for (i, m) in args.models.iter_mut().enumerate() {
+        if let Some((repo, quant)) = hub_spec(m) {
+            names[i] = Some(m.to_string_lossy().into_owned());
+            *m = from_hub(&repo, quant.as_deref())?;
+        }
+    }
     if args.parallel == 0 || args.prefill_chunk == 0 {
         return Err(CliError::input("--parallel and --prefill-chunk must be at least 1"));
     }
@@ -121,12 +192,17 @@ pub fn run(args: ServeArgs) -> CliResult {
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            args.aliases.get(i).cloned().unwrap_or_else(|| {
-                m.file_stem()
-                    .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
-            })
+            args.aliases
+                .get(i)
+                .cloned()
+                .or_else(|| names[i].clone())
+                .unwrap_or_else(|| {
+                    m.file_stem()
+                        .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+                })
         })
         .collect();
+    let served_as = ids.clone();
     if let Some(a) = args.aliases.iter().find(|a| a.trim().is_empty()) {
         return Err(CliError::input(format!("--alias {a:?}: an alias must not be empty")));
     }
@@ -142,7 +218,7 @@ pub fn run(args: ServeArgs) -> CliResult {
         port: args.port.unwrap_or(8080),
         port_fallback: args.port.is_none(),
         models: args.models,
-        aliases: args.aliases,
+        aliases: served_as,
         models_dir: args.models_dir,
         models_memory: args.models_memory,
         api_key: args.api_key,

@@ -29,10 +29,18 @@ impl Server {
     }
 
     pub fn start_with(models: &[PathBuf], extra: &[&str]) -> Server {
+        Server::start_env(models, extra, &[])
+    }
+
+    /// The same with extra environment variables (a Hub endpoint, a cache directory).
+    pub fn start_env(models: &[PathBuf], extra: &[&str], env: &[(&str, String)]) -> Server {
         let mut cmd = Command::new(bin());
         cmd.arg("serve");
         for m in models {
             cmd.arg("-m").arg(m);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
         }
         let mut child = cmd
             .args(["--port", "0", "-t", "2"])
@@ -52,7 +60,7 @@ impl Server {
         let s = Server { child, addr };
         let t = Instant::now();
         while s.request("GET", "/readyz", None, None).0 != 200 {
-            assert!(t.elapsed() < Duration::from_secs(60), "model did not load");
+            assert!(t.elapsed() < Duration::from_secs(120), "model did not load");
             std::thread::sleep(Duration::from_millis(50));
         }
         s
