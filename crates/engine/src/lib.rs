@@ -6,6 +6,7 @@ pub mod backend;
 pub mod chat;
 pub mod debug;
 pub mod device;
+pub mod gbnf;
 pub mod generate;
 pub mod grammar;
 pub mod model;

@@ -173,11 +173,33 @@ fn errors_are_openai_shaped() {
             .contains(&format!("x-hf2q-model: {}", served.to_ascii_lowercase())),
         "{head}"
     );
-    // llama-server's GBNF field is refused, not ignored.
+    // llama-server's GBNF `grammar` constrains the reply; a malformed one is a 400 naming it.
+    let g = "root ::= answer \".\"\nanswer ::= \"yes\" | \"no\"";
     let (st, r) = s.json(
         "POST",
         "/v1/chat/completions",
-        json!({"messages": msgs, "grammar": "root ::= \"yes\""}),
+        json!({"messages": msgs, "grammar": g, "max_tokens": 8}),
+        key,
+    );
+    assert_eq!(st, 200, "{r}");
+    let reply = r["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(reply == "yes." || reply == "no.", "{reply:?}");
+    let (st, r) = s.json(
+        "POST",
+        "/v1/completions",
+        json!({"prompt": "Answer:", "grammar": "root ::= [0-9]{2} \"!\"", "max_tokens": 8}),
+        key,
+    );
+    assert_eq!(st, 200, "{r}");
+    let text = r["choices"][0]["text"].as_str().unwrap();
+    assert!(
+        text.len() == 3 && text.ends_with('!') && text[..2].bytes().all(|b| b.is_ascii_digit()),
+        "{text:?}"
+    );
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": msgs, "grammar": "root ::= \"open"}),
         key,
     );
     err(st, &r, 400, "grammar");
@@ -563,6 +585,25 @@ fn tool_calls() {
     assert_eq!((st, r["error"]["param"].as_str()), (400, Some("tools")), "{r}");
 }
 
+/// Run a client script of tests/ (`python3` or `node`) with `args`; it must exit 0.
+fn run_client(interpreter: &str, script: &str, args: &[&str], env: &[(&str, std::ffi::OsString)]) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join(script);
+    let mut cmd = Command::new(interpreter);
+    cmd.arg(&path).args(args).env("NO_PROXY", "*");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {interpreter} (.ci/run installs it): {e}"));
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The official `openai` Python package (PyPI, unmodified) against the server: models, chat
 /// unary and streamed, tools (forced, streamed, round trip), json_schema output, completions and
 /// the SDK's error classes (tests/openai_sdk.py has the checks).
@@ -570,21 +611,12 @@ fn tool_calls() {
 fn official_openai_python_sdk() {
     let s = Server::start(&["--api-key", "sdk-key", "--parallel", "2"]);
     let model = smollm2().file_stem().unwrap().to_string_lossy().into_owned();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_sdk.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(format!("http://{}/v1", s.addr))
-        .arg("sdk-key")
-        .arg(&model)
-        .env("PYTHONPATH", common::pylib())
-        .env("NO_PROXY", "*")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openai SDK script failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let base = format!("http://{}/v1", s.addr);
+    run_client(
+        "python3",
+        "openai_sdk.py",
+        &[&base, "sdk-key", &model],
+        &[("PYTHONPATH", common::pylib().into())],
     );
 }
 
@@ -596,21 +628,11 @@ fn official_openai_python_sdk() {
 fn official_agent_sdks() {
     let s = Server::start(&["--api-key", "sdk-key", "--parallel", "2"]);
     let model = smollm2().file_stem().unwrap().to_string_lossy().into_owned();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agent_sdks.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(&s.addr)
-        .arg("sdk-key")
-        .arg(&model)
-        .env("PYTHONPATH", common::pylib())
-        .env("NO_PROXY", "*")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "agent SDK script failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    run_client(
+        "python3",
+        "agent_sdks.py",
+        &[&s.addr, "sdk-key", &model],
+        &[("PYTHONPATH", common::pylib().into())],
     );
 }
 
@@ -716,29 +738,79 @@ fn agent_routes_refuse_bad_input_by_name() {
     assert_eq!(st, 200, "{b}");
 }
 
+/// The official `openai` Node SDK (npm, unmodified): `client.responses` unary and streamed, a tool
+/// round trip, json_schema, previous_response_id, error classes (tests/openai_node.cjs has the
+/// checks). Needs `node`, which `.ci/run` installs, and the SDK from `scripts/fetch-models`.
+#[test]
+fn official_openai_node_sdk() {
+    let nodelib = common::models_dir().join("nodelib/node_modules");
+    assert!(
+        nodelib.join("openai").is_dir(),
+        "{} is missing: run scripts/fetch-models (it needs node and npm)",
+        nodelib.display()
+    );
+    let s = Server::start(&["--api-key", "sdk-key", "--parallel", "2"]);
+    let model = smollm2().file_stem().unwrap().to_string_lossy().into_owned();
+    let base = format!("http://{}/v1", s.addr);
+    run_client(
+        "node",
+        "openai_node.cjs",
+        &[&base, "sdk-key", &model],
+        &[("NODE_PATH", nodelib.into())],
+    );
+}
+
+/// llama.cpp b11434's own server tests (tools/server/tests, its OpenAI- and Anthropic-compatible
+/// modules, unmodified) against `hf2q serve` through tests/llama_server/utils.py; every failure
+/// must be one listed in tests/llama_server/expected_failures.txt with its reason, and a listed
+/// test that passes fails this test too (the list stays exact).
+#[test]
+fn llama_cpp_server_tests() {
+    let suite = common::models_dir().join("llama-server-tests");
+    assert!(
+        suite.join("unit/test_chat_completion.py").is_file(),
+        "{} is missing: run scripts/fetch-models first",
+        suite.display()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let minilm = common::server::minilm_gguf(tmp.path());
+    let runner = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/llama_server/run.py");
+    let out = Command::new("python3")
+        .arg(&runner)
+        .arg(&suite)
+        .env("HF2Q_BIN", common::server::bin())
+        .env("HF2Q_CHAT_MODEL", smollm2())
+        .env("HF2Q_EMBED_MODEL", &minilm)
+        .env("PYTHONPATH", common::pylib())
+        .env("NO_PROXY", "*")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout
+        .lines()
+        .filter(|l| l.starts_with("llama.cpp server tests") || l.contains("UNEXPECTED") || l.contains("NOW PASSES"));
+    for l in summary {
+        eprintln!("{l}");
+    }
+    assert!(
+        out.status.success(),
+        "llama.cpp server tests:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// LangChain's `ChatOpenAI(base_url=…)` (PyPI langchain-openai, unmodified): invoke, stream,
 /// `.bind_tools()` and `.with_structured_output()` (tests/langchain_check.py has the checks).
 #[test]
 fn langchain_chat_openai() {
     let s = Server::start(&["--api-key", "sdk-key"]);
     let model = smollm2().file_stem().unwrap().to_string_lossy().into_owned();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/langchain_check.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(format!("http://{}/v1", s.addr))
-        .arg("sdk-key")
-        .arg(&model)
-        .env("PYTHONPATH", common::pylib())
-        .env("NO_PROXY", "*")
-        .env("LANGCHAIN_TRACING_V2", "false")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "langchain script failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let base = format!("http://{}/v1", s.addr);
+    let env = [
+        ("PYTHONPATH", common::pylib().into()),
+        ("LANGCHAIN_TRACING_V2", "false".into()),
+    ];
+    run_client("python3", "langchain_check.py", &[&base, "sdk-key", &model], &env);
 }
 
 /// A chat request whose prompt is a few hundred tokens long (`topic` makes it distinct).

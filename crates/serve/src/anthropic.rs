@@ -4,7 +4,7 @@
 //! chat pipeline; the reply comes back as content blocks or as the Messages event stream. Errors
 //! are Anthropic-shaped (`{"type": "error", "error": {"type", "message"}}`).
 
-use super::{new_id, prepare_chat, single, ApiError, Finish, Shared};
+use super::{new_item_id as new_id, prepare_chat, single, ApiError, Finish, Shared};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;

@@ -23,6 +23,8 @@ pub struct Valid {
     pub format: Option<Option<Value>>,
     /// Left-truncate the prompt to its last N tokens (vLLM's `truncate_prompt_tokens`).
     pub truncate_prompt_tokens: Option<usize>,
+    /// llama-server's `grammar` (GBNF), as a Lark grammar.
+    pub grammar: Option<String>,
 }
 
 fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
@@ -84,15 +86,19 @@ pub fn object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
 
 /// The fields shared by chat (`chat` = true) and text completions.
 pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> {
-    // llama-server's GBNF `grammar`: a constraint this server does not read yet must not be
-    // dropped silently.
-    if field(body, "grammar").is_some() {
-        return Err(ApiError::invalid(
-            "grammar",
-            "'grammar' (llama.cpp GBNF) is not supported by this server; constrain the reply with \
-             response_format json_schema or a forced tool call instead",
-        ));
-    }
+    // llama-server's GBNF `grammar`, translated for llguidance.
+    let grammar = match field(body, "grammar") {
+        None => None,
+        Some(Value::String(g)) => {
+            Some(engine::gbnf::to_lark(g).map_err(|e| ApiError::invalid("grammar", format!("'grammar': {e}")))?)
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "grammar",
+                "'grammar' must be a string (a GBNF grammar)",
+            ))
+        }
+    };
     let model = match field(body, "model") {
         None => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -132,8 +138,35 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
             }
         }
     };
+    if grammar.is_some() && field(body, "response_format").is_some() {
+        return Err(ApiError::invalid(
+            "grammar",
+            "'grammar' cannot be combined with response_format",
+        ));
+    }
+    // llama-server's top-level `json_schema` (a schema object) is a json_schema response format.
+    if let Some(js) = field(body, "json_schema") {
+        if field(body, "response_format").is_some() {
+            return Err(ApiError::invalid(
+                "json_schema",
+                "'json_schema' cannot be combined with response_format",
+            ));
+        }
+        if !js.is_object() {
+            return Err(ApiError::invalid(
+                "json_schema",
+                "'json_schema' must be a JSON schema object",
+            ));
+        }
+        if grammar.is_some() {
+            return Err(ApiError::invalid(
+                "grammar",
+                "'grammar' cannot be combined with json_schema",
+            ));
+        }
+    }
     let format = match field(body, "response_format") {
-        None => None,
+        None => field(body, "json_schema").map(|js| Some(crate::tools::closed_objects(js))),
         Some(rf) => match rf.get("type").and_then(Value::as_str).unwrap_or("") {
             "text" => None,
             "json_object" => Some(None),
@@ -242,6 +275,7 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
         logprobs,
         format,
         truncate_prompt_tokens: integer(body, "truncate_prompt_tokens", 1)?.map(|k| k as usize),
+        grammar,
     })
 }
 

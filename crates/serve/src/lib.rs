@@ -612,6 +612,9 @@ fn router(state: Shared) -> Router {
         .route("/completions", post(completions))
         .route("/embeddings", post(embeddings))
         .route("/models", get(list_models))
+        .route("/responses", post(responses::create))
+        .route("/messages", post(anthropic::create))
+        .route("/messages/count_tokens", post(anthropic::count_tokens))
         .route(routes::TOKENIZE, post(tokenize))
         .route(routes::DETOKENIZE, post(detokenize))
         .route("/apply-template", post(apply_template))
@@ -942,9 +945,15 @@ async fn embeddings(State(st): State<Shared>, body: Bytes) -> Response {
     }
     let emb = {
         let es = st.embedders.read().unwrap_or_else(|e| e.into_inner());
+        let ws = st.workers.read().unwrap_or_else(|e| e.into_inner());
         match model {
             None => es.first().cloned(),
-            Some(id) => es.iter().find(|e| e.id == id).cloned(),
+            Some(id) => es.iter().find(|e| e.id == id).cloned().or_else(|| {
+                // One embedding model serves names it does not have (clients send
+                // "text-embedding-3-small"), unless the name is a chat model's.
+                let only = es.len() == 1 && st.lazy.is_empty() && !ws.iter().any(|w| w.id == id);
+                only.then(|| es[0].clone())
+            }),
         }
     };
     let Some(emb) = emb else {
@@ -1062,6 +1071,11 @@ fn new_id(prefix: &str) -> String {
     format!("{prefix}-{:x}{:04x}", t, N.fetch_add(1, Ordering::Relaxed) & 0xffff)
 }
 
+/// An id in the Responses and Messages APIs' style: `resp_…`, `msg_…`, `toolu_…`.
+fn new_item_id(prefix: &str) -> String {
+    new_id(prefix).replacen('-', "_", 1)
+}
+
 /// What a completion job needs besides its prompt.
 struct Prepared {
     worker: Arc<Worker>,
@@ -1120,6 +1134,7 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
             ));
         }
     }
+    let grammar = v.grammar.clone();
     let params = GenerateParams {
         max_tokens,
         sampling: v.sampling,
@@ -1139,7 +1154,7 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         tools: false,
         tools_parallel: true,
         tool_format: tools::ToolFormat::Hermes,
-        grammar: None,
+        grammar,
         reasoning: None,
         rendered: String::new(),
     })
@@ -1169,6 +1184,12 @@ fn prepare_chat(st: &AppState, b: &serde_json::Map<String, Value>) -> Result<Pre
     let v = api::common(b, true)?;
     let mut msgs = api::messages(b)?;
     let tools = tools::parse(b)?;
+    if tools.as_ref().is_some_and(|t| t.forced.is_some()) && v.grammar.is_some() {
+        return Err(ApiError::invalid(
+            "grammar",
+            "'grammar' cannot be combined with a forced tool_choice",
+        ));
+    }
     if tools.as_ref().is_some_and(|t| t.forced.is_some()) && v.format.is_some() {
         return Err(ApiError::invalid(
             "response_format",
@@ -1220,7 +1241,9 @@ fn prepare_chat(st: &AppState, b: &serde_json::Map<String, Value>) -> Result<Pre
     if let Some(t) = &tools {
         p.tools = true;
         p.tools_parallel = t.parallel;
-        p.grammar = tools::forced_grammar(t, tool_format);
+        if let Some(g) = tools::forced_grammar(t, tool_format) {
+            p.grammar = Some(g);
+        }
         p.tool_format = tool_format;
     }
     Ok(p)

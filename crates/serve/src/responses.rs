@@ -5,7 +5,7 @@
 //! as the Responses event stream. Stored responses (`store`, default true) keep their conversation
 //! so that `previous_response_id` continues it, in a bounded least-recently-used map.
 
-use super::{new_id, now, prepare_chat, single, ApiError, AppState, Finish, Shared};
+use super::{new_item_id as new_id, now, prepare_chat, single, ApiError, AppState, Finish, Shared};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
