@@ -377,22 +377,17 @@ fn ev(ty: &str, data: Value) -> SseEvent {
 
 fn stream_response(
     st: Shared,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<Delta>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Delta>,
     id: String,
     model: String,
     prompt_tokens: usize,
 ) -> Response {
-    let (otx, orx) = tokio::sync::mpsc::unbounded_channel::<Result<SseEvent, std::convert::Infallible>>();
     let keep_alive = KeepAlive::new().interval(st.cfg.sse_keepalive);
-    tokio::spawn(async move {
+    {
         let start = json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant",
             "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": prompt_tokens, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "output_tokens": 0}}});
-        for e in [ev("message_start", start), ev("ping", json!({"type": "ping"}))] {
-            if otx.send(Ok(e)).is_err() {
-                return;
-            }
-        }
+        let first = vec![ev("message_start", start), ev("ping", json!({"type": "ping"}))];
         // The open block: its index and kind ("thinking" or "text").
         let mut open: Option<(usize, &'static str)> = None;
         let mut next = 0usize;
@@ -410,11 +405,7 @@ fn stream_response(
                 ));
             }
         };
-        loop {
-            let d = tokio::select! {
-                d = rx.recv() => d,
-                _ = otx.closed() => return,
-            };
+        let events = super::async_stream(rx, move |d| {
             let mut out = Vec::new();
             let mut end = false;
             match d {
@@ -487,19 +478,13 @@ fn stream_response(
                     end = true;
                 }
             }
-            for e in out {
-                if otx.send(Ok(e)).is_err() {
-                    return;
-                }
-            }
-            if end {
-                return;
-            }
-        }
-    });
-    Sse::new(tokio_stream::wrappers::UnboundedReceiverStream::new(orx))
-        .keep_alive(keep_alive)
-        .into_response()
+            (out, end)
+        });
+        let initial = tokio_stream::iter(first.into_iter().map(Ok));
+        Sse::new(tokio_stream::StreamExt::chain(initial, events))
+            .keep_alive(keep_alive)
+            .into_response()
+    }
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model would see it.

@@ -685,16 +685,15 @@ impl Streamer {
 
 fn stream_response(
     st: Shared,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<Delta>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Delta>,
     id: String,
     created: u64,
     model: String,
     ctx: Ctx,
     count: Box<dyn Fn(&str) -> usize + Send>,
 ) -> Response {
-    let (otx, orx) = tokio::sync::mpsc::unbounded_channel::<Result<SseEvent, std::convert::Infallible>>();
     let keep_alive = KeepAlive::new().interval(st.cfg.sse_keepalive);
-    tokio::spawn(async move {
+    {
         let mut s = Streamer {
             seq: 0,
             output: Vec::new(),
@@ -717,16 +716,7 @@ fn stream_response(
             s.ev("response.created", json!({"response": skeleton})),
             s.ev("response.in_progress", json!({"response": skeleton})),
         ];
-        for e in first {
-            if otx.send(Ok(e)).is_err() {
-                return;
-            }
-        }
-        loop {
-            let d = tokio::select! {
-                d = rx.recv() => d,
-                _ = otx.closed() => return,
-            };
+        let events = super::async_stream(rx, move |d| {
             let mut out = Vec::new();
             let mut end = false;
             match d {
@@ -859,19 +849,13 @@ fn stream_response(
                     end = true;
                 }
             }
-            for e in out {
-                if otx.send(Ok(e)).is_err() {
-                    return;
-                }
-            }
-            if end {
-                return;
-            }
-        }
-    });
-    Sse::new(tokio_stream::wrappers::UnboundedReceiverStream::new(orx))
-        .keep_alive(keep_alive)
-        .into_response()
+            (out, end)
+        });
+        let initial = tokio_stream::iter(first.into_iter().map(Ok));
+        Sse::new(tokio_stream::StreamExt::chain(initial, events))
+            .keep_alive(keep_alive)
+            .into_response()
+    }
 }
 
 pub async fn get(State(st): State<Shared>, Path(id): Path<String>) -> Response {
