@@ -28,7 +28,7 @@ use common::server::Server;
 use convert::plan::Target;
 use convert::requant::QuantizeOptions;
 use engine::backend::cpu::Cpu;
-use engine::backend::KvType;
+use engine::backend::{Backend, KvType};
 use engine::model::{Logits, Model, SeqStep};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -85,17 +85,20 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 fn load(model: &str, ftype: &str, tmp: &std::path::Path) -> Box<dyn Model<Cpu>> {
+    load_on(Arc::new(Cpu::new(2).unwrap()), model, ftype, tmp)
+}
+
+fn load_on<B: Backend>(b: Arc<B>, model: &str, ftype: &str, tmp: &std::path::Path) -> Box<dyn Model<B>> {
     let (root, _) = tiny_dir();
     let dir = root.join(model);
     let out = tmp.join(format!("{model}.{ftype}.gguf"));
     convert::pipeline::convert(&dir, &out, Target::parse(ftype).unwrap(), &QuantizeOptions::default()).unwrap();
     let gguf = engine::model::open_gguf(&out).unwrap();
-    let cpu = Arc::new(Cpu::new(2).unwrap());
-    engine::model::load(cpu, &gguf, &out).unwrap()
+    engine::model::load(b, &gguf, &out).unwrap()
 }
 
 /// The logits of every position of `ids`, fed in one step into a fresh cache.
-fn prompt_logits(m: &dyn Model<Cpu>, ids: &[u32]) -> Vec<Vec<f32>> {
+fn prompt_logits<B: Backend>(m: &dyn Model<B>, ids: &[u32]) -> Vec<Vec<f32>> {
     let mut scratch = m.scratch(64);
     let mut kv = m.new_kv(64, KvType::F16).unwrap();
     let all = m
@@ -114,7 +117,7 @@ fn prompt_logits(m: &dyn Model<Cpu>, ids: &[u32]) -> Vec<Vec<f32>> {
 }
 
 /// Greedy decoding after the prompt, one token at a time through the cache.
-fn greedy(m: &dyn Model<Cpu>, prompt: &[u32], n: usize) -> Vec<u32> {
+fn greedy<B: Backend>(m: &dyn Model<B>, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut scratch = m.scratch(64);
     let mut kv = m.new_kv(prompt.len() + n + 1, KvType::F16).unwrap();
     let mut l = m
@@ -148,10 +151,16 @@ fn greedy(m: &dyn Model<Cpu>, prompt: &[u32], n: usize) -> Vec<u32> {
 }
 
 fn check(model: &str, ftype: &str, tol: f32) {
+    check_on(Arc::new(Cpu::new(2).unwrap()), model, ftype, tol, true);
+}
+
+/// The logits checks on backend `b`; with `serve`, the greedy continuation through the server too.
+fn check_on<B: Backend>(b: Arc<B>, model: &str, ftype: &str, tol: f32, serve: bool) {
     let (root, _) = tiny_dir();
     let dir = root.join(model);
     let tmp = tempfile::tempdir().unwrap();
-    let m = load(model, ftype, tmp.path());
+    let name = b.name();
+    let m = load_on(b, model, ftype, tmp.path());
     let r = reference(&dir);
     let mut scratch = m.scratch(64);
 
@@ -172,7 +181,7 @@ fn check(model: &str, ftype: &str, tol: f32) {
     let mut top: Vec<usize> = (0..b.len()).collect();
     top.sort_by(|&i, &j| b[j].total_cmp(&b[i]));
     let last_top5 = top[..5].iter().map(|&i| (a[i] - b[i]).abs()).fold(0.0, f32::max);
-    eprintln!("{model} {ftype}: batched max |Δlogit| = {worst:.2e} (tolerance {tol:.0e}), max |Δlogprob| = {worst_lp:.2e}, last-row top-5 |Δlogprob| = {last_top5:.2e}");
+    eprintln!("{model} {ftype} on {name}: batched max |Δlogit| = {worst:.2e} (tolerance {tol:.0e}), max |Δlogprob| = {worst_lp:.2e}, last-row top-5 |Δlogprob| = {last_top5:.2e}");
     assert!(worst <= tol, "{model} {ftype}: batched logits differ by {worst}");
 
     // Token by token through the KV cache: the same numbers.
@@ -197,9 +206,11 @@ fn check(model: &str, ftype: &str, tol: f32) {
 
     if ftype == "f32" && !r.greedy.is_empty() {
         let got = greedy(&*m, &r.ids, r.greedy.len());
-        assert_eq!(got, r.greedy, "{model}: greedy continuation");
+        assert_eq!(got, r.greedy, "{model}: greedy continuation on {name}");
         drop(m);
-        through_serve(model, &tmp.path().join(format!("{model}.{ftype}.gguf")), &r, tol);
+        if serve {
+            through_serve(model, &tmp.path().join(format!("{model}.{ftype}.gguf")), &r, tol);
+        }
     }
 }
 
@@ -356,4 +367,42 @@ fn gemma4_forced_tool_call_through_serve() {
         args["city"].is_string() && args["metric"].is_boolean() && args["days"].is_i64(),
         "{args}"
     );
+}
+
+/// The same fixtures, F32 and F16, on the CUDA backend with the same tolerances (GPU 0). Without a
+/// GPU this does not run, and says so.
+#[test]
+fn fixtures_on_cuda() {
+    use std::io::Write;
+    if !engine::backend::select::cuda_present() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: engine fixtures on CUDA (no NVIDIA GPU or driver on this machine)"
+        );
+        return;
+    }
+    let b = Arc::new(engine::backend::cuda::Cuda::new(0).expect("the CUDA backend on a machine with a GPU"));
+    let (root, _) = tiny_dir();
+    for model in [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "gemma3",
+        "gemma4",
+        "gemma4_moe",
+        "gemma4_ple",
+    ] {
+        if !root.join(model).is_dir() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "NOT RUN: engine fixture {model} on CUDA (not in {})",
+                root.display()
+            );
+            continue;
+        }
+        let gemma = model.starts_with("gemma");
+        check_on(b.clone(), model, "f32", if gemma { 1e-2 } else { 5e-3 }, false);
+        check_on(b.clone(), model, "f16", if gemma { 2e-2 } else { 1e-2 }, false);
+    }
 }

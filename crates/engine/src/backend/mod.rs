@@ -4,6 +4,7 @@
 //! host round trips, and only [`Backend::read`] copies results (logits, embeddings) to the host.
 
 pub mod cpu;
+pub mod cuda;
 pub mod select;
 #[cfg(test)]
 pub mod tests;
@@ -156,6 +157,13 @@ pub trait Backend: Send + Sync + 'static {
     /// Run `f` (a forward step) on this backend's workers.
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R;
 
+    /// Before a model's weights load: whether `bytes` of them fit (a GPU checks its free memory,
+    /// so a model that does not fit is refused before anything is allocated). `what` names the
+    /// model in the error.
+    fn reserve_weights(&self, bytes: u64, what: &str) -> crate::Result<()> {
+        let _ = (bytes, what);
+        Ok(())
+    }
     fn load_weight(&self, src: WeightSource<'_>) -> crate::Result<Self::Weight>;
     fn weight_type(&self, w: &Self::Weight) -> GgmlType;
     /// ggml order: row length first.

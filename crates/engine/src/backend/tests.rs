@@ -614,3 +614,66 @@ mod cpu {
         super::matmul(&b);
     }
 }
+
+/// The same bodies on the CUDA backend (GPU 0). Without a GPU they do not run, and say so.
+#[cfg(test)]
+mod cuda {
+    use crate::backend::cuda::Cuda;
+    use crate::backend::select::cuda_present;
+
+    fn cuda(what: &str) -> Option<Cuda> {
+        if !cuda_present() {
+            use std::io::Write;
+            // Past the harness's output capture, so a green run without a GPU says what it skipped.
+            let _ = writeln!(
+                std::io::stderr(),
+                "NOT RUN: CUDA op test {what} (no NVIDIA GPU or driver on this machine)"
+            );
+            return None;
+        }
+        Some(Cuda::new(0).expect("the CUDA backend on a machine with a GPU"))
+    }
+
+    #[test]
+    fn matmul() {
+        if let Some(b) = cuda("matmul") {
+            super::matmul(&b);
+        }
+    }
+    #[test]
+    fn matmul_groups() {
+        if let Some(b) = cuda("matmul_groups") {
+            super::matmul_groups(&b);
+        }
+    }
+    #[test]
+    fn norms() {
+        if let Some(b) = cuda("norms") {
+            super::norms(&b);
+        }
+    }
+    #[test]
+    fn rope() {
+        if let Some(b) = cuda("rope") {
+            super::rope(&b);
+        }
+    }
+    #[test]
+    fn elementwise() {
+        if let Some(b) = cuda("elementwise") {
+            super::elementwise(&b);
+        }
+    }
+    #[test]
+    fn rows() {
+        if let Some(b) = cuda("rows") {
+            super::rows(&b);
+        }
+    }
+    #[test]
+    fn attention() {
+        if let Some(b) = cuda("attention") {
+            super::attention(&b);
+        }
+    }
+}

@@ -112,6 +112,7 @@ pub fn load_encoder<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &P
             known.join(", ")
         )));
     }
+    backend.reserve_weights(gguf.total_bytes(), &path.display().to_string())?;
     Ok(Box::new(bert::Bert::load(backend, gguf, path)?))
 }
 
@@ -119,6 +120,7 @@ pub fn load_encoder<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &P
 pub fn load<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> Result<Box<dyn Model<B>>> {
     let arch_name = gguf.metadata().architecture().unwrap_or_default();
     let a = arch(arch_name).ok_or_else(|| unsupported(arch_name, path))?;
+    backend.reserve_weights(gguf.total_bytes(), &path.display().to_string())?;
     Ok(match a.family {
         Family::Llama => Box::new(llama::Llama::load(backend, gguf, path)?),
         Family::Qwen3Moe => Box::new(qwen3moe::load(backend, gguf, path)?),

@@ -41,6 +41,9 @@ fn free_disk(path: &Path) -> Option<u64> {
 pub fn run(args: DoctorArgs) -> CliResult {
     let cpu = engine::device::cpu_info();
     let cuda = engine::device::probe_cuda();
+    // With a GPU: open it and compile (or load from the cache) the backend's kernels.
+    let kernels: Option<Result<String, String>> =
+        (!cuda.gpus.is_empty()).then(|| engine::backend::cuda::check(0).map_err(|e| e.to_string()));
     let cache = cache_dir();
     let free = free_disk(&cache);
     if args.json {
@@ -48,6 +51,10 @@ pub fn run(args: DoctorArgs) -> CliResult {
             "version": env!("CARGO_PKG_VERSION"),
             "cpu": cpu,
             "cuda": cuda,
+            "cuda_backend": kernels.as_ref().map(|k| match k {
+                Ok(s) => json!({"ok": true, "detail": s}),
+                Err(e) => json!({"ok": false, "error": e}),
+            }),
             "cache_dir": cache,
             "cache_dir_exists": cache.is_dir(),
             "free_disk_bytes": free,
@@ -109,6 +116,11 @@ pub fn run(args: DoctorArgs) -> CliResult {
         "nvrtc",
         cuda.nvrtc_library.clone().unwrap_or_else(|| "not found".into()),
     );
+    match &kernels {
+        Some(Ok(s)) => row("cuda backend", s.clone()),
+        Some(Err(e)) => row("cuda backend", format!("NOT USABLE: {e}")),
+        None => row("cuda backend", "no GPU".into()),
+    }
     row(
         "cublas",
         cuda.cublas_library.clone().unwrap_or_else(|| "not found".into()),

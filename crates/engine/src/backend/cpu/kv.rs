@@ -28,6 +28,45 @@ pub(crate) struct Layout {
     pub page_bytes: usize,
 }
 
+impl Layout {
+    /// The page layout of a cache of these layers (shared by every backend, so pages written by
+    /// one can be imported by another).
+    pub(crate) fn new(layers: &[KvLayer], ty: KvType) -> Result<Layout> {
+        let bytes_of = |dim: usize| -> Result<usize> {
+            match ty {
+                KvType::F16 => Ok(2 * dim),
+                KvType::Q8_0 => {
+                    if !dim.is_multiple_of(32) {
+                        return Err(EngineError::Config(format!(
+                            "a Q8_0 KV cache needs rows of 32k values, not {dim}"
+                        )));
+                    }
+                    Ok(dim / 32 * 34)
+                }
+            }
+        };
+        let mut dims = Vec::with_capacity(layers.len());
+        let mut row_bytes = Vec::with_capacity(layers.len());
+        let mut offsets = Vec::with_capacity(layers.len());
+        let mut off = 0usize;
+        for l in layers {
+            let (kd, vd) = if l.shares.is_some() { (0, 0) } else { (l.k_dim, l.v_dim) };
+            let (kb, vb) = (bytes_of(kd)?, bytes_of(vd)?);
+            dims.push((kd, vd));
+            row_bytes.push((kb, vb));
+            offsets.push((off, off + PAGE * kb));
+            off += PAGE * (kb + vb);
+        }
+        Ok(Layout {
+            ty,
+            dims,
+            row_bytes,
+            offsets,
+            page_bytes: off,
+        })
+    }
+}
+
 /// One page of K/V rows. Dropping the last holder returns its memory.
 pub struct CpuPage {
     data: Box<[u8]>,
@@ -66,42 +105,12 @@ pub struct CpuKv {
 
 impl CpuKv {
     pub(crate) fn new(layers: &[KvLayer], n_ctx: usize, ty: KvType) -> Result<CpuKv> {
-        let bytes_of = |dim: usize| -> Result<usize> {
-            match ty {
-                KvType::F16 => Ok(2 * dim),
-                KvType::Q8_0 => {
-                    if !dim.is_multiple_of(32) {
-                        return Err(EngineError::Config(format!(
-                            "a Q8_0 KV cache needs rows of 32k values, not {dim}"
-                        )));
-                    }
-                    Ok(dim / 32 * 34)
-                }
-            }
-        };
-        let mut dims = Vec::with_capacity(layers.len());
-        let mut row_bytes = Vec::with_capacity(layers.len());
-        let mut offsets = Vec::with_capacity(layers.len());
-        let mut off = 0usize;
-        for l in layers {
-            let (kd, vd) = if l.shares.is_some() { (0, 0) } else { (l.k_dim, l.v_dim) };
-            let (kb, vb) = (bytes_of(kd)?, bytes_of(vd)?);
-            dims.push((kd, vd));
-            row_bytes.push((kb, vb));
-            offsets.push((off, off + PAGE * kb));
-            off += PAGE * (kb + vb);
-        }
-        if n_ctx.div_ceil(PAGE).checked_mul(off).is_none() {
+        let layout = Layout::new(layers, ty)?;
+        if n_ctx.div_ceil(PAGE).checked_mul(layout.page_bytes).is_none() {
             return Err(EngineError::Config(format!("KV cache of {n_ctx} positions overflows")));
         }
         let mut kv = CpuKv {
-            layout: Arc::new(Layout {
-                ty,
-                dims,
-                row_bytes,
-                offsets,
-                page_bytes: off,
-            }),
+            layout: Arc::new(layout),
             n_ctx,
             pages: Vec::new(),
             live: Arc::new(AtomicUsize::new(0)),

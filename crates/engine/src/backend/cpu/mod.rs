@@ -4,11 +4,11 @@
 
 mod attn;
 mod dense;
-mod kv;
+pub(crate) mod kv;
 pub use dense::matmul as dense_matmul;
 pub use kv::{CpuKv, CpuPage};
 mod pages;
-mod rope;
+pub(crate) mod rope;
 mod simd;
 
 use super::{AttnArgs, AttnLayer, Backend, KvType, Rope, StepPlan, WeightSource};

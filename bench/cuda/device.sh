@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the `device` tool), from the repository root, with the stripped binaries
+# in .dev/ (built here: hf2q, engine-tests = engine's lib tests, engine_tiny) and llama.cpp b11434's
+# trimmed source (.dev/llama-src.tgz, PEERS.md). Phases, each one `device` call:
+#   start  : starts (in the background) the llama.cpp CUDA build and the Llama-3.1-8B-shaped model
+#            with its Q4_K_M / Q8_0 / BF16 conversions; runs doctor, the CUDA op tests and the
+#            engine fixtures on CUDA
+#   bench  : waits for the background work, then llama-bench and hf2q bench side by side
+# Logs go to $OUT.
+set -uo pipefail
+phase=$1
+D=$PWD/.dev
+export PATH=$PATH:/usr/local/cuda/bin
+export HF2Q_CACHE=/tmp/hf2q-cache
+W=/tmp/w
+mkdir -p $W
+case $phase in
+start)
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv
+  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
+  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j12 --target llama-bench llama-server llama-batched-bench >> /tmp/lc.log 2>&1; \
+      echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+  setsid nohup bash -c "python3 bench/cuda/make_llama8b.py $W/l8b > /tmp/mk.log 2>&1 && \
+      for q in q4_k_m q8_0 bf16; do /usr/bin/time -v $D/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; done; \
+      echo MAKE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  $D/hf2q doctor 2>&1 | tee $OUT/doctor.txt
+  $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | tail -40
+  HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -v "^$" | tail -30
+  tail -n 3 /tmp/lc.log /tmp/mk.log
+  ;;
+all)
+  # One call: the llama.cpp build in the background; the model, its conversions and hf2q's benches
+  # in the foreground; llama-bench when the build is done (else the `llama` phase, next call).
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
+  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j10 --target llama-bench llama-server llama-batched-bench >> /tmp/lc.log 2>&1; \
+      echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+  python3 - <<'PY' | tee $OUT/copy-bandwidth.txt
+import torch
+x = torch.randn(1 << 30, device="cuda"); y = torch.empty_like(x)  # 4 GiB each
+for _ in range(3): y.copy_(x)
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+ts = []
+for _ in range(10):
+    s.record(); y.copy_(x); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e) / 1e3)
+ts.sort(); t = ts[len(ts) // 2]
+print(f"device-to-device copy: {2 * x.numel() * 4 / t / 1e12:.2f} TB/s (read + write, 4 GiB, median of 10)")
+PY
+  python3 bench/cuda/make_llama8b.py $W/l8b 2>&1 | grep make_llama8b | tee $OUT/make.txt
+  for q in q4_k_m q8_0 bf16; do
+    m=$W/l8b.$q.gguf
+    $D/hf2q convert $W/l8b -o $m --quant $q 2>&1 | tail -1 | tee -a $OUT/make.txt
+    $D/hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 > $OUT/hf2q-bench-$q.txt 2>&1
+    tail -n 3 $OUT/hf2q-bench-$q.txt
+  done
+  rm -rf $W/l8b
+  ;&
+llama)
+  for i in $(seq 1 120); do grep -q BUILD-END /tmp/lc.log && break; sleep 5; done
+  tail -n 2 /tmp/lc.log
+  B=/tmp/lc/b/bin
+  for q in q4_k_m q8_0 bf16; do
+    $B/llama-bench -m $W/l8b.$q.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 > $OUT/llama-bench-$q.txt 2>&1
+    grep -E "^\|" $OUT/llama-bench-$q.txt | tail -n 2
+  done
+  ;;
+bench)
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 5; done
+  tail -2 /tmp/lc.log; grep -E "make_llama8b|hf2q convert|Elapsed|Maximum resident" /tmp/mk.log
+  ls -la $W
+  B=/tmp/lc/b/bin
+  for q in q4_k_m q8_0 bf16; do
+    m=$W/l8b.$q.gguf
+    $B/llama-bench -m $m -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o json > $OUT/llama-bench-$q.json 2> $OUT/llama-bench-$q.err
+    $D/hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 --json > $OUT/hf2q-bench-$q.json 2> $OUT/hf2q-bench-$q.err
+    python3 - $q $OUT <<'PY'
+import json, sys
+q, out = sys.argv[1], sys.argv[2]
+try:
+    l = json.load(open(f"{out}/llama-bench-{q}.json"))
+    for r in l: print(f"llama.cpp {q} p{r['n_prompt']} n{r['n_gen']}: {r['avg_ts']:.1f} t/s")
+except Exception as e: print("llama-bench", q, "failed:", e, open(f"{out}/llama-bench-{q}.err").read()[-800:])
+try:
+    h = json.load(open(f"{out}/hf2q-bench-{q}.json"))
+    print(f"hf2q {q}:", json.dumps(h)[:600])
+except Exception as e: print("hf2q bench", q, "failed:", e, open(f"{out}/hf2q-bench-{q}.err").read()[-800:])
+PY
+  done
+  ;;
+esac

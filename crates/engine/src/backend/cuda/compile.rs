@@ -1,0 +1,233 @@
+//! Finding the CUDA libraries at run time and compiling the kernels with NVRTC.
+//!
+//! Nothing CUDA is linked at build time (cudarc with dynamic loading): a machine without the
+//! driver or NVRTC gets an error naming what is missing. The kernels are the `.cu` files beside
+//! this module, included as strings and compiled for the device's compute capability on first use;
+//! the machine code (cubin) is cached on disk under `$HF2Q_CACHE/cuda/`, keyed by a hash of the
+//! source, the options, the architecture and the NVRTC version.
+
+use crate::{EngineError, Result};
+use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
+use std::ffi::{c_char, CString};
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+
+const COMMON: &str = include_str!("kernels/common.cuh");
+const QUANT: &str = include_str!("kernels/quant.cuh");
+
+/// The kernel modules: name and source (each compiled with the common headers in front).
+pub const MODULES: &[(&str, &str)] = &[
+    ("ops", include_str!("kernels/ops.cu")),
+    ("matmul", include_str!("kernels/matmul.cu")),
+    ("attention", include_str!("kernels/attention.cu")),
+];
+
+/// Where the CUDA toolkit's libraries usually are, for libraries not on the loader's path.
+fn library_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for var in ["CUDA_PATH", "CUDA_HOME"] {
+        if let Some(p) = std::env::var_os(var) {
+            dirs.push(PathBuf::from(&p).join("lib64"));
+            dirs.push(PathBuf::from(p).join("lib"));
+        }
+    }
+    dirs.push("/usr/local/cuda/lib64".into());
+    dirs.push("/usr/local/cuda/targets/x86_64-linux/lib".into());
+    dirs.push("/usr/lib/x86_64-linux-gnu".into());
+    // pip's nvidia-cuda-nvrtc wheels (PyTorch environments).
+    for root in ["/usr/local/lib", "/usr/lib", "/opt"] {
+        if let Ok(rd) = std::fs::read_dir(root) {
+            for e in rd.flatten() {
+                let p = e.path();
+                for sub in ["site-packages", "dist-packages"] {
+                    dirs.push(p.join(sub).join("nvidia/cu13/lib"));
+                    dirs.push(p.join(sub).join("nvidia/cuda_nvrtc/lib"));
+                }
+            }
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir("/opt") {
+        for e in rd.flatten() {
+            for py in ["python3.12", "python3.11", "python3.13", "python3.10"] {
+                let sp = e.path().join(".venv/lib").join(py).join("site-packages/nvidia");
+                dirs.push(sp.join("cu13/lib"));
+                dirs.push(sp.join("cuda_nvrtc/lib"));
+            }
+        }
+    }
+    dirs
+}
+
+/// Load NVRTC before cudarc looks for it by name: `$HF2Q_NVRTC` (a path), else the first
+/// `libnvrtc.so.*` in the usual toolkit directories. A library loaded here is found by its name
+/// afterwards (the dynamic loader matches already loaded libraries by soname).
+pub fn preload_nvrtc() -> Option<String> {
+    static FOUND: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            // SAFETY: the presence check only opens the library.
+            if unsafe { nvrtc_sys::is_culib_present() } {
+                return Some("libnvrtc (on the loader's path)".into());
+            }
+            let mut candidates: Vec<PathBuf> = std::env::var_os("HF2Q_NVRTC").map(PathBuf::from).into_iter().collect();
+            for d in library_dirs() {
+                for n in ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"] {
+                    candidates.push(d.join(n));
+                }
+            }
+            for c in candidates {
+                if !c.exists() {
+                    continue;
+                }
+                // SAFETY: loading the vendor's NVRTC runs its initialisers, as cudarc's own load would.
+                if let Ok(lib) = unsafe { libloading::Library::new(&c) } {
+                    // Kept loaded for the life of the process.
+                    std::mem::forget(lib);
+                    return Some(c.display().to_string());
+                }
+            }
+            None
+        })
+        .clone()
+}
+
+fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("HF2Q_CACHE") {
+        return PathBuf::from(d).join("cuda");
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("hf2q/cuda");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    home.join(".cache/hf2q/cuda")
+}
+
+fn nvrtc_version() -> Result<(i32, i32)> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two valid out-pointers.
+    let rc = unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) };
+    if rc != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(EngineError::Backend(format!("nvrtcVersion failed: {rc:?}")));
+    }
+    Ok((major, minor))
+}
+
+/// The cubin of module `name` for compute capability `cc` (e.g. (9, 0)), from the disk cache or
+/// compiled now. Returns the bytes and whether it was compiled (not cached).
+pub fn module_cubin(name: &str, body: &str, cc: (i32, i32)) -> Result<(Vec<u8>, bool)> {
+    if preload_nvrtc().is_none() {
+        return Err(EngineError::Backend(
+            "NVRTC (libnvrtc.so.13) was not found: install the CUDA toolkit or the nvidia-cuda-nvrtc \
+             package, or set HF2Q_NVRTC to the library's path"
+                .into(),
+        ));
+    }
+    let version = nvrtc_version()?;
+    let arch = format!("--gpu-architecture=sm_{}{}", cc.0, cc.1);
+    let opts = [arch.as_str(), "--std=c++17"];
+    let src = format!("{COMMON}{QUANT}{body}");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&src, &opts, version, env!("CARGO_PKG_VERSION")).hash(&mut h);
+    let path = cache_dir().join(format!("{name}-sm{}{}-{:016x}.cubin", cc.0, cc.1, h.finish()));
+    if let Ok(bytes) = std::fs::read(&path) {
+        if !bytes.is_empty() {
+            return Ok((bytes, false));
+        }
+    }
+    let cubin = compile(name, &src, &opts)?;
+    // The cache is an optimisation: a read-only or full disk only costs the next start a compile.
+    if std::fs::create_dir_all(path.parent().expect("cache file has a parent")).is_ok() {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &cubin).is_ok() && std::fs::rename(&tmp, &path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Ok((cubin, true))
+}
+
+fn compile(name: &str, src: &str, opts: &[&str]) -> Result<Vec<u8>> {
+    let fail =
+        |what: &str, e: &dyn std::fmt::Debug| EngineError::Backend(format!("NVRTC {what} of module {name}: {e:?}"));
+    let csrc = CString::new(src).map_err(|e| fail("source", &e))?;
+    let cname = CString::new(format!("{name}.cu")).map_err(|e| fail("name", &e))?;
+    let prog = nvrtc::create_program(&csrc, Some(&cname)).map_err(|e| fail("create", &e))?;
+    let copts: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
+    // SAFETY: `prog` is a valid program until destroyed below; options are NUL-free strings.
+    let res = unsafe { nvrtc::compile_program(prog, &copts) };
+    let out = (|| {
+        if let Err(e) = res {
+            // SAFETY: as above.
+            let log = unsafe { nvrtc::get_program_log(prog) }.unwrap_or_default();
+            let log: Vec<u8> = log.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+            return Err(EngineError::Backend(format!(
+                "NVRTC could not compile module {name} ({e:?}):\n{}",
+                String::from_utf8_lossy(&log)
+            )));
+        }
+        let mut size = 0usize;
+        // SAFETY: compiled program; valid out-pointer, then a buffer of that size.
+        unsafe {
+            let rc = nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size);
+            if rc != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+                return Err(fail("cubin size", &rc));
+            }
+            let mut buf = vec![0 as c_char; size];
+            let rc = nvrtc_sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr());
+            if rc != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+                return Err(fail("cubin", &rc));
+            }
+            Ok(buf.into_iter().map(|c| c as u8).collect())
+        }
+    })();
+    // SAFETY: destroyed once.
+    let _ = unsafe { nvrtc::destroy_program(prog) };
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every module compiles for Hopper (sm_90) with NVRTC; needs NVRTC only, no GPU
+    /// (`scripts/fetch-models` puts NVIDIA's into the models folder).
+    #[test]
+    fn kernels_compile_for_sm90() {
+        if std::env::var_os("HF2Q_NVRTC").is_none() {
+            let models = std::env::var_os("HF2Q_MODELS")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hf2q/models")));
+            if let Some(lib) = models.map(|m| m.join("nvrtc/libnvrtc.so.13")).filter(|p| p.exists()) {
+                // SAFETY: set before any thread of this test reads it; other tests do not read it.
+                std::env::set_var("HF2Q_NVRTC", lib);
+            }
+        }
+        if preload_nvrtc().is_none() {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "NOT RUN: CUDA kernels compile check (no NVRTC: run scripts/fetch-models)"
+            );
+            return;
+        }
+        for (name, body) in MODULES {
+            let src = format!("{COMMON}{QUANT}{body}");
+            let cubin = compile(name, &src, &["--gpu-architecture=sm_90", "--std=c++17"]).unwrap();
+            assert!(cubin.len() > 1000, "module {name}: {} bytes of cubin", cubin.len());
+            // Every kernel the backend loads is defined (a macro-made name can come out wrong).
+            let opts = cudarc::nvrtc::CompileOptions {
+                arch: Some("compute_90"),
+                options: vec!["--std=c++17".into()],
+                ..Default::default()
+            };
+            let ptx = cudarc::nvrtc::compile_ptx_with_opts(&src, opts).unwrap().to_src();
+            for k in super::super::kernel_names(name) {
+                assert!(
+                    ptx.contains(&format!(".entry {k}(")),
+                    "module {name} defines no kernel {k}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,174 @@
+// Row-wise and element-wise ops. Buffers are row-major f32 matrices; `n` is the row length.
+
+// out = x / rms(x) * w (ggml_rms_norm then ggml_mul). One block per row.
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, int n, float eps) {
+    const float* xr = x + (u64)blockIdx.x * n;
+    float* o = out + (u64)blockIdx.x * n;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+    s = block_sum(s);
+    float scale = 1.f / sqrtf(s / n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = (xr[i] * scale) * w[i];
+}
+
+// Each head of `hd` values normalised in place, times w when given. One warp per head.
+extern "C" __global__ void head_rms_norm(float* x, const float* w, int hd, int heads, float eps) {
+    int hw = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (hw >= heads) return;
+    float* h = x + (u64)hw * hd;
+    float s = 0.f;
+    for (int i = lane; i < hd; i += 32) s += h[i] * h[i];
+    s = warp_sum(s);
+    float scale = 1.f / sqrtf(s / hd + eps);
+    for (int i = lane; i < hd; i += 32) h[i] = w ? (h[i] * scale) * w[i] : h[i] * scale;
+}
+
+// (x - mean) / sqrt(var + eps) * w + b per row (ggml_norm, mul, add). One block per row.
+extern "C" __global__ void layer_norm(const float* x, const float* w, const float* b, float* out, int n, float eps) {
+    const float* xr = x + (u64)blockIdx.x * n;
+    float* o = out + (u64)blockIdx.x * n;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i];
+    float mean = block_sum(s) / n;
+    float v = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) { float c = xr[i] - mean; v += c * c; }
+    float scale = 1.f / sqrtf(block_sum(v) / n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = ((xr[i] - mean) * scale) * w[i] + b[i];
+}
+
+#define SQRT_2_OVER_PI 0.7978845608f
+__device__ __forceinline__ float gelu_tanh_f(float x) {
+    return 0.5f * x * (1.f + tanhf(SQRT_2_OVER_PI * x * (1.f + 0.044715f * x * x)));
+}
+
+// op: 0 gelu (erf), 1 gelu_tanh, 2 scale by a, 3 softcap by a, 4 add a scalar? (unused)
+extern "C" __global__ void unary(float* x, u64 len, int op, float a) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float v = x[i];
+    switch (op) {
+    case 0: v = 0.5f * v * (1.f + erff(v * 0.70710678118654752f)); break;
+    case 1: v = gelu_tanh_f(v); break;
+    case 2: v = v * a; break;
+    case 3: v = tanhf(v * (1.f / a)) * a; break;
+    }
+    x[i] = v;
+}
+
+// op: 0 x += y, 1 x *= y, 2 out = silu(x) * y, 3 out = gelu_tanh(x) * y.
+extern "C" __global__ void binary(const float* x, const float* y, float* out, u64 len, int op) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float a = x[i], b = y[i], r;
+    switch (op) {
+    case 0: r = a + b; break;
+    case 1: r = a * b; break;
+    case 2: r = a / (1.f + expf(-a)) * b; break;
+    default: r = gelu_tanh_f(a) * b; break;
+    }
+    out[i] = r;
+}
+
+// x[r, c] (op 0: +=, 1: *=) v[c] for a vector v as long as a row.
+extern "C" __global__ void row_op(float* x, const float* v, u64 len, int n, int op) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float b = v[i % n];
+    x[i] = op == 0 ? x[i] + b : x[i] * b;
+}
+
+// out[r, c] = x[r, off + c] for c < width.
+extern "C" __global__ void split_cols(const float* x, float* out, int rows, int cols, int off, int width) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (u64)rows * width) return;
+    int r = i / width, c = i % width;
+    out[i] = x[(u64)r * cols + off + c];
+}
+
+// out[i] = x[idx[i]] (gather, mode 0) or out[idx[i]] = x[i] (scatter, mode 1), rows of n.
+extern "C" __global__ void move_rows(const float* x, float* out, const int* idx, int count, int n, int mode) {
+    int r = blockIdx.x;
+    if (r >= count) return;
+    const float* s = x + (u64)(mode == 0 ? idx[r] : r) * n;
+    float* d = out + (u64)(mode == 0 ? r : idx[r]) * n;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) d[c] = s[c];
+}
+
+// out[t] = sum_k w[t*k_per + k] * src[t*k_per + k], in k order (the MoE combine).
+extern "C" __global__ void weighted_sum_rows(const float* src, const float* w, float* out, int t, int k_per, int n) {
+    int r = blockIdx.x;
+    if (r >= t) return;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+        float acc = 0.f;
+        for (int k = 0; k < k_per; k++) {
+            float y = src[((u64)r * k_per + k) * n + c] * w[r * k_per + k];
+            acc = k == 0 ? y : acc + y;
+        }
+        out[(u64)r * n + c] = acc;
+    }
+}
+
+// Rotary embedding in place: row r, head h, pair i with (cos, sin) = cs[r * half + i] (the
+// host's tables, ggml_rope_cache_init). neox pairs (i, i + n_dims/2), else (2i, 2i+1). One thread
+// per (row, head, pair).
+extern "C" __global__ void rope(float* x, const float2* cs, int rows, int cols, int hd, int n_dims, int neox) {
+    int half = n_dims / 2, heads = cols / hd;
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (u64)rows * heads * half) return;
+    int p = i % half, h = (i / half) % heads, r = i / ((u64)half * heads);
+    float* v = x + (u64)r * cols + h * hd;
+    float2 c = cs[(u64)r * half + p];
+    int a = neox ? p : 2 * p, b = neox ? p + half : 2 * p + 1;
+    float x0 = v[a], x1 = v[b];
+    // As the CPU rotates: the second product rounded, the first fused.
+    v[a] = fmaf(x0, c.x, -(x1 * c.y));
+    v[b] = fmaf(x0, c.y, x1 * c.x);
+}
+
+// Rows of a weight table (any type with a decoder) for ids; out is (count, n).
+template <int TY> __device__ void get_rows_t(const u8* table, u64 row_bytes, const u32* ids, float* out, int n) {
+    const u8* row = table + (u64)ids[blockIdx.x] * row_bytes;
+    float* o = out + (u64)blockIdx.x * n;
+    if (Blk<TY>::QK == 1 && (n % 8) != 0) {
+        for (int c = threadIdx.x; c < n; c += blockDim.x) o[c] = deq1<TY>(row, c);
+        return;
+    }
+    for (int j = threadIdx.x * 8; j < n; j += blockDim.x * 8) {
+        float w[8];
+        deq8<TY>(row, j, w);
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[j + i] = w[i];
+    }
+}
+#define GET_ROWS(TY) \
+    extern "C" __global__ void get_rows_##TY(const u8* t, u64 rb, const u32* ids, float* out, int n) { \
+        get_rows_t<TY>(t, rb, ids, out, n); \
+    }
+FOR_EACH_TYPE(GET_ROWS)
+
+// A matrix of any type decoded to f16 (mode 0), bf16 (1) or f32 (2), rows r0 .. r0 + count.
+template <int TY> __device__ void decode_t(const u8* w, u64 row_bytes, void* out, int n, int mode) {
+    const u8* row = w + (u64)blockIdx.x * row_bytes;
+    u64 o = (u64)blockIdx.x * n;
+    for (int j = threadIdx.x * 8; j < n; j += blockDim.x * 8) {
+        float v[8];
+        deq8<TY>(row, j, v);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (mode == 0) ((u16*)out)[o + j + i] = f2h(v[i]);
+            else if (mode == 1) ((u16*)out)[o + j + i] = f2bf(v[i]);
+            else ((float*)out)[o + j + i] = v[i];
+        }
+    }
+}
+#define DECODE(TY) \
+    extern "C" __global__ void decode_##TY(const u8* w, u64 rb, void* out, int n, int mode) { decode_t<TY>(w, rb, out, n, mode); }
+FOR_EACH_TYPE(DECODE)
+
+// f32 activations to f16 (mode 0) or bf16 (mode 1, round to nearest even).
+extern "C" __global__ void to_half(const float* x, u16* out, u64 len, int mode) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float v = x[i];
+    out[i] = mode == 0 ? f2h(v) : f2bf(v);
+}
