@@ -15,6 +15,28 @@ export HF2Q_CACHE=/tmp/hf2q-cache
 W=/tmp/w
 mkdir -p $W
 case $phase in
+hf2q)
+  # hf2q alone (llama.cpp's figures from an earlier call of the same session): the op tests, the
+  # fixtures on CUDA, the 8B model in three types, hf2q bench (tg also without CUDA graphs), and
+  # greedy tokens on the CPU and the GPU.
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result"
+  HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "batched|incremental|NOT RUN|test result|panicked"
+  python3 bench/cuda/make_llama8b.py $W/l8b 2>&1 | grep make_llama8b | tee $OUT/make.txt
+  for q in q4_k_m q8_0 bf16; do
+    m=$W/l8b.$q.gguf
+    $D/hf2q convert $W/l8b -o $m --quant $q 2>&1 | tail -1 | tee -a $OUT/make.txt
+    $D/hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a $OUT/hf2q-bench.txt | tail -n 2
+  done
+  echo "HF2Q_CUDA_GRAPHS=0:" >> $OUT/hf2q-bench.txt
+  HF2Q_CUDA_GRAPHS=0 $D/hf2q bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | tee -a $OUT/hf2q-bench.txt | tail -n 1
+  for dev in cuda cpu; do
+    $D/hf2q generate -m $W/l8b.q8_0.gguf --device $dev -p "The quick brown fox jumps over the lazy dog" -n 24 --temp 0 \
+      > $OUT/generate-q8_0-$dev.txt 2> /tmp/generate-$dev.err
+    echo "$dev: $(head -c 300 $OUT/generate-q8_0-$dev.txt | tr '\n' ' ')"
+  done
+  cmp -s $OUT/generate-q8_0-cuda.txt $OUT/generate-q8_0-cpu.txt && echo "generate: CUDA and CPU give the same text" || echo "generate: CUDA and CPU texts DIFFER"
+  ;;
 start)
   nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv
   mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc

@@ -42,6 +42,12 @@ const DEVICE_TYPES: &[GgmlType] = &[
     GgmlType::IQ4_XS,
     GgmlType::MXFP4,
 ];
+/// Rows of one sequence above which a product goes through cuBLAS (tensor cores) instead of the
+/// matrix-vector kernels.
+const GEMM_MIN_ROWS: usize = 9;
+/// Most f16 values of a decoded weight chunk (the rest of a larger matrix is decoded in turns).
+const DECODE_CHUNK: usize = 64 << 20;
+
 /// The kernels' widest head (attention keeps a head in registers).
 const MAX_HEAD_DIM: usize = 512;
 
@@ -70,9 +76,54 @@ fn ty_name(ty: GgmlType) -> &'static str {
 
 /// The kernel modules as the device knows them.
 struct Kernels {
-    funcs: HashMap<String, CudaFunction>,
+    by_name: HashMap<String, usize>,
+    funcs: Vec<CudaFunction>,
     _modules: Vec<Arc<CudaModule>>,
 }
+
+/// A recorded launch: kernel index, grid, block, arguments.
+#[derive(Clone, PartialEq)]
+struct Launch {
+    f: usize,
+    grid: (u32, u32),
+    block: u32,
+    args: Vec<A>,
+}
+
+/// An instantiated CUDA graph of a run of launches.
+struct Graph {
+    launches: Vec<Launch>,
+    exec: sys::CUgraphExec,
+}
+
+/// Launches are recorded, not issued, until something needs their results or the stream's order
+/// (a read, a copy into an existing buffer, a cuBLAS call); then they are issued together
+/// (`Dev::flush`). A run of launches identical to the previous flush's (same kernels, grids and
+/// arguments: a decode step, whose step data sits at the same arena addresses every time) is
+/// captured once as a CUDA graph and replayed: one launch per step instead of hundreds.
+struct Recorder {
+    pending: Vec<Launch>,
+    /// Hash of the previous flush's launches (a run seen twice is captured).
+    last: u64,
+    graphs: Vec<Graph>,
+    /// Per-step small uploads (step tables, ids, rope tables), bump-allocated: the same sequence
+    /// of uploads lands at the same addresses every step, so the launches that read them repeat.
+    arena: Option<CudaSlice<u8>>,
+    arena_off: usize,
+    /// Allocations dropped while launches that may use them were still recorded.
+    graveyard: Vec<Box<dyn Send>>,
+}
+
+// SAFETY: the graph handles are used under the recorder's mutex only.
+unsafe impl Send for Recorder {}
+
+/// Graphs kept per device (each a decode shape of the batch).
+const MAX_GRAPHS: usize = 16;
+/// First arena size in bytes (grown by doubling).
+const ARENA_BYTES: usize = 1 << 20;
+
+/// A grow-only f16 / bf16 scratch buffer.
+type HalfScratch = Option<CudaSlice<u16>>;
 
 /// The device, its stream and kernels, shared by the backend, its buffers and its KV pools.
 pub struct Dev {
@@ -83,11 +134,19 @@ pub struct Dev {
     ordinal: usize,
     /// How many modules were compiled now (not taken from the disk cache).
     compiled: usize,
+    /// cuBLAS for products of many rows (None where libcublas is missing: the matrix-vector
+    /// kernels take every product).
+    blas: Option<cudarc::cublas::CudaBlas>,
+    rec: Mutex<Recorder>,
+    /// `HF2Q_CUDA_GRAPHS=0` issues every launch directly.
+    graphs: bool,
+    /// Scratch of the cuBLAS path: a decoded weight chunk and the activations, in f16 / bf16.
+    scratch: Mutex<(HalfScratch, HalfScratch)>,
 }
 
 /// A step's layout as the kernels read it (`struct Step` in `kernels/attention.cu`).
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, PartialEq, Hash)]
 struct StepArgs {
     row_seq: u64,
     row_pos: u64,
@@ -100,6 +159,7 @@ struct StepArgs {
 unsafe impl DeviceRepr for StepArgs {}
 
 /// One kernel argument.
+#[derive(Clone, Copy, PartialEq)]
 enum A {
     P(u64),
     I(i32),
@@ -140,7 +200,8 @@ impl Dev {
         // needed (and cost two events per allocation).
         // SAFETY: no buffers exist yet.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of our own: the legacy default stream cannot be captured into a graph.
+        let stream = ctx.new_stream().map_err(|e| err("stream", &e))?;
         // Keep freed stream-ordered memory in the pool (the default returns it at every sync).
         // SAFETY: the device's default pool; a u64 attribute value.
         unsafe {
@@ -156,7 +217,8 @@ impl Dev {
         }
         let cc = ctx.compute_capability().map_err(|e| err("compute capability", &e))?;
         let name = ctx.name().map_err(|e| err("device name", &e))?;
-        let mut funcs = HashMap::new();
+        let mut by_name = HashMap::new();
+        let mut funcs = Vec::new();
         let mut modules = Vec::new();
         let mut compiled = 0;
         for (m, src) in compile::MODULES {
@@ -169,20 +231,40 @@ impl Dev {
                 let func = module
                     .load_function(&f)
                     .map_err(|e| err(&format!("kernel {f} of module {m}"), &e))?;
-                funcs.insert(f, func);
+                by_name.insert(f, funcs.len());
+                funcs.push(func);
             }
             modules.push(module);
         }
+        // SAFETY: the presence check only opens the library.
+        let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
+            Some(cudarc::cublas::CudaBlas::new(stream.clone()).map_err(|e| err("cuBLAS handle", &e))?)
+        } else {
+            tracing::warn!("libcublas not found: products of many rows use the matrix-vector kernels (slow prompts)");
+            None
+        };
         Ok(Dev {
             ctx,
             stream,
             kernels: Kernels {
+                by_name,
                 funcs,
                 _modules: modules,
             },
             name: format!("{name} (sm_{}{})", cc.0, cc.1),
             ordinal,
             compiled,
+            blas,
+            rec: Mutex::new(Recorder {
+                pending: Vec::new(),
+                last: 0,
+                graphs: Vec::new(),
+                arena: None,
+                arena_off: 0,
+                graveyard: Vec::new(),
+            }),
+            graphs: std::env::var("HF2Q_CUDA_GRAPHS").map_or(true, |v| v != "0"),
+            scratch: Mutex::new((None, None)),
         })
     }
 
@@ -206,17 +288,43 @@ impl Dev {
             .unwrap_or_else(|e| self.fail(&format!("allocating {n} floats"), e))
     }
 
-    fn upload<T: DeviceRepr>(&self, data: &[T]) -> CudaSlice<T> {
-        if data.is_empty() {
-            // SAFETY: a one-element placeholder nothing reads.
-            return unsafe { self.stream.alloc::<T>(1) }.unwrap_or_else(|e| self.fail("allocating", e));
+    /// Copy `data` into this step's part of the upload arena; its device address.
+    fn upload<T: DeviceRepr + Copy>(&self, data: &[T]) -> u64 {
+        let bytes = std::mem::size_of_val(data);
+        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
+        let need = rec.arena_off + bytes.next_multiple_of(256);
+        if rec.arena.as_ref().is_none_or(|a| a.len() < need) {
+            // A larger arena; the old one stays alive until the launches that read it are issued.
+            let size = need.next_power_of_two().max(ARENA_BYTES);
+            // SAFETY: written by the uploads before any launch reads it.
+            let fresh = unsafe { self.stream.alloc::<u8>(size) }.unwrap_or_else(|e| self.fail("the upload arena", e));
+            if let Some(old) = rec.arena.replace(fresh) {
+                rec.graveyard.push(Box::new(old));
+            }
+            rec.arena_off = 0;
         }
-        self.stream
-            .clone_htod(data)
-            .unwrap_or_else(|e| self.fail(&format!("uploading {} values", data.len()), e))
+        let at = self.ptr(rec.arena.as_ref().expect("made above")) + rec.arena_off as u64;
+        rec.arena_off += bytes.next_multiple_of(256);
+        drop(rec);
+        if bytes > 0 {
+            // SAFETY: a fresh region of the arena, nothing recorded reads it yet; pageable host
+            // memory is staged before the call returns; in stream order after earlier flushes.
+            let rc =
+                unsafe { sys::cuMemcpyHtoDAsync_v2(at, data.as_ptr() as *const _, bytes, self.stream.cu_stream()) };
+            if rc != sys::CUresult::CUDA_SUCCESS {
+                self.fail("uploading step data", format!("{rc:?}"));
+            }
+        }
+        at
+    }
+
+    /// Keep an allocation alive until the launches recorded so far are issued.
+    fn bury(&self, mem: Box<dyn Send>) {
+        self.rec.lock().unwrap_or_else(|e| e.into_inner()).graveyard.push(mem);
     }
 
     fn memset(&self, ptr: u64, bytes: usize) {
+        self.flush();
         // SAFETY: `ptr .. ptr + bytes` is a page of this device's pool.
         let rc = unsafe { sys::cuMemsetD8Async(ptr, 0, bytes, self.stream.cu_stream()) };
         if rc != sys::CUresult::CUDA_SUCCESS {
@@ -225,6 +333,7 @@ impl Dev {
     }
 
     fn copy_dtod(&self, src: u64, dst: u64, bytes: usize) {
+        self.flush();
         // SAFETY: two pages of `bytes` of this device's pool.
         let rc = unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream.cu_stream()) };
         if rc != sys::CUresult::CUDA_SUCCESS {
@@ -233,10 +342,12 @@ impl Dev {
     }
 
     fn read_bytes(&self, ptr: u64, bytes: usize) -> Vec<u8> {
+        self.flush();
         let mut out = vec![0u8; bytes];
-        // SAFETY: `ptr .. + bytes` is device memory of this context; `out` has `bytes`.
-        unsafe {
-            let rc = sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, ptr, bytes, self.stream.cu_stream());
+        if bytes > 0 {
+            // SAFETY: `ptr .. + bytes` is device memory of this context; `out` has `bytes`.
+            let rc =
+                unsafe { sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, ptr, bytes, self.stream.cu_stream()) };
             if rc != sys::CUresult::CUDA_SUCCESS {
                 self.fail("reading device memory", format!("{rc:?}"));
             }
@@ -246,6 +357,7 @@ impl Dev {
     }
 
     fn write_bytes(&self, ptr: u64, data: &[u8]) {
+        self.flush();
         // SAFETY: `ptr .. + len` is device memory of this context; pageable host memory is copied
         // before the call returns.
         let rc =
@@ -256,19 +368,31 @@ impl Dev {
     }
 
     fn sync(&self) {
+        self.flush();
         self.stream
             .synchronize()
             .unwrap_or_else(|e| self.fail("a kernel (seen at synchronize)", e));
     }
 
+    /// Record a launch of kernel `name` (issued at the next flush).
     fn launch(&self, name: &str, grid: (u32, u32), block: u32, args: &[A]) {
-        let f = self
+        let f = *self
             .kernels
-            .funcs
+            .by_name
             .get(name)
             .unwrap_or_else(|| panic!("CUDA kernel {name} is not in the compiled modules"));
-        let mut b = self.stream.launch_builder(f);
-        for a in args {
+        let l = Launch {
+            f,
+            grid,
+            block,
+            args: args.to_vec(),
+        };
+        self.rec.lock().unwrap_or_else(|e| e.into_inner()).pending.push(l);
+    }
+
+    fn issue(&self, l: &Launch) {
+        let mut b = self.stream.launch_builder(&self.kernels.funcs[l.f]);
+        for a in &l.args {
             match a {
                 A::P(p) => b.arg(p),
                 A::I(i) => b.arg(i),
@@ -277,8 +401,118 @@ impl Dev {
             };
         }
         // SAFETY: the arguments match the kernel's parameters (`kernels/*.cu`), pointers are live
-        // device buffers of the sizes the kernel indexes.
-        unsafe { b.launch(cfg(grid, block)) }.unwrap_or_else(|e| self.fail(&format!("launching {name}"), e));
+        // device buffers of the sizes the kernel indexes (kept alive until issued: `bury`).
+        unsafe { b.launch(cfg(l.grid, l.block)) }.unwrap_or_else(|e| self.fail("launching a kernel", e));
+    }
+
+    /// A new step's uploads start at the arena's beginning (so they land where the previous step's
+    /// did). Everything recorded before is issued first; the uploads are ordered after it on the
+    /// stream, so in-flight launches still read the previous step's data.
+    fn new_step(&self) {
+        self.flush();
+        self.rec.lock().unwrap_or_else(|e| e.into_inner()).arena_off = 0;
+    }
+
+    /// Issue the recorded launches: as a cached graph when the same run was issued before, captured
+    /// into one when the previous flush had the same run, else one by one.
+    fn flush(&self) {
+        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
+        if rec.pending.is_empty() {
+            rec.graveyard.clear();
+            return;
+        }
+        let pending = std::mem::take(&mut rec.pending);
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for l in &pending {
+                (l.f, l.grid, l.block).hash(&mut h);
+                for a in &l.args {
+                    match a {
+                        A::P(p) => p.hash(&mut h),
+                        A::I(i) => i.hash(&mut h),
+                        A::F(x) => x.to_bits().hash(&mut h),
+                        A::S(s) => s.hash(&mut h),
+                    }
+                }
+            }
+            h.finish()
+        };
+        let repeat = std::mem::replace(&mut rec.last, hash) == hash;
+        let cached = rec.graphs.iter().position(|g| g.launches == pending);
+        let stream = self.stream.cu_stream();
+        let exec = match cached {
+            Some(i) => {
+                // Most recently used last.
+                let g = rec.graphs.remove(i);
+                let e = g.exec;
+                rec.graphs.push(g);
+                Some(e)
+            }
+            None if repeat && self.graphs && pending.len() > 1 => {
+                let mut graph: sys::CUgraph = std::ptr::null_mut();
+                let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+                // SAFETY: our stream, nothing else enqueued on it meanwhile (the recorder's lock is
+                // held); the graph is destroyed once instantiated.
+                unsafe {
+                    let rc =
+                        sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
+                    if rc != sys::CUresult::CUDA_SUCCESS {
+                        self.fail("beginning a graph capture", format!("{rc:?}"));
+                    }
+                    for l in &pending {
+                        self.issue(l);
+                    }
+                    let rc = sys::cuStreamEndCapture(stream, &mut graph);
+                    if rc != sys::CUresult::CUDA_SUCCESS {
+                        self.fail("ending a graph capture", format!("{rc:?}"));
+                    }
+                    let rc = sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0);
+                    sys::cuGraphDestroy(graph);
+                    if rc != sys::CUresult::CUDA_SUCCESS {
+                        self.fail("instantiating a graph", format!("{rc:?}"));
+                    }
+                }
+                if rec.graphs.len() >= MAX_GRAPHS {
+                    let old = rec.graphs.remove(0);
+                    // SAFETY: not running: a graph launch is ordered on the stream and the exec
+                    // may be destroyed while a launch is pending (the driver keeps it).
+                    unsafe { sys::cuGraphExecDestroy(old.exec) };
+                }
+                rec.graphs.push(Graph {
+                    launches: pending.clone(),
+                    exec,
+                });
+                Some(exec)
+            }
+            None => None,
+        };
+        match exec {
+            Some(e) => {
+                // SAFETY: an instantiated graph of this context, launched on our stream.
+                let rc = unsafe { sys::cuGraphLaunch(e, stream) };
+                if rc != sys::CUresult::CUDA_SUCCESS {
+                    self.fail("launching a graph", format!("{rc:?}"));
+                }
+            }
+            None => {
+                for l in &pending {
+                    self.issue(l);
+                }
+            }
+        }
+        // Frees are stream-ordered: after the launches just issued.
+        rec.graveyard.clear();
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let rec = self.rec.get_mut().unwrap_or_else(|e| e.into_inner());
+        for g in rec.graphs.drain(..) {
+            // SAFETY: instantiated by this device; nothing launches it any more.
+            unsafe { sys::cuGraphExecDestroy(g.exec) };
+        }
     }
 }
 
@@ -382,12 +616,25 @@ impl CudaWeight {
 }
 
 pub struct CudaBuf {
-    data: CudaSlice<f32>,
+    /// Device address of the values (kernels take raw addresses).
+    ptr: u64,
+    /// The allocation; on drop it waits in the device's graveyard until the launches that may
+    /// still use it have been issued (launches are recorded and issued in batches, see `Dev::flush`).
+    mem: Option<CudaSlice<f32>>,
+    dev: Arc<Dev>,
     cap: usize,
     rows: usize,
     cols: usize,
     /// As `CpuBuf::runs`.
     runs: Arc<[usize]>,
+}
+
+impl Drop for CudaBuf {
+    fn drop(&mut self) {
+        if let Some(m) = self.mem.take() {
+            self.dev.bury(Box::new(m));
+        }
+    }
 }
 
 impl CudaBuf {
@@ -414,12 +661,11 @@ impl CudaBuf {
 /// rotary tables of its positions (made on first use per rope, as the CPU's).
 pub struct CudaStep {
     plan: StepPlan,
-    _tables: CudaSlice<i32>,
-    ids: CudaSlice<u32>,
+    ids: u64,
     ptab_host: Mutex<Vec<u64>>,
-    ptab: CudaSlice<u64>,
+    ptab: u64,
     args: StepArgs,
-    rope: Mutex<Vec<(Rope, CudaSlice<f32>)>>,
+    rope: Mutex<Vec<(Rope, u64)>>,
 }
 
 impl Backend for Cuda {
@@ -530,8 +776,11 @@ impl Backend for Cuda {
     }
 
     fn alloc(&self, rows: usize, cols: usize) -> CudaBuf {
+        let mem = self.dev.alloc_f32(rows * cols);
         CudaBuf {
-            data: self.dev.alloc_f32(rows * cols),
+            ptr: self.dev.ptr(&mem),
+            mem: Some(mem),
+            dev: self.dev.clone(),
             cap: rows * cols,
             rows,
             cols,
@@ -599,6 +848,7 @@ impl Backend for Cuda {
             )));
         }
         let s = plan.seqs.len();
+        self.dev.new_step();
         // One table: row_seq[rows], row_pos[rows], seq_pos0[s], seq_rows[s], poff[s].
         let mut t: Vec<i32> = Vec::with_capacity(2 * rows + 3 * s);
         for (i, q) in plan.seqs.iter().enumerate() {
@@ -615,10 +865,9 @@ impl Backend for Cuda {
         if kvs.is_empty() {
             t.extend(std::iter::repeat_n(0, s));
         }
-        let tables = self.dev.upload(&t);
+        let base = self.dev.upload(&t);
         let ids = self.dev.upload(&plan.ids);
         let ptab = self.dev.upload(&ptab_host);
-        let base = self.dev.ptr(&tables);
         let at = |i: usize| base + 4 * i as u64;
         let args = StepArgs {
             row_seq: at(0),
@@ -626,11 +875,10 @@ impl Backend for Cuda {
             seq_pos0: at(2 * rows),
             seq_rows: at(2 * rows + s),
             poff: at(2 * rows + 2 * s),
-            ptab: self.dev.ptr(&ptab),
+            ptab,
         };
         Ok(CudaStep {
             plan,
-            _tables: tables,
             ids,
             ptab_host: Mutex::new(ptab_host),
             ptab,
@@ -646,7 +894,7 @@ impl Backend for Cuda {
                 "token id {id} is outside the vocabulary of {rows} tokens"
             )));
         }
-        self.gather(table, self.dev.ptr(&step.ids), step.plan.ids.len(), out);
+        self.gather(table, step.ids, step.plan.ids.len(), out);
         out.runs = Arc::from(step.plan.row_runs());
         Ok(())
     }
@@ -659,7 +907,7 @@ impl Backend for Cuda {
             )));
         }
         let dev_ids = self.dev.upload(ids);
-        self.gather(table, self.dev.ptr(&dev_ids), ids.len(), out);
+        self.gather(table, dev_ids, ids.len(), out);
         Ok(())
     }
 
@@ -678,8 +926,8 @@ impl Backend for Cuda {
                 (blocks(n, 256), 1),
                 256,
                 &[
-                    A::P(self.dev.ptr(&x.data)),
-                    A::P(self.dev.ptr(&out.data)),
+                    A::P(x.ptr),
+                    A::P(out.ptr),
                     A::I(x.rows as i32),
                     A::I(x.cols as i32),
                     A::I(*off as i32),
@@ -699,11 +947,12 @@ impl Backend for Cuda {
         self.dev.launch(
             "rms_norm",
             (x.rows as u32, 1),
-            256,
+            // A thread per four values (16-byte loads), up to 1024: one row is one block.
+            (x.cols / 4).clamp(32, 1024).next_multiple_of(32) as u32,
             &[
-                A::P(self.dev.ptr(&x.data)),
+                A::P(x.ptr),
                 A::P(self.dev.ptr(&w.data)),
-                A::P(self.dev.ptr(&out.data)),
+                A::P(out.ptr),
                 A::I(x.cols as i32),
                 A::F(eps),
             ],
@@ -717,10 +966,10 @@ impl Backend for Cuda {
             (x.rows as u32, 1),
             256,
             &[
-                A::P(self.dev.ptr(&x.data)),
+                A::P(x.ptr),
                 A::P(self.dev.ptr(&w.data)),
                 A::P(self.dev.ptr(&b.data)),
-                A::P(self.dev.ptr(&out.data)),
+                A::P(out.ptr),
                 A::I(x.cols as i32),
                 A::F(eps),
             ],
@@ -738,7 +987,7 @@ impl Backend for Cuda {
             (blocks(heads as u64, 4), 1),
             128,
             &[
-                A::P(self.dev.ptr(&x.data)),
+                A::P(x.ptr),
                 A::P(w.map_or(0, |w| self.dev.ptr(&w.data))),
                 A::I(head_dim as i32),
                 A::I(heads as i32),
@@ -760,25 +1009,28 @@ impl Backend for Cuda {
             w.row_len()
         );
         out.shape_from(t, &x.runs, m);
-        let name = ty_name(w.dev_ty);
-        // Eight rows at a time: each launch decodes the weight once for up to eight rows.
-        for r0 in (0..t).step_by(8) {
-            let rows = (t - r0).min(8);
-            let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
-            self.dev.launch(
-                &format!("mmv_{name}_{r}"),
-                (blocks(m as u64, 4), 1),
-                128,
-                &[
-                    A::P(self.dev.ptr(&w.data)),
-                    A::P(w.row_bytes as u64),
-                    A::P(self.dev.ptr(&x.data) + 4 * (r0 * n) as u64),
-                    A::P(self.dev.ptr(&out.data) + 4 * (r0 * m) as u64),
-                    A::I(n as i32),
-                    A::I(m as i32),
-                    A::I(rows as i32),
-                ],
-            );
+        // Each sequence's rows on their own (`set_runs`): which kernel multiplies them, and
+        // cuBLAS's choice of algorithm, depend on the row count only, so a reply does not depend
+        // on what else is batched with it.
+        let segments: Vec<(usize, usize)> = if x.runs.iter().sum::<usize>() == t && x.runs.len() > 1 {
+            let mut at = 0;
+            x.runs
+                .iter()
+                .filter(|&&r| r > 0)
+                .map(|&r| {
+                    at += r;
+                    (at - r, r)
+                })
+                .collect()
+        } else {
+            vec![(0, t)]
+        };
+        for (s0, len) in segments {
+            if len >= GEMM_MIN_ROWS && self.dev.blas.is_some() {
+                self.gemm(w, x, s0, len, out);
+            } else {
+                self.mmv(w, x, s0, len, out);
+            }
         }
     }
 
@@ -811,8 +1063,8 @@ impl Backend for Cuda {
             (blocks(n, 256), 1),
             256,
             &[
-                A::P(self.dev.ptr(&x.data)),
-                A::P(self.dev.ptr(&memo[i].1)),
+                A::P(x.ptr),
+                A::P(memo[i].1),
                 A::I(x.rows as i32),
                 A::I(x.cols as i32),
                 A::I(head_dim as i32),
@@ -854,7 +1106,7 @@ impl Backend for Cuda {
         if changed {
             // SAFETY: the same table, same length, on the stream before the kernels that read it.
             let bytes: Vec<u8> = ptab.iter().flat_map(|p| p.to_le_bytes()).collect();
-            self.dev.write_bytes(self.dev.ptr(&step.ptab), &bytes);
+            self.dev.write_bytes(step.ptab, &bytes);
         }
         drop(ptab);
         let (ko, vo) = layout.offsets[layer];
@@ -865,8 +1117,8 @@ impl Backend for Cuda {
             128,
             &[
                 A::S(step.args),
-                A::P(self.dev.ptr(&k.data)),
-                A::P(self.dev.ptr(&v.data)),
+                A::P(k.ptr),
+                A::P(v.ptr),
                 A::I(kd as i32),
                 A::I(vd as i32),
                 A::P(ko as u64),
@@ -897,8 +1149,8 @@ impl Backend for Cuda {
             128,
             &[
                 A::S(step.args),
-                A::P(self.dev.ptr(&q.data)),
-                A::P(self.dev.ptr(&out.data)),
+                A::P(q.ptr),
+                A::P(out.ptr),
                 A::I(q.cols as i32),
                 A::I(l.head_dim as i32),
                 A::I(l.n_head as i32),
@@ -944,12 +1196,12 @@ impl Backend for Cuda {
             (q.rows as u32, n_head as u32),
             128,
             &[
-                A::P(self.dev.ptr(&q.data)),
-                A::P(self.dev.ptr(&k.data)),
-                A::P(self.dev.ptr(&v.data)),
-                A::P(self.dev.ptr(&out.data)),
-                A::P(self.dev.ptr(&lo)),
-                A::P(self.dev.ptr(&hi)),
+                A::P(q.ptr),
+                A::P(k.ptr),
+                A::P(v.ptr),
+                A::P(out.ptr),
+                A::P(lo),
+                A::P(hi),
                 A::I(q.cols as i32),
                 A::I(hd as i32),
                 A::F(scale),
@@ -1002,9 +1254,9 @@ impl Backend for Cuda {
             (t as u32, 1),
             256,
             &[
-                A::P(self.dev.ptr(&src.data)),
-                A::P(self.dev.ptr(&w)),
-                A::P(self.dev.ptr(&out.data)),
+                A::P(src.ptr),
+                A::P(w),
+                A::P(out.ptr),
                 A::I(t as i32),
                 A::I(k_per as i32),
                 A::I(n as i32),
@@ -1031,15 +1283,11 @@ impl Backend for Cuda {
 
     fn read(&self, x: &CudaBuf) -> Vec<f32> {
         let n = x.len() as usize;
-        let mut out = vec![0f32; n];
-        if n > 0 {
-            self.dev
-                .stream
-                .memcpy_dtoh(&x.data.slice(0..n), &mut out)
-                .unwrap_or_else(|e| self.dev.fail("reading a buffer", e));
-        }
-        self.dev.sync();
-        out
+        let bytes = self.dev.read_bytes(x.ptr, 4 * n);
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
     }
 
     fn write(&self, x: &mut CudaBuf, rows: usize, cols: usize, data: &[f32]) {
@@ -1051,16 +1299,131 @@ impl Backend for Cuda {
         );
         x.set_shape(rows, cols);
         if !data.is_empty() {
-            let mut dst = x.data.slice_mut(0..data.len());
-            self.dev
-                .stream
-                .memcpy_htod(data, &mut dst)
-                .unwrap_or_else(|e| self.dev.fail("writing a buffer", e));
+            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            self.dev.write_bytes(x.ptr, &bytes);
         }
     }
 }
 
 impl Cuda {
+    /// Rows `s0 .. s0 + len` of `out = x · Wᵀ` through the matrix-vector kernels, eight at a time
+    /// (each launch decodes the weight once for up to eight rows).
+    fn mmv(&self, w: &CudaWeight, x: &CudaBuf, s0: usize, len: usize, out: &CudaBuf) {
+        let (n, m) = (x.cols, w.n_rows());
+        let name = ty_name(w.dev_ty);
+        for r0 in (s0..s0 + len).step_by(8) {
+            let rows = (s0 + len - r0).min(8);
+            let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
+            self.dev.launch(
+                &format!("mmv_{name}_{r}"),
+                (blocks(m as u64, 4), 1),
+                128,
+                &[
+                    A::P(self.dev.ptr(&w.data)),
+                    A::P(w.row_bytes as u64),
+                    A::P(x.ptr + 4 * (r0 * n) as u64),
+                    A::P(out.ptr + 4 * (r0 * m) as u64),
+                    A::I(n as i32),
+                    A::I(m as i32),
+                    A::I(rows as i32),
+                ],
+            );
+        }
+    }
+
+    /// Rows `s0 .. s0 + len` of `out = x · Wᵀ` through cuBLAS with f32 accumulation: F32 weights
+    /// as they are (f32 products, no TF32), F16 / BF16 weights as they are with the activations
+    /// rounded to that type, other types decoded to f16 in chunks of rows (activations in f16).
+    fn gemm(&self, w: &CudaWeight, x: &CudaBuf, s0: usize, len: usize, out: &CudaBuf) {
+        use cudarc::cublas::sys::{cublasComputeType_t as Compute, cublasOperation_t as Op, cudaDataType_t as Dt};
+        let blas = self.dev.blas.as_ref().expect("checked by the caller");
+        let (n, m) = (x.cols, w.n_rows());
+        let x_ptr = x.ptr + 4 * (s0 * n) as u64;
+        let out_ptr = out.ptr + 4 * (s0 * m) as u64;
+        let (alpha, beta) = (1f32, 0f32);
+        // C (m_chunk × len, column-major, ldc = m) = op(A) · B with A the weight rows (n × m_chunk
+        // column-major, transposed) and B the activations (n × len column-major).
+        let gemm = |a: u64, a_ty: Dt, b: u64, b_ty: Dt, rows: usize, c: u64| {
+            // cuBLAS enqueues on the stream itself: the recorded launches (conversions) go first.
+            self.dev.flush();
+            // SAFETY: device pointers of the sizes given (weight rows × n, len × n activations,
+            // the output's rows with stride m); host scalars in the default pointer mode.
+            let r = unsafe {
+                cudarc::cublas::result::gemm_ex(
+                    *blas.handle(),
+                    Op::CUBLAS_OP_T,
+                    Op::CUBLAS_OP_N,
+                    rows as i32,
+                    len as i32,
+                    n as i32,
+                    &alpha as *const f32 as *const _,
+                    a as *const _,
+                    a_ty,
+                    n as i32,
+                    b as *const _,
+                    b_ty,
+                    n as i32,
+                    &beta as *const f32 as *const _,
+                    c as *mut _,
+                    Dt::CUDA_R_32F,
+                    m as i32,
+                    Compute::CUBLAS_COMPUTE_32F,
+                    cudarc::cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
+                )
+            };
+            r.unwrap_or_else(|e| self.dev.fail("cublasGemmEx", format!("{e:?}")));
+        };
+        if w.dev_ty == GgmlType::F32 {
+            return gemm(self.dev.ptr(&w.data), Dt::CUDA_R_32F, x_ptr, Dt::CUDA_R_32F, m, out_ptr);
+        }
+        let mut scratch = self.dev.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let grow = |buf: &mut Option<CudaSlice<u16>>, len: usize| {
+            if buf.as_ref().is_none_or(|b| b.len() < len) {
+                // SAFETY: written by the conversion kernels before cuBLAS reads it.
+                *buf = Some(
+                    unsafe { self.dev.stream.alloc::<u16>(len) }.unwrap_or_else(|e| self.dev.fail("GEMM scratch", e)),
+                );
+            }
+        };
+        let (wbuf, xbuf) = &mut *scratch;
+        let (mode, dt) = if w.dev_ty == GgmlType::BF16 {
+            (1, Dt::CUDA_R_16BF)
+        } else {
+            (0, Dt::CUDA_R_16F)
+        };
+        grow(xbuf, len * n);
+        let xh = self.dev.ptr(xbuf.as_ref().expect("grown"));
+        let count = (len * n) as u64;
+        self.dev.launch(
+            "to_half",
+            (blocks(count, 256), 1),
+            256,
+            &[A::P(x_ptr), A::P(xh), A::P(count), A::I(mode)],
+        );
+        if matches!(w.dev_ty, GgmlType::F16 | GgmlType::BF16) {
+            return gemm(self.dev.ptr(&w.data), dt, xh, dt, m, out_ptr);
+        }
+        let chunk = (DECODE_CHUNK / n).clamp(1, m);
+        grow(wbuf, chunk * n);
+        let wh = self.dev.ptr(wbuf.as_ref().expect("grown"));
+        for r0 in (0..m).step_by(chunk) {
+            let rows = chunk.min(m - r0);
+            self.dev.launch(
+                &format!("decode_{}", ty_name(w.dev_ty)),
+                (rows as u32, 1),
+                128,
+                &[
+                    A::P(self.dev.ptr(&w.data) + (r0 * w.row_bytes) as u64),
+                    A::P(w.row_bytes as u64),
+                    A::P(wh),
+                    A::I(n as i32),
+                    A::I(0),
+                ],
+            );
+            gemm(wh, Dt::CUDA_R_16F, xh, Dt::CUDA_R_16F, rows, out_ptr + 4 * r0 as u64);
+        }
+    }
+
     fn gather(&self, table: &CudaWeight, ids: u64, count: usize, out: &mut CudaBuf) {
         let n = table.row_len();
         out.set_shape(count, n);
@@ -1075,7 +1438,7 @@ impl Cuda {
                 A::P(self.dev.ptr(&table.data)),
                 A::P(table.row_bytes as u64),
                 A::P(ids),
-                A::P(self.dev.ptr(&out.data)),
+                A::P(out.ptr),
                 A::I(n as i32),
             ],
         );
@@ -1092,9 +1455,9 @@ impl Cuda {
             (rows.len() as u32, 1),
             256,
             &[
-                A::P(self.dev.ptr(&x.data)),
-                A::P(self.dev.ptr(&out.data)),
-                A::P(self.dev.ptr(&idx)),
+                A::P(x.ptr),
+                A::P(out.ptr),
+                A::P(idx),
                 A::I(rows.len() as i32),
                 A::I(x.cols as i32),
                 A::I(mode),
@@ -1111,7 +1474,7 @@ impl Cuda {
             "unary",
             (blocks(n, 256), 1),
             256,
-            &[A::P(self.dev.ptr(&x.data)), A::P(n), A::I(op), A::F(a)],
+            &[A::P(x.ptr), A::P(n), A::I(op), A::F(a)],
         );
     }
 
@@ -1124,13 +1487,7 @@ impl Cuda {
             "binary",
             (blocks(n, 256), 1),
             256,
-            &[
-                A::P(self.dev.ptr(&x.data)),
-                A::P(self.dev.ptr(&y.data)),
-                A::P(self.dev.ptr(&out.data)),
-                A::P(n),
-                A::I(op),
-            ],
+            &[A::P(x.ptr), A::P(y.ptr), A::P(out.ptr), A::P(n), A::I(op)],
         );
     }
 
@@ -1139,12 +1496,12 @@ impl Cuda {
         if n == 0 {
             return;
         }
-        let p = self.dev.ptr(&x.data);
+        let p = x.ptr;
         self.dev.launch(
             "binary",
             (blocks(n, 256), 1),
             256,
-            &[A::P(p), A::P(self.dev.ptr(&y.data)), A::P(p), A::P(n), A::I(op)],
+            &[A::P(p), A::P(y.ptr), A::P(p), A::P(n), A::I(op)],
         );
     }
 
@@ -1158,7 +1515,7 @@ impl Cuda {
             (blocks(n, 256), 1),
             256,
             &[
-                A::P(self.dev.ptr(&x.data)),
+                A::P(x.ptr),
                 A::P(self.dev.ptr(&w.data)),
                 A::P(n),
                 A::I(w.row_len() as i32),

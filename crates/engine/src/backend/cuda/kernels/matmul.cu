@@ -2,6 +2,13 @@
 // its GGUF type, x f32 (t rows of n, t <= R), out (t, m). One warp per output row: lanes take
 // eight consecutive values at a time, decode them once and multiply them into every activation
 // row; f32 sums, reduced across the warp.
+// Eight weights times eight activations (16-byte aligned).
+__device__ __forceinline__ float dot8(const float w[8], const float* x) {
+    const float4* xp = (const float4*)x;
+    float4 a = xp[0], b = xp[1];
+    return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
+}
+
 template <int TY, int R>
 __device__ void mmv_t(const u8* W, u64 row_bytes, const float* x, float* out, int n, int m, int t) {
     int o = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -18,16 +25,28 @@ __device__ void mmv_t(const u8* W, u64 row_bytes, const float* x, float* out, in
                 if (r < t) acc[r] += w * x[(u64)r * n + j];
         }
     } else {
-        for (int j = lane * 8; j < n; j += 256) {
+        int j = lane * 8;
+        // Four chunks per step, all decoded (their loads in flight) before the products: one
+        // chunk at a time leaves each warp waiting on one load, and a matrix of few rows has too
+        // few warps to hide that.
+        for (; j + 768 < n; j += 1024) {
+            float w[4][8];
+#pragma unroll
+            for (int u = 0; u < 4; u++) deq8<TY>(row, j + 256 * u, w[u]);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (r < t) acc[r] += dot8(w[u], x + (u64)r * n + j + 256 * u);
+                }
+            }
+        }
+        for (; j < n; j += 256) {
             float w[8];
             deq8<TY>(row, j, w);
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                if (r < t) {
-                    const float4* xp = (const float4*)(x + (u64)r * n + j);
-                    float4 a = xp[0], b = xp[1];
-                    acc[r] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
-                }
+                if (r < t) acc[r] += dot8(w, x + (u64)r * n + j);
             }
         }
     }

@@ -5,7 +5,16 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, 
     const float* xr = x + (u64)blockIdx.x * n;
     float* o = out + (u64)blockIdx.x * n;
     float s = 0.f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+    if ((n & 3) == 0) {
+        // 16-byte loads (rows of 4k values are 16-byte aligned).
+        const float4* x4 = (const float4*)xr;
+        for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+            float4 v = x4[i];
+            s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+    }
     s = block_sum(s);
     float scale = 1.f / sqrtf(s / n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = (xr[i] * scale) * w[i];
