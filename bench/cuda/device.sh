@@ -28,6 +28,7 @@ hf2q)
     $D/hf2q convert $W/l8b -o $m --quant $q 2>&1 | tail -1 | tee -a $OUT/make.txt
     $D/hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 2>&1 | tee -a $OUT/hf2q-bench.txt | tail -n 2
   done
+  [ "${QUICK:-0}" = 1 ] && exit 0
   echo "HF2Q_CUDA_GRAPHS=0:" >> $OUT/hf2q-bench.txt
   HF2Q_CUDA_GRAPHS=0 $D/hf2q bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | tee -a $OUT/hf2q-bench.txt | tail -n 1
   for dev in cuda cpu; do

@@ -1374,3 +1374,92 @@ fn models_dir_loads_and_unloads_under_a_memory_budget() {
     assert!(head.to_ascii_lowercase().contains("retry-after"), "{head}");
     assert!(b.contains("50.0 MiB") && b.contains("can never be loaded"), "{b}");
 }
+
+/// A final assistant message is continued (llama-server's assistant prefill, vLLM's
+/// `continue_final_message`, Anthropic's prefill): the prompt ends with its text, no end of turn,
+/// and the reply is what `/v1/completions` writes after that prompt. `add_generation_prompt: true`
+/// answers it with a new turn instead (as OpenAI and the Responses API do); both flags true, or
+/// `continue_final_message` without a final assistant message, are 400s naming the field.
+#[test]
+fn final_assistant_messages_are_continued() {
+    let s = Server::start(&[]);
+    let msgs = json!([
+        {"role": "user", "content": "What is 2 + 3?"},
+        {"role": "assistant", "content": "The answer is"}
+    ]);
+    let (st, r) = s.json("POST", "/apply-template", json!({"messages": msgs}), None);
+    assert_eq!(st, 200, "{r}");
+    let prompt = r["prompt"].as_str().unwrap().to_string();
+    assert!(prompt.ends_with("<|im_start|>assistant\nThe answer is"), "{prompt:?}");
+    let (st, r) = s.json(
+        "POST",
+        "/apply-template",
+        json!({"messages": msgs, "continue_final_message": true, "add_generation_prompt": false}),
+        None,
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(
+        r["prompt"].as_str(),
+        Some(prompt.as_str()),
+        "the explicit form renders the same"
+    );
+    let (st, r) = s.json(
+        "POST",
+        "/apply-template",
+        json!({"messages": msgs, "add_generation_prompt": true}),
+        None,
+    );
+    assert_eq!(st, 200, "{r}");
+    assert!(
+        r["prompt"]
+            .as_str()
+            .unwrap()
+            .ends_with("The answer is<|im_end|>\n<|im_start|>assistant\n"),
+        "{r}"
+    );
+
+    let (st, chat) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": msgs, "max_tokens": 8, "temperature": 0}),
+        None,
+    );
+    assert_eq!(st, 200, "{chat}");
+    let (st, comp) = s.json(
+        "POST",
+        "/v1/completions",
+        json!({"prompt": prompt, "max_tokens": 8, "temperature": 0}),
+        None,
+    );
+    assert_eq!(st, 200, "{comp}");
+    let text = chat["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(!text.is_empty());
+    assert_eq!(Some(text), comp["choices"][0]["text"].as_str(), "the continuation");
+    let (st, m) = s.json(
+        "POST",
+        "/v1/messages",
+        json!({"model": "m", "max_tokens": 8, "temperature": 0, "messages": msgs}),
+        None,
+    );
+    assert_eq!(st, 200, "{m}");
+    assert_eq!(m["content"][0]["text"].as_str(), Some(text), "Anthropic's prefill");
+
+    for (body, field) in [
+        (
+            json!({"messages": msgs, "continue_final_message": true, "add_generation_prompt": true}),
+            "continue_final_message",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "Hi"}], "continue_final_message": true}),
+            "continue_final_message",
+        ),
+        (
+            json!({"messages": msgs, "add_generation_prompt": "yes"}),
+            "add_generation_prompt",
+        ),
+    ] {
+        let (st, r) = s.json("POST", "/v1/chat/completions", body, None);
+        assert_eq!(st, 400, "{r}");
+        assert_eq!(r["error"]["param"], field, "{r}");
+    }
+}

@@ -893,9 +893,26 @@ fn prepare_chat(st: &AppState, b: &serde_json::Map<String, Value>) -> Result<Pre
     }
     tools::empty_call_content(&mut msgs);
     let tool_format = tool_format.unwrap_or(tools::ToolFormat::Hermes);
-    let text = tpl
-        .render(&msgs, template_tools, true, &kwargs)
+    let (add_generation_prompt, continued) = continue_final(b, &msgs)?;
+    let mut text = tpl
+        .render(&msgs, template_tools, add_generation_prompt, &kwargs)
         .map_err(|e| template_error(tpl, &msgs, template_tools, &kwargs, e))?;
+    if let Some(prefix) = &continued {
+        // transformers' continue_final_message: the prompt ends where the final message's text
+        // ends (the template's end-of-turn after it is cut off), so the model writes on.
+        let at = text
+            .rfind(prefix.as_str())
+            .map(|i| i + prefix.len())
+            .or_else(|| text.rfind(prefix.trim()).map(|i| i + prefix.trim().len()))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "messages",
+                    "the final assistant message cannot be continued: the chat template does not \
+                     render its text as given",
+                )
+            })?;
+        text.truncate(at);
+    }
     let mut prompt = w
         .model
         .tokenizer
@@ -919,6 +936,56 @@ fn prepare_chat(st: &AppState, b: &serde_json::Map<String, Value>) -> Result<Pre
         p.tool_format = tool_format;
     }
     Ok(p)
+}
+
+/// Whether the template adds the generation prompt, and whether the reply continues the final
+/// assistant message (its text, when it does): vLLM's
+/// `continue_final_message` (with `add_generation_prompt`, which it excludes), and, when neither
+/// is given, llama-server's assistant prefill (as Anthropic's Messages API prefills): a final
+/// assistant message with text and no tool calls is continued.
+fn continue_final(
+    b: &serde_json::Map<String, Value>,
+    msgs: &[engine::chat::ChatMessage],
+) -> Result<(bool, Option<String>), ApiError> {
+    let flag = |k: &str| -> Result<Option<bool>, ApiError> {
+        match b.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(x)) => Ok(Some(*x)),
+            Some(_) => Err(ApiError::invalid(k, format!("'{k}' must be a boolean"))),
+        }
+    };
+    let (add, cont) = (flag("add_generation_prompt")?, flag("continue_final_message")?);
+    if add == Some(true) && cont == Some(true) {
+        return Err(ApiError::invalid(
+            "continue_final_message",
+            "'continue_final_message' and 'add_generation_prompt' cannot both be true",
+        ));
+    }
+    let last = msgs
+        .last()
+        .filter(|m| m.role == "assistant" && !m.extra.contains_key("tool_calls"));
+    let text = last.map(|m| match &m.content {
+        Value::String(t) => t.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<String>(),
+        _ => String::new(),
+    });
+    match (cont, add) {
+        (Some(true), _) => match text {
+            Some(t) if !t.is_empty() => Ok((false, Some(t))),
+            _ => Err(ApiError::invalid(
+                "continue_final_message",
+                "'continue_final_message' needs a final assistant message with text",
+            )),
+        },
+        (None, None) => match text.filter(|t| !t.is_empty()) {
+            Some(t) => Ok((false, Some(t))),
+            None => Ok((true, None)),
+        },
+        (_, add) => Ok((add.unwrap_or(true), None)),
+    }
 }
 
 /// A 400 for a chat template that failed, naming the first message whose rendering fails (found

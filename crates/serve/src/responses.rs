@@ -405,6 +405,8 @@ fn to_chat(b: &Map<String, Value>, prev: Option<&[Value]>) -> Result<(Map<String
     }
     let history = msgs[n_instr..].to_vec();
     c.insert("messages".into(), Value::Array(msgs));
+    // The Responses API answers a final assistant item with a new message (no prefill).
+    c.insert("add_generation_prompt".into(), Value::Bool(true));
     let mut echo = Map::new();
     for k in [
         "instructions",

@@ -115,8 +115,15 @@ const MATMUL_TYPES: &[GgmlType] = &[
 /// the activations to the dot type can change, summed with the weights' magnitudes: for block
 /// types, half a quantization step (block max / 254, /2·127 levels) per element; for F16 / BF16,
 /// 2^-11 / 2^-8 relative; plus f32 accumulation (1e-5 of Σ|w·x|).
+/// Two shapes: 512-wide rows, and 4096-wide ones (long enough for every kernel's row grouping:
+/// the CUDA matrix-vector kernels read Q3_K / Q6_K rows in groups of 2,048 values).
 pub fn matmul<B: Backend>(b: &B) {
-    let (n, m) = (512, 24);
+    for (n, m, batches) in [(512, 24, &[1, 3, 8, 17, 40][..]), (4096, 8, &[1, 5, 12][..])] {
+        matmul_shape(b, n, m, batches);
+    }
+}
+
+fn matmul_shape<B: Backend>(b: &B, n: usize, m: usize, batches: &[usize]) {
     for &ty in MATMUL_TYPES {
         if quant::dot::vec_dot_type(ty).is_none() {
             continue;
@@ -126,7 +133,7 @@ pub fn matmul<B: Backend>(b: &B) {
         let w = ws.load(b, "w", true);
         let stored = ws.stored("w");
         let act = quant::dot::vec_dot_type(ty).unwrap();
-        for t in [1, 3, 8, 17, 40] {
+        for &t in batches {
             let xv = values(t * n, 100 + t as u64);
             let x = buf(b, t, n, &xv);
             let mut out = b.alloc(t, m);
@@ -160,7 +167,7 @@ pub fn matmul<B: Backend>(b: &B) {
                     bounds.push(act_err + 1e-5 * mag + 1e-6);
                 }
             }
-            assert_close(&format!("matmul {} t={t}", ty.name()), &got, &want, |i| bounds[i]);
+            assert_close(&format!("matmul {} n={n} t={t}", ty.name()), &got, &want, |i| bounds[i]);
         }
     }
 }
