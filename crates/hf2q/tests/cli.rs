@@ -375,6 +375,32 @@ fn closed_pipe_ends_quietly() {
     }
 }
 
+/// `--device cuda` without a GPU is a clear error (exit 3) naming what is missing, for a command
+/// and for the server, before anything loads.
+#[test]
+fn device_cuda_without_a_gpu_is_refused() {
+    if engine::backend::select::cuda_present() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: --device cuda refusal (this machine has a GPU)"
+        );
+        return;
+    }
+    let m = smollm2();
+    let m = m.to_str().unwrap();
+    for args in [
+        vec!["generate", "-m", m, "--device", "cuda", "-p", "hi", "-n", "1"],
+        vec!["bench", "-m", m, "--device", "cuda:1", "-p", "8", "-n", "1", "-r", "1"],
+        vec!["serve", "-m", m, "--device", "cuda"],
+    ] {
+        let o = hf2q(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.contains("NVIDIA driver"), "{args:?}: {err}");
+    }
+}
+
 /// Two models that would be served under one id, and more aliases than models, are refused
 /// before anything loads; so is `--device` with a device this build cannot run on.
 #[test]

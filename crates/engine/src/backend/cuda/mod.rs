@@ -183,7 +183,7 @@ impl Dev {
     fn open(ordinal: usize) -> Result<Dev> {
         // SAFETY: the presence check only opens the library.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(EngineError::Backend(
+            return Err(EngineError::Unsupported(
                 "no NVIDIA driver library (libcuda.so.1) found: --device cuda needs an NVIDIA GPU and its driver"
                     .into(),
             ));
@@ -191,7 +191,7 @@ impl Dev {
         let err = |what: &str, e: &dyn std::fmt::Display| EngineError::Backend(format!("CUDA {what}: {e}"));
         let count = CudaContext::device_count().map_err(|e| err("device count", &e))?;
         if ordinal >= count.max(0) as usize {
-            return Err(EngineError::Backend(format!(
+            return Err(EngineError::Unsupported(format!(
                 "--device cuda:{ordinal}: this machine has {count} CUDA device(s)"
             )));
         }
