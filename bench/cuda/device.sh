@@ -6,6 +6,14 @@
 #            with its Q4_K_M / Q8_0 / BF16 conversions; runs doctor, the CUDA op tests and the
 #            engine fixtures on CUDA
 #   bench  : waits for the background work, then llama-bench and hf2q bench side by side
+#   stash  : copies every file under .dev/stash/ to /tmp/stash (files too large for one call's 64 MiB
+#            carry travel in several consecutive calls to one warm machine: split them here with
+#            `split -b 30M FILE .dev/stash/NAME.part.` and carry one part per call)
+#   smollm2: reassembles /tmp/stash/SmolLM2-135M-Instruct.Q4_1.gguf.part.* and runs the serve tests
+#            (.dev/serve-tests: tests/serve.rs, which `--device auto` puts on the GPU) against it,
+#            then greedy generate and perplexity on CPU and CUDA
+#   serve  : hf2q serve --device cuda vs llama-server -np N -fa on (bench/cuda/serve_bench.py) at 16
+#            and 64 streams on the 8B Q4_K_M (made by `all`/`hf2q` on this machine)
 # Logs go to $OUT.
 set -uo pipefail
 phase=$1
@@ -15,6 +23,37 @@ export HF2Q_CACHE=/tmp/hf2q-cache
 W=/tmp/w
 mkdir -p $W
 case $phase in
+stash)
+  mkdir -p /tmp/stash && cp -v $D/stash/* /tmp/stash/ && ls -la /tmp/stash
+  ;;
+smollm2)
+  M=/tmp/smollm2 && mkdir -p $M
+  cat /tmp/stash/SmolLM2-135M-Instruct.Q4_1.gguf.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
+  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf
+  # The tests that need only SmolLM2 (the goldens: replies equal llama-completion's).
+  HF2Q_MODELS=$M $D/serve-tests --test-threads=1 ${TESTS:-chat_completions_plain_and_streamed_match_llama_cpp concurrent_requests_get_the_same_replies seeds_reproduce} \
+    2>&1 | tee $OUT/serve-tests.txt | grep -E "^test |test result|panicked"
+  for dev in cpu cuda; do
+    $D/hf2q generate -m $M/SmolLM2-135M-Instruct.Q4_1.gguf --device $dev --chat -p "What is 2 + 3?" -n 64 --temp 0 \
+      > $OUT/smollm2-generate-$dev.txt 2>/dev/null
+    $D/hf2q perplexity -m $M/SmolLM2-135M-Instruct.Q4_1.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt \
+      -c 512 2>&1 | grep -E "Final|chunk" | tail -2 | tee -a $OUT/smollm2-perplexity.txt
+  done
+  cmp $OUT/smollm2-generate-cpu.txt $OUT/smollm2-generate-cuda.txt && echo "SmolLM2 greedy chat: CPU = CUDA"
+  ;;
+serve)
+  B=/tmp/lc/b/bin; m=$W/l8b.q4_k_m.gguf
+  for n in 16 64; do
+    $B/llama-server -m $m -ngl 99 -fa on -np $n -c $((n * 704)) --port 8081 > /tmp/ls.log 2>&1 &
+    for i in $(seq 1 120); do curl -sf localhost:8081/health > /dev/null && break; sleep 1; done
+    python3 bench/cuda/serve_bench.py http://127.0.0.1:8081 $n 512 128 128256 | tee -a $OUT/serve.jsonl
+    kill %1; wait
+    $D/hf2q serve -m $m --device cuda --parallel $n -c 704 --port 8082 > /tmp/hs.log 2>&1 &
+    for i in $(seq 1 120); do curl -sf localhost:8082/readyz > /dev/null && break; sleep 1; done
+    python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 $n 512 128 128256 | tee -a $OUT/serve.jsonl
+    kill %1; wait
+  done
+  ;;
 hf2q)
   # hf2q alone (llama.cpp's figures from an earlier call of the same session): the op tests, the
   # fixtures on CUDA, the 8B model in three types, hf2q bench (tg also without CUDA graphs), and

@@ -429,6 +429,38 @@ fn embeddings_route() {
     // Token ids work as input.
     let (st, _) = emb(json!({"model": "minilm", "input": [101, 7592, 102]}));
     assert_eq!(st, 200);
+    // llama-server's input forms: objects with text content (the same vector as the string), and
+    // token ids mixed with text in one input (the text's tokens in place, no specials added).
+    let (_, hello) = emb(json!({"model": "minilm", "input": "Hello world"}));
+    for input in [
+        json!({"prompt_string": "Hello world"}),
+        json!({"content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "world"}]}),
+    ] {
+        let (st, r) = emb(json!({"model": "minilm", "input": input}));
+        assert_eq!(st, 200, "{input}: {r}");
+        assert_eq!(r["data"][0]["embedding"], hello["data"][0]["embedding"], "{input}");
+    }
+    let (_, ids) = emb(json!({"model": "minilm", "input": [101, 7592, 2088, 102]}));
+    let (st, mixed) = emb(json!({"model": "minilm", "input": [101, "Hello world", 102]}));
+    assert_eq!(st, 200, "{mixed}");
+    assert_eq!(mixed["data"][0]["embedding"], ids["data"][0]["embedding"], "mixed ids and text");
+    assert_eq!(mixed["data"].as_array().unwrap().len(), 1);
+    let (st, r) = emb(json!({"model": "minilm", "input": ["Hello world", [101, 7592, 102], {"prompt_string": "x"}]}));
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["data"].as_array().unwrap().len(), 3);
+    assert_eq!(r["data"][0]["embedding"], hello["data"][0]["embedding"]);
+    for bad in [
+        json!([]),
+        json!({"content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}),
+        json!({"content": [{"type": "unknown"}]}),
+        json!({"content": "a bare string"}),
+        json!([1.5]),
+        json!({"other": 1}),
+    ] {
+        let (st, r) = emb(json!({"model": "minilm", "input": bad}));
+        assert_eq!(st, 400, "{bad}: {r}");
+        assert_eq!(r["error"]["param"], "input", "{bad}");
+    }
     // Too long: 400 naming the limit, or truncation when asked.
     let long = "word ".repeat(600);
     let (st, r) = emb(json!({"model": "minilm", "input": long}));

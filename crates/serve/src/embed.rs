@@ -128,41 +128,7 @@ impl Embedder {
 
     /// Validate an OpenAI embeddings request, embed its inputs and build the response.
     pub async fn request(&self, b: &Map<String, Value>) -> Result<Value, ApiError> {
-        let texts_or_ids =
-            match b.get("input") {
-                Some(Value::String(s)) => vec![Input::Text(s.clone())],
-                Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_string) => a
-                    .iter()
-                    .map(|v| Input::Text(v.as_str().unwrap_or_default().to_string()))
-                    .collect(),
-                Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_u64) => {
-                    vec![Input::Ids(
-                        a.iter().filter_map(Value::as_u64).map(|v| v as u32).collect(),
-                    )]
-                }
-                Some(Value::Array(a))
-                    if !a.is_empty()
-                        && a.iter()
-                            .all(|x| x.as_array().is_some_and(|y| y.iter().all(Value::is_u64))) =>
-                {
-                    a.iter()
-                        .map(|x| {
-                            Input::Ids(
-                                x.as_array()
-                                    .into_iter()
-                                    .flatten()
-                                    .filter_map(Value::as_u64)
-                                    .map(|v| v as u32)
-                                    .collect(),
-                            )
-                        })
-                        .collect()
-                }
-                _ => return Err(ApiError::invalid(
-                    "input",
-                    "'input' must be a string, an array of strings, an array of token ids, or an array of such arrays",
-                )),
-            };
+        let texts_or_ids = inputs_of(b.get("input"))?;
         if texts_or_ids.len() > self.limits.max_inputs {
             return Err(ApiError::invalid(
                 "input",
@@ -262,16 +228,31 @@ impl Embedder {
                     .tokenizer
                     .encode(&t, true, false)
                     .map_err(|e| ApiError::bad_request(format!("input {i}: {e}")))?,
-                Input::Ids(ids) => {
-                    if let Some(bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
-                        return Err(ApiError::invalid(
-                            "input",
-                            format!("input {i}: token id {bad} is outside the vocabulary of {n_vocab}"),
-                        ));
+                Input::Ids(ids) => ids,
+                // Token ids and text in one input: the text pieces tokenized without special
+                // tokens, in order (the ids say where the specials go).
+                Input::Mixed(pieces) => {
+                    let mut ids = Vec::new();
+                    for p in pieces {
+                        match p {
+                            Input::Text(t) => ids.extend(
+                                self.tokenizer
+                                    .encode(&t, false, false)
+                                    .map_err(|e| ApiError::bad_request(format!("input {i}: {e}")))?,
+                            ),
+                            Input::Ids(x) => ids.extend(x),
+                            Input::Mixed(_) => unreachable!("pieces are flat"),
+                        }
                     }
                     ids
                 }
             };
+            if let Some(bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+                return Err(ApiError::invalid(
+                    "input",
+                    format!("input {i}: token id {bad} is outside the vocabulary of {n_vocab}"),
+                ));
+            }
             if ids.is_empty() {
                 return Err(ApiError::invalid("input", format!("input {i} is empty")));
             }
@@ -280,7 +261,7 @@ impl Embedder {
                     return Err(ApiError::invalid(
                         "input",
                         format!(
-                            "input {i} has {} tokens; the model takes at most {} (send \"truncate\": true to cut it)",
+                            "input {i} is too large: {} tokens; the model takes at most {} (send \"truncate\": true to cut it)",
                             ids.len(),
                             self.max_tokens
                         ),
@@ -313,6 +294,83 @@ impl Embedder {
 enum Input {
     Text(String),
     Ids(Vec<u32>),
+    /// Token ids and text pieces of one input, in order.
+    Mixed(Vec<Input>),
+}
+
+/// The inputs of an embeddings request: OpenAI's forms (a string, strings, token ids, arrays of
+/// token ids) and llama-server's (an input mixing token ids and strings, and input objects
+/// `{"prompt_string": s}` / `{"content": [text parts]}`; this server embeds text only).
+fn inputs_of(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
+    let shape = || {
+        ApiError::invalid(
+            "input",
+            "'input' must be a string, an array of strings, an array of token ids, or an array of such arrays \
+             (or input objects with \"content\" / \"prompt_string\")",
+        )
+    };
+    let id = |x: &Value| x.as_u64().and_then(|v| u32::try_from(v).ok());
+    // One input given as an array: token ids, or token ids and strings.
+    let pieces = |a: &[Value]| -> Result<Input, ApiError> {
+        if let Some(ids) = a.iter().map(id).collect::<Option<Vec<u32>>>() {
+            return Ok(Input::Ids(ids));
+        }
+        a.iter()
+            .map(|x| match x {
+                Value::String(s) => Ok(Input::Text(s.clone())),
+                x => id(x).map(|t| Input::Ids(vec![t])).ok_or_else(shape),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Input::Mixed)
+    };
+    let object = |o: &serde_json::Map<String, Value>| -> Result<Input, ApiError> {
+        if let Some(Value::String(s)) = o.get("prompt_string") {
+            return Ok(Input::Text(s.clone()));
+        }
+        // `content` is a list of parts (llama-server refuses a bare string there too).
+        match o.get("content") {
+            Some(Value::Array(parts)) if !parts.is_empty() => {
+                let mut text = String::new();
+                for p in parts {
+                    match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                        (Some("text"), Some(t)) => text.push_str(t),
+                        (ty, _) => {
+                            return Err(ApiError::invalid(
+                                "input",
+                                format!(
+                                    "input content part of type {} is not text: this embedding model takes text only",
+                                    ty.map_or("(none)".into(), |t| format!("{t:?}"))
+                                ),
+                            ))
+                        }
+                    }
+                }
+                Ok(Input::Text(text))
+            }
+            _ => Err(shape()),
+        }
+    };
+    match v {
+        Some(Value::String(s)) => Ok(vec![Input::Text(s.clone())]),
+        Some(Value::Object(o)) => Ok(vec![object(o)?]),
+        Some(Value::Array(a)) if a.is_empty() => Err(shape()),
+        // Only ids and strings, at least one id: one input (all strings: one input each).
+        Some(Value::Array(a))
+            if a.iter().any(|x| id(x).is_some()) && a.iter().all(|x| x.is_string() || id(x).is_some()) =>
+        {
+            Ok(vec![pieces(a)?])
+        }
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| match x {
+                Value::String(s) => Ok(Input::Text(s.clone())),
+                Value::Array(p) if !p.is_empty() => pieces(p),
+                Value::Object(o) => object(o),
+                _ => Err(shape()),
+            })
+            .collect(),
+        _ => Err(shape()),
+    }
 }
 
 fn run<B: Backend>(model: Box<dyn Encoder<B>>, rx: Receiver<Job>, capacity: usize, counters: &Counters) {
