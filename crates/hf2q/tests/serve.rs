@@ -443,7 +443,10 @@ fn embeddings_route() {
     let (_, ids) = emb(json!({"model": "minilm", "input": [101, 7592, 2088, 102]}));
     let (st, mixed) = emb(json!({"model": "minilm", "input": [101, "Hello world", 102]}));
     assert_eq!(st, 200, "{mixed}");
-    assert_eq!(mixed["data"][0]["embedding"], ids["data"][0]["embedding"], "mixed ids and text");
+    assert_eq!(
+        mixed["data"][0]["embedding"], ids["data"][0]["embedding"],
+        "mixed ids and text"
+    );
     assert_eq!(mixed["data"].as_array().unwrap().len(), 1);
     let (st, r) = emb(json!({"model": "minilm", "input": ["Hello world", [101, 7592, 102], {"prompt_string": "x"}]}));
     assert_eq!(st, 200, "{r}");
@@ -1494,4 +1497,46 @@ fn final_assistant_messages_are_continued() {
         assert_eq!(st, 400, "{r}");
         assert_eq!(r["error"]["param"], field, "{r}");
     }
+}
+
+/// `POST /v1/responses/input_tokens` (OpenAI) and `/v1/chat/completions/input_tokens`
+/// (llama-server) count the prompt exactly as the request would send it: the same number as the
+/// usage of the request itself, instructions, tools and `previous_response_id` included.
+#[test]
+fn input_token_counts_match_usage() {
+    let s = Server::start(&[]);
+    let chat = json!({"messages": [{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}],
+        "max_tokens": 2, "temperature": 0});
+    let (st, n) = s.json("POST", "/v1/chat/completions/input_tokens", chat.clone(), None);
+    assert_eq!(st, 200, "{n}");
+    let (st, r) = s.json("POST", "/v1/chat/completions", chat.clone(), None);
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(n["input_tokens"], r["usage"]["prompt_tokens"]);
+    let (st, n2) = s.json("POST", "/chat/completions/input_tokens", chat, None);
+    assert_eq!((st, &n2["input_tokens"]), (200, &n["input_tokens"]));
+
+    let tool = json!({"type": "function", "name": "get_weather", "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}});
+    let body = json!({"model": "m", "instructions": "Be brief.", "input": "What is 2 + 3?", "tools": [tool],
+        "max_output_tokens": 4, "temperature": 0});
+    let (st, n) = s.json("POST", "/v1/responses/input_tokens", body.clone(), None);
+    assert_eq!(st, 200, "{n}");
+    assert_eq!(n["object"], "response.input_tokens");
+    let (st, r) = s.json("POST", "/v1/responses", body, None);
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(n["input_tokens"], r["usage"]["input_tokens"]);
+    let follow = json!({"model": "m", "previous_response_id": r["id"], "input": "And 3 + 4?", "max_output_tokens": 4,
+        "temperature": 0});
+    let (st, n) = s.json("POST", "/v1/responses/input_tokens", follow.clone(), None);
+    assert_eq!(st, 200, "{n}");
+    let (_, r2) = s.json("POST", "/v1/responses", follow, None);
+    assert_eq!(n["input_tokens"], r2["usage"]["input_tokens"]);
+    let (st, e) = s.json(
+        "POST",
+        "/v1/responses/input_tokens",
+        json!({"model": "m", "previous_response_id": "resp_nope", "input": "x"}),
+        None,
+    );
+    assert_eq!(st, 400, "{e}");
+    assert_eq!(e["error"]["param"], "previous_response_id");
 }

@@ -332,7 +332,10 @@ fn inputs_of(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
             Some(Value::Array(parts)) if !parts.is_empty() => {
                 let mut text = String::new();
                 for p in parts {
-                    match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    match (
+                        p.get("type").and_then(Value::as_str),
+                        p.get("text").and_then(Value::as_str),
+                    ) {
                         (Some("text"), Some(t)) => text.push_str(t),
                         (ty, _) => {
                             return Err(ApiError::invalid(

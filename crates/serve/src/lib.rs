@@ -278,6 +278,10 @@ fn router(state: Shared) -> Router {
         .route(routes::RESPONSE, get(responses::get).delete(responses::delete))
         .route(routes::MESSAGES, post(anthropic::create))
         .route(routes::COUNT_TOKENS, post(anthropic::count_tokens))
+        .route(routes::RESPONSE_INPUT_TOKENS, post(responses::input_tokens))
+        .route(routes::CHAT_INPUT_TOKENS, post(chat_input_tokens))
+        .route("/chat/completions/input_tokens", post(chat_input_tokens))
+        .route("/responses/input_tokens", post(responses::input_tokens))
         // llama-server serves the OpenAI routes without the /v1 prefix too (clients configured
         // with a base URL that lacks it).
         .route("/chat/completions", post(chat_completions))
@@ -386,7 +390,7 @@ async fn guarded(st: &Shared, req: axum::extract::Request, next: axum::middlewar
     };
     let route = if path.starts_with("/v1/models/") {
         routes::MODEL.to_string()
-    } else if path.starts_with("/v1/responses/") {
+    } else if path.starts_with("/v1/responses/") && path != routes::RESPONSE_INPUT_TOKENS {
         routes::RESPONSE.to_string()
     } else {
         path
@@ -687,6 +691,18 @@ async fn tokenize(State(st): State<Shared>, body: Bytes) -> Response {
 }
 
 /// `POST /apply-template` (llama-server's): the prompt a chat request renders to, as text.
+/// `POST /v1/chat/completions/input_tokens` (llama-server's): the prompt's tokens for a chat request
+/// as the model would see it (template, tools and all), without generating.
+async fn chat_input_tokens(State(st): State<Shared>, body: Bytes) -> Response {
+    let r = async {
+        let b = api::object(&body)?;
+        ensure_loaded(&st, b.get("model").and_then(Value::as_str)).await?;
+        let p = prepare_chat(&st, &b)?;
+        Ok::<_, ApiError>(Json(json!({"input_tokens": p.prompt.len()})).into_response())
+    };
+    r.await.unwrap_or_else(|e| e.into_response())
+}
+
 async fn apply_template(State(st): State<Shared>, body: Bytes) -> Response {
     let r = (|| {
         let b = api::object(&body)?;

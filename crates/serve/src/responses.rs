@@ -535,10 +535,26 @@ pub async fn create(State(st): State<Shared>, body: Bytes) -> Response {
     }
 }
 
-async fn create_inner(st: Shared, body: Bytes) -> Result<Response, ApiError> {
-    let b = super::api::object(&body)?;
-    super::ensure_loaded(&st, b.get("model").and_then(Value::as_str)).await?;
-    let prev = match b.get("previous_response_id").filter(|v| !v.is_null()) {
+/// `POST /v1/responses/input_tokens`: the input's tokens as a `responses.create` with the same
+/// body would send them to the model (instructions, tools, `previous_response_id` included).
+pub async fn input_tokens(State(st): State<Shared>, body: Bytes) -> Response {
+    let r = async {
+        let b = super::api::object(&body)?;
+        super::ensure_loaded(&st, b.get("model").and_then(Value::as_str)).await?;
+        let prev = previous(&st, &b)?;
+        let (mut chat, _) = to_chat(&b, prev.as_deref())?;
+        chat.remove("stream");
+        let p = prepare_chat(&st, &chat)?;
+        Ok::<_, ApiError>(
+            Json(json!({"object": "response.input_tokens", "input_tokens": p.prompt.len()})).into_response(),
+        )
+    };
+    r.await.unwrap_or_else(|e| e.into_response())
+}
+
+/// The stored conversation `previous_response_id` names, if any.
+fn previous(st: &Shared, b: &Map<String, Value>) -> Result<Option<Vec<Value>>, ApiError> {
+    Ok(match b.get("previous_response_id").filter(|v| !v.is_null()) {
         None => None,
         Some(Value::String(id)) => {
             let mut store = st.responses.lock().unwrap_or_else(|e| e.into_inner());
@@ -557,7 +573,13 @@ async fn create_inner(st: Shared, body: Bytes) -> Result<Response, ApiError> {
                 "'previous_response_id' must be a string",
             ))
         }
-    };
+    })
+}
+
+async fn create_inner(st: Shared, body: Bytes) -> Result<Response, ApiError> {
+    let b = super::api::object(&body)?;
+    super::ensure_loaded(&st, b.get("model").and_then(Value::as_str)).await?;
+    let prev = previous(&st, &b)?;
     let (chat, ctx) = to_chat(&b, prev.as_deref())?;
     let p = prepare_chat(&st, &chat)?;
     let stream = p.stream;

@@ -9,6 +9,9 @@ pub const RESPONSES: &str = "/v1/responses";
 pub const RESPONSE: &str = "/v1/responses/{id}";
 pub const MESSAGES: &str = "/v1/messages";
 pub const COUNT_TOKENS: &str = "/v1/messages/count_tokens";
+/// OpenAI's Responses input-token count, and llama-server's for chat completions.
+pub const RESPONSE_INPUT_TOKENS: &str = "/v1/responses/input_tokens";
+pub const CHAT_INPUT_TOKENS: &str = "/v1/chat/completions/input_tokens";
 pub const TOKENIZE: &str = "/tokenize";
 pub const DETOKENIZE: &str = "/detokenize";
 pub const HEALTH: &str = "/health";
