@@ -1540,3 +1540,53 @@ fn input_token_counts_match_usage() {
     assert_eq!(st, 400, "{e}");
     assert_eq!(e["error"]["param"], "previous_response_id");
 }
+
+/// `--chat-template-file` renders every chat request with the given template instead of the
+/// model's; a malformed one stops the server at start (exit 3, naming the file). `"verbose": true`
+/// (or `--debug-responses`) adds llama-server's `__verbose` object with the rendered prompt.
+#[test]
+fn chat_template_file_and_verbose_replies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tpl = tmp.path().join("t.jinja");
+    std::fs::write(
+        &tpl,
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}",
+    )
+    .unwrap();
+    let s = Server::start_with(&[smollm2()], &["--chat-template-file", tpl.to_str().unwrap()]);
+    let msgs = json!([{"role": "user", "content": "What is 2 + 3?"}]);
+    let (st, r) = s.json("POST", "/apply-template", json!({"messages": msgs}), None);
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["prompt"], "[user] What is 2 + 3?\n[assistant] ");
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": msgs, "max_tokens": 2, "temperature": 0, "verbose": true}),
+        None,
+    );
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["__verbose"]["prompt"], "[user] What is 2 + 3?\n[assistant] ");
+    let (_, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": msgs, "max_tokens": 2}),
+        None,
+    );
+    assert!(r.get("__verbose").is_none(), "only when asked: {r}");
+    drop(s);
+
+    std::fs::write(&tpl, "{% for m in messages %}{{ m.content }").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+        .args([
+            "serve",
+            "-m",
+            smollm2().to_str().unwrap(),
+            "--chat-template-file",
+            tpl.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("--chat-template-file") && err.contains("t.jinja"), "{err}");
+}

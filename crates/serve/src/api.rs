@@ -23,6 +23,8 @@ pub struct Valid {
     pub format: Option<Option<Value>>,
     /// Left-truncate the prompt to its last N tokens (vLLM's `truncate_prompt_tokens`).
     pub truncate_prompt_tokens: Option<usize>,
+    /// llama-server's `verbose`: the reply carries the `__verbose` debug object.
+    pub verbose: bool,
     /// llama-server's `grammar` (GBNF), as a Lark grammar.
     pub grammar: Option<String>,
 }
@@ -276,6 +278,11 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
         format,
         truncate_prompt_tokens: integer(body, "truncate_prompt_tokens", 1)?.map(|k| k as usize),
         grammar,
+        verbose: match body.get("verbose") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(ApiError::invalid("verbose", "'verbose' must be a boolean")),
+        },
     })
 }
 

@@ -80,6 +80,11 @@ pub struct ServeConfig {
     pub embed_limits: embed::Limits,
     /// When `port` is taken, listen on another free port instead of failing (the default port).
     pub port_fallback: bool,
+    /// `--chat-template-file`: a Jinja chat template used instead of the models' own.
+    pub chat_template: Option<String>,
+    /// `--debug-responses`: non-streamed chat and completions replies carry llama-server's
+    /// `__verbose` object (the rendered prompt), as a request's `"verbose": true` asks.
+    pub debug_responses: bool,
 }
 
 /// `--kv-budget`: KV cache positions, or bytes converted with the model's bytes per position.
@@ -785,6 +790,8 @@ struct Prepared {
     reasoning: Option<(reasoning::Markers, bool)>,
     /// The chat template's output (chat requests).
     rendered: String,
+    /// Add llama-server's `__verbose` debug object to a non-streamed reply.
+    verbose: bool,
 }
 
 fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
@@ -845,6 +852,7 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         grammar,
         reasoning: None,
         rendered: String::new(),
+        verbose: v.verbose,
     })
 }
 
@@ -1126,7 +1134,8 @@ fn tool_calls_json(calls: &[tools::Call], with_index: bool) -> Value {
 
 /// Queue one job per choice (`n`; seeds `seed + i`) and answer with one JSON object or an SSE
 /// stream whose chunks carry the choice index.
-async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
+async fn respond(st: Shared, mut p: Prepared, chat: bool) -> Response {
+    p.verbose |= st.cfg.debug_responses;
     let w = p.worker.clone();
     // One channel for every choice: when the client goes away its receiver is dropped, and the
     // jobs leave the queue (or their slots) at once.
@@ -1246,9 +1255,18 @@ async fn respond(st: Shared, p: Prepared, chat: bool) -> Response {
                 choice
             })
             .collect();
-        return Json(json!({"id": id, "object": object, "created": created, "model": w.id,
-            "system_fingerprint": st.fingerprint, "choices": choices, "usage": usage(pt, ct, cached)}))
-        .into_response();
+        let mut body = json!({"id": id, "object": object, "created": created, "model": w.id,
+            "system_fingerprint": st.fingerprint, "choices": choices, "usage": usage(pt, ct, cached)});
+        if p.verbose {
+            // llama-server's debug object: what the model was given.
+            let prompt = if chat {
+                p.rendered.clone()
+            } else {
+                tokz.tokenizer.decode(&p.prompt, false)
+            };
+            body["__verbose"] = json!({"prompt": prompt, "prompt_tokens": p.prompt.len(), "content": texts[0]});
+        }
+        return Json(body).into_response();
     }
     let chunk_object = if chat {
         "chat.completion.chunk"

@@ -285,7 +285,14 @@ fn load_one<B: Backend>(state: &AppState, backend: &Arc<B>, path: &std::path::Pa
         eprintln!("hf2q serve: embedding model {id} ready");
         return Ok(file_bytes);
     }
-    let m = LoadedModel::load(backend.clone(), path).map_err(|e| e.to_string())?;
+    let mut m = LoadedModel::load(backend.clone(), path).map_err(|e| e.to_string())?;
+    if let Some(src) = &state.cfg.chat_template {
+        // --chat-template-file: in place of the model's own, with the model's BOS / EOS text.
+        let text = |id: Option<u32>| id.and_then(|i| m.tokenizer.token_text(i)).unwrap_or("").to_string();
+        let t = engine::chat::ChatTemplate::new(src, &text(m.tokenizer.bos()), &text(m.tokenizer.eos()))
+            .map_err(|e| format!("--chat-template-file: {e}"))?;
+        m.template = Some(t);
+    }
     let n_ctx = if state.cfg.ctx == 0 {
         m.model.info().n_ctx_train
     } else {

@@ -89,6 +89,14 @@ pub struct ServeArgs {
     /// Most tokens of all inputs of one /v1/embeddings request together (400 past it; OpenAI's limit).
     #[arg(long, default_value_t = 300_000)]
     pub embed_max_tokens: usize,
+    /// A Jinja chat template used instead of the models' own (llama-server's and vLLM's option, for
+    /// a GGUF whose template is missing or wrong); checked when the server starts.
+    #[arg(long = "chat-template-file", value_name = "FILE")]
+    pub chat_template_file: Option<PathBuf>,
+    /// Non-streamed chat and completions replies carry llama-server's `__verbose` debug object (the
+    /// rendered prompt and its token count), as a request's `"verbose": true` asks for one reply.
+    #[arg(long = "debug-responses")]
+    pub debug_responses: bool,
 }
 
 fn seconds(s: &str) -> Result<f64, String> {
@@ -213,7 +221,19 @@ pub fn run(mut args: ServeArgs) -> CliResult {
             w[0]
         )));
     }
+    let chat_template = match &args.chat_template_file {
+        None => None,
+        Some(f) => {
+            let src = std::fs::read_to_string(f)
+                .map_err(|e| CliError::input(format!("--chat-template-file {}: {e}", f.display())))?;
+            engine::chat::ChatTemplate::new(&src, "", "")
+                .map_err(|e| CliError::input(format!("--chat-template-file {}: {e}", f.display())))?;
+            Some(src)
+        }
+    };
     let cfg = serve::ServeConfig {
+        chat_template,
+        debug_responses: args.debug_responses,
         host: args.host,
         port: args.port.unwrap_or(8080),
         port_fallback: args.port.is_none(),

@@ -30,6 +30,7 @@ for line in open(os.path.join(here, "expected_failures.txt"), encoding="utf-8"):
         test, _, reason = line.partition("  ")
         expected[test.strip()] = reason.strip()
 
+os.environ["HF2Q_LLAMA_TESTS"] = os.path.abspath(src)
 with tempfile.TemporaryDirectory() as d:
     for m in MODULES:
         shutil.copy(os.path.join(src, "unit", m), d)

@@ -20,6 +20,8 @@ import requests
 HF2Q = os.environ["HF2Q_BIN"]
 CHAT_MODEL = os.environ["HF2Q_CHAT_MODEL"]
 EMBED_MODEL = os.environ["HF2Q_EMBED_MODEL"]
+# The suite's folder (run.py sets it), with llama.cpp's chat templates in templates/.
+SUITE_DIR = os.environ.get("HF2Q_LLAMA_TESTS", "")
 DEFAULT_HTTP_TIMEOUT = 60
 DEFAULT_REQUEST_TIMEOUT = 600
 
@@ -83,7 +85,13 @@ class ServerProcess:
             args += ["--parallel", str(self.n_slots)]
         if self.api_key:
             args += ["--api-key", self.api_key]
-        for opt in ("chat_template", "chat_template_file", "n_predict", "temperature"):
+        if self.chat_template_file is not None:
+            # The tests name llama.cpp's models/templates, which fetch-models puts beside the suite.
+            name = os.path.basename(self.chat_template_file)
+            args += ["--chat-template-file", os.path.join(SUITE_DIR, "templates", name)]
+        if self.debug:
+            args += ["--debug-responses"]
+        for opt in ("chat_template", "n_predict", "temperature"):
             if getattr(self, opt) is not None:
                 self.unsupported.append(opt)
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
