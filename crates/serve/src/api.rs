@@ -286,6 +286,22 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
     })
 }
 
+/// The text of content parts (`{"type": "text", "text": …}`), joined; else the first other part's
+/// type (for the caller's error).
+pub fn text_parts(parts: &[Value]) -> Result<String, String> {
+    let mut text = String::new();
+    for p in parts {
+        match (
+            p.get("type").and_then(Value::as_str),
+            p.get("text").and_then(Value::as_str),
+        ) {
+            (Some("text"), Some(t)) => text.push_str(t),
+            (ty, _) => return Err(ty.map_or("a part without a type".into(), |t| format!("{t:?}"))),
+        }
+    }
+    Ok(text)
+}
+
 /// `messages` of a chat request as template messages.
 pub fn messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
     let arr = field(body, "messages")
@@ -310,24 +326,12 @@ pub fn messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError>
             None | Some(Value::Null) => Value::Null,
             Some(Value::String(s)) => Value::String(s.clone()),
             // Text parts are joined: templates of text models expect a string.
-            Some(Value::Array(parts)) => {
-                let mut text = String::new();
-                for p in parts {
-                    match (
-                        p.get("type").and_then(Value::as_str),
-                        p.get("text").and_then(Value::as_str),
-                    ) {
-                        (Some("text"), Some(t)) => text.push_str(t),
-                        _ => {
-                            return Err(ApiError::invalid(
-                                "messages",
-                                format!("messages[{i}].content: only text parts are supported"),
-                            ))
-                        }
-                    }
-                }
-                Value::String(text)
-            }
+            Some(Value::Array(parts)) => Value::String(text_parts(parts).map_err(|ty| {
+                ApiError::invalid(
+                    "messages",
+                    format!("messages[{i}].content: only text parts are supported, not {ty}"),
+                )
+            })?),
             Some(_) => {
                 return Err(ApiError::invalid(
                     "messages",

@@ -330,25 +330,12 @@ fn inputs_of(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
         // `content` is a list of parts (llama-server refuses a bare string there too).
         match o.get("content") {
             Some(Value::Array(parts)) if !parts.is_empty() => {
-                let mut text = String::new();
-                for p in parts {
-                    match (
-                        p.get("type").and_then(Value::as_str),
-                        p.get("text").and_then(Value::as_str),
-                    ) {
-                        (Some("text"), Some(t)) => text.push_str(t),
-                        (ty, _) => {
-                            return Err(ApiError::invalid(
-                                "input",
-                                format!(
-                                    "input content part of type {} is not text: this embedding model takes text only",
-                                    ty.map_or("(none)".into(), |t| format!("{t:?}"))
-                                ),
-                            ))
-                        }
-                    }
-                }
-                Ok(Input::Text(text))
+                crate::api::text_parts(parts).map(Input::Text).map_err(|ty| {
+                    ApiError::invalid(
+                        "input",
+                        format!("input content part {ty} is not text: this embedding model takes text only"),
+                    )
+                })
             }
             _ => Err(shape()),
         }

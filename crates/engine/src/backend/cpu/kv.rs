@@ -67,6 +67,26 @@ impl Layout {
     }
 }
 
+impl Layout {
+    /// Whether `len` bytes imported at position `pos0` are whole pages at a page boundary, within
+    /// `pages` allocated pages (`capacity` positions).
+    pub(crate) fn check_import(&self, pos0: usize, len: usize, pages: usize, capacity: usize) -> Result<()> {
+        let pb = self.page_bytes;
+        if pb == 0 || !len.is_multiple_of(pb) || !pos0.is_multiple_of(PAGE) {
+            return Err(EngineError::Input(format!(
+                "KV data of {len} bytes at position {pos0} is not whole pages of {pb} bytes"
+            )));
+        }
+        if pos0 / PAGE + len / pb > pages {
+            return Err(EngineError::ContextFull {
+                need: pos0 + len / pb * PAGE,
+                n_ctx: capacity,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// One page of K/V rows. Dropping the last holder returns its memory.
 pub struct CpuPage {
     data: Box<[u8]>,
@@ -235,19 +255,8 @@ impl CpuKv {
     /// multiple of [`PAGE`].
     pub fn import(&mut self, pos0: usize, data: &[u8]) -> Result<()> {
         let pb = self.layout.page_bytes;
-        if pb == 0 || !data.len().is_multiple_of(pb) || !pos0.is_multiple_of(PAGE) {
-            return Err(EngineError::Input(format!(
-                "KV data of {} bytes at position {pos0} is not whole pages of {pb} bytes",
-                data.len()
-            )));
-        }
-        let n = data.len() / pb;
-        if pos0 / PAGE + n > self.pages.len() {
-            return Err(EngineError::ContextFull {
-                need: pos0 + n * PAGE,
-                n_ctx: self.capacity(),
-            });
-        }
+        self.layout
+            .check_import(pos0, data.len(), self.pages.len(), self.capacity())?;
         for (i, chunk) in data.chunks(pb).enumerate() {
             self.page_mut(pos0 / PAGE + i).copy_from_slice(chunk);
         }

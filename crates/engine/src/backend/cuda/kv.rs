@@ -174,19 +174,8 @@ impl CudaKv {
 
     pub fn import(&mut self, pos0: usize, data: &[u8]) -> Result<()> {
         let pb = self.layout.page_bytes;
-        if pb == 0 || !data.len().is_multiple_of(pb) || !pos0.is_multiple_of(PAGE) {
-            return Err(EngineError::Input(format!(
-                "KV data of {} bytes at position {pos0} is not whole pages of {pb} bytes",
-                data.len()
-            )));
-        }
-        let n = data.len() / pb;
-        if pos0 / PAGE + n > self.pages.len() {
-            return Err(EngineError::ContextFull {
-                need: pos0 + n * PAGE,
-                n_ctx: self.capacity(),
-            });
-        }
+        self.layout
+            .check_import(pos0, data.len(), self.pages.len(), self.capacity())?;
         for (i, chunk) in data.chunks(pb).enumerate() {
             let b = pos0 / PAGE + i;
             self.own_page(b)?;
