@@ -11,7 +11,8 @@ use std::sync::Arc;
 /// The compute device asked for by `--device`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Device {
-    /// The best device present: the first NVIDIA GPU when its driver and NVRTC load, else the CPU.
+    /// The best device present: the first NVIDIA GPU when its driver and NVRTC load, else the CPU
+    /// (embedding models: the CPU for now).
     #[default]
     Auto,
     Cpu,
@@ -65,7 +66,9 @@ pub fn with_backend<W: WithBackend>(opts: &BackendOptions, job: W) -> Result<W::
         Device::Cpu => Ok(job.run(cpu()?)),
         Device::Cuda(n) => Ok(job.run(Arc::new(Cuda::new(n)?))),
         Device::Auto => {
-            if !cuda_present() {
+            // Encoders stay on the CPU under `auto` until their CUDA path has been measured against
+            // the CPU's vectors on a GPU (`--device cuda` runs them there).
+            if !cuda_present() || opts.exact_activations {
                 return Ok(job.run(cpu()?));
             }
             match Cuda::new(0) {

@@ -567,8 +567,72 @@ pub fn attention<B: Backend>(b: &B) {
     }
 }
 
+/// The encoders' ops: exact (erf) GELU, and bidirectional attention over f32 Q/K/V rows of a
+/// batch of sequences (each row over its own sequence's rows, per head). f32 arithmetic: bounds
+/// 1e-5 relative (GELU: libm's erf against f64's) and 2e-5 relative for attention.
+pub fn encoder_ops<B: Backend>(b: &B) {
+    let (rows, n) = (5, 40);
+    let g: Vec<f32> = values(rows * n, 21).iter().map(|v| v * 6.0).collect();
+    let mut x = buf(b, rows, n, &g);
+    b.run(|| b.gelu(&mut x));
+    let erf = |x: f64| libm::erf(x);
+    let want: Vec<f64> = g
+        .iter()
+        .map(|&a| 0.5 * a as f64 * (1.0 + erf(a as f64 / 2f64.sqrt())))
+        .collect();
+    assert_close("gelu", &b.read(&x), &want, |i| 1e-5 * want[i].abs() + 1e-6);
+
+    let (n_head, hd) = (3, 32);
+    let cols = n_head * hd;
+    let seqs = [0..7usize, 7..8, 8..20];
+    let total = 20;
+    let (qv, kv, vv) = (
+        values(total * cols, 22),
+        values(total * cols, 23),
+        values(total * cols, 24),
+    );
+    let (q, k, v) = (
+        buf(b, total, cols, &qv),
+        buf(b, total, cols, &kv),
+        buf(b, total, cols, &vv),
+    );
+    let mut out = b.alloc(total, cols);
+    b.run(|| b.encoder_attention(&q, &k, &v, &seqs, n_head, 0.25, &mut out));
+    let got = b.read(&out);
+    for s in &seqs {
+        for r in s.clone() {
+            for h in 0..n_head {
+                let dot = |j: usize| -> f64 {
+                    (0..hd)
+                        .map(|d| qv[r * cols + h * hd + d] as f64 * kv[j * cols + h * hd + d] as f64)
+                        .sum::<f64>()
+                        * 0.25
+                };
+                let sc: Vec<f64> = s.clone().map(dot).collect();
+                let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for d in 0..hd {
+                    let want: f64 = s
+                        .clone()
+                        .zip(&e)
+                        .map(|(j, w)| w * vv[j * cols + h * hd + d] as f64)
+                        .sum::<f64>()
+                        / z;
+                    let g = got[r * cols + h * hd + d] as f64;
+                    assert!(
+                        (g - want).abs() <= 2e-5 * want.abs().max(0.1),
+                        "encoder_attention row {r} head {h} dim {d}: {g} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Every op body on one backend.
 pub fn all<B: Backend>(b: &B) {
+    encoder_ops(b);
     matmul(b);
     matmul_groups(b);
     norms(b);
@@ -613,6 +677,10 @@ mod cpu {
     #[test]
     fn attention() {
         super::attention(&cpu());
+    }
+    #[test]
+    fn encoder_ops() {
+        super::encoder_ops(&cpu());
     }
     /// The exact-activation mode (encoders) multiplies through its own GEMM path.
     #[test]
@@ -681,6 +749,12 @@ mod cuda {
     fn attention() {
         if let Some(b) = cuda("attention") {
             super::attention(&b);
+        }
+    }
+    #[test]
+    fn encoder_ops() {
+        if let Some(b) = cuda("encoder_ops") {
+            super::encoder_ops(&b);
         }
     }
 }
