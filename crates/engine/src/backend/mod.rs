@@ -5,6 +5,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub(crate) mod kv;
 pub mod select;
 #[cfg(test)]
 pub mod tests;

@@ -14,78 +14,9 @@ use crate::{EngineError, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::backend::kv;
+pub(crate) use crate::backend::kv::Layout;
 pub use crate::model::PAGE;
-
-/// Where each layer's rows live in a page.
-pub(crate) struct Layout {
-    pub ty: KvType,
-    /// Per layer: (K values, V values) per position.
-    pub dims: Vec<(usize, usize)>,
-    /// Per layer: (K bytes, V bytes) per position.
-    pub row_bytes: Vec<(usize, usize)>,
-    /// Per layer: offsets of the K and V blocks in a page.
-    pub offsets: Vec<(usize, usize)>,
-    pub page_bytes: usize,
-}
-
-impl Layout {
-    /// The page layout of a cache of these layers (shared by every backend, so pages written by
-    /// one can be imported by another).
-    pub(crate) fn new(layers: &[KvLayer], ty: KvType) -> Result<Layout> {
-        let bytes_of = |dim: usize| -> Result<usize> {
-            match ty {
-                KvType::F16 => Ok(2 * dim),
-                KvType::Q8_0 => {
-                    if !dim.is_multiple_of(32) {
-                        return Err(EngineError::Config(format!(
-                            "a Q8_0 KV cache needs rows of 32k values, not {dim}"
-                        )));
-                    }
-                    Ok(dim / 32 * 34)
-                }
-            }
-        };
-        let mut dims = Vec::with_capacity(layers.len());
-        let mut row_bytes = Vec::with_capacity(layers.len());
-        let mut offsets = Vec::with_capacity(layers.len());
-        let mut off = 0usize;
-        for l in layers {
-            let (kd, vd) = if l.shares.is_some() { (0, 0) } else { (l.k_dim, l.v_dim) };
-            let (kb, vb) = (bytes_of(kd)?, bytes_of(vd)?);
-            dims.push((kd, vd));
-            row_bytes.push((kb, vb));
-            offsets.push((off, off + PAGE * kb));
-            off += PAGE * (kb + vb);
-        }
-        Ok(Layout {
-            ty,
-            dims,
-            row_bytes,
-            offsets,
-            page_bytes: off,
-        })
-    }
-}
-
-impl Layout {
-    /// Whether `len` bytes imported at position `pos0` are whole pages at a page boundary, within
-    /// `pages` allocated pages (`capacity` positions).
-    pub(crate) fn check_import(&self, pos0: usize, len: usize, pages: usize, capacity: usize) -> Result<()> {
-        let pb = self.page_bytes;
-        if pb == 0 || !len.is_multiple_of(pb) || !pos0.is_multiple_of(PAGE) {
-            return Err(EngineError::Input(format!(
-                "KV data of {len} bytes at position {pos0} is not whole pages of {pb} bytes"
-            )));
-        }
-        if pos0 / PAGE + len / pb > pages {
-            return Err(EngineError::ContextFull {
-                need: pos0 + len / pb * PAGE,
-                n_ctx: capacity,
-            });
-        }
-        Ok(())
-    }
-}
 
 /// One page of K/V rows. Dropping the last holder returns its memory.
 pub struct CpuPage {
@@ -172,23 +103,15 @@ impl CpuKv {
 
     /// Private zeroed pages until `positions` fit (at most `n_ctx`); existing pages are kept.
     pub fn reserve(&mut self, positions: usize) -> Result<()> {
-        if positions > self.n_ctx {
-            return Err(EngineError::ContextFull {
-                need: positions,
-                n_ctx: self.n_ctx,
-            });
-        }
-        while self.pages.len() * PAGE < positions {
-            self.pages
-                .push(Arc::new(CpuPage::new(self.layout.page_bytes, &self.live)));
-        }
-        Ok(())
+        let (bytes, live) = (self.layout.page_bytes, &self.live);
+        kv::reserve_pages(&mut self.pages, self.n_ctx, positions, || {
+            Ok(Arc::new(CpuPage::new(bytes, live)))
+        })
     }
 
     /// Drop the pages past `positions` (shared pages stay alive for their other holders).
     pub fn release(&mut self, positions: usize) {
-        self.pages.truncate(positions.div_ceil(PAGE));
-        self.pages.shrink_to_fit();
+        kv::release_pages(&mut self.pages, positions);
     }
 
     /// The page holding positions `block·PAGE ..`.
@@ -201,18 +124,7 @@ impl CpuKv {
         if !Arc::ptr_eq(&page.live, &self.live) || page.data.len() != self.layout.page_bytes {
             return Err(EngineError::Backend("a KV page from another model's pool".into()));
         }
-        if block > self.pages.len() || (block + 1) * PAGE > self.n_ctx.next_multiple_of(PAGE) {
-            return Err(EngineError::ContextFull {
-                need: (block + 1) * PAGE,
-                n_ctx: self.n_ctx,
-            });
-        }
-        if block == self.pages.len() {
-            self.pages.push(page.clone());
-        } else {
-            self.pages[block] = page.clone();
-        }
-        Ok(())
+        kv::map_page(&mut self.pages, self.n_ctx, block, page)
     }
 
     /// The page at `block` for writing: copied first when someone else holds it too.

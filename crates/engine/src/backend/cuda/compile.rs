@@ -222,7 +222,7 @@ mod tests {
                 ..Default::default()
             };
             let ptx = cudarc::nvrtc::compile_ptx_with_opts(&src, opts).unwrap().to_src();
-            for k in super::super::kernel_names(name) {
+            for k in super::super::dev::kernel_names(name) {
                 assert!(
                     ptx.contains(&format!(".entry {k}(")),
                     "module {name} defines no kernel {k}"

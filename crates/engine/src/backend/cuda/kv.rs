@@ -5,7 +5,7 @@
 //! to its pool's free list.
 
 use super::Dev;
-use crate::backend::cpu::kv::Layout;
+use crate::backend::kv::{self, Layout};
 use crate::backend::KvType;
 use crate::model::{KvLayer, PAGE};
 use crate::{EngineError, Result};
@@ -116,24 +116,17 @@ impl CudaKv {
     }
 
     pub fn reserve(&mut self, positions: usize) -> Result<()> {
-        if positions > self.n_ctx {
-            return Err(EngineError::ContextFull {
-                need: positions,
-                n_ctx: self.n_ctx,
-            });
-        }
-        while self.pages.len() * PAGE < positions {
-            let p = self.pool.take()?;
+        let (pool, bytes) = (&self.pool, self.layout.page_bytes);
+        kv::reserve_pages(&mut self.pages, self.n_ctx, positions, || {
+            let p = pool.take()?;
             // Zeroed as the CPU's pages are, so a persisted page never holds stale bytes.
-            self.pool.dev.memset(p.ptr, self.layout.page_bytes);
-            self.pages.push(p);
-        }
-        Ok(())
+            pool.dev.memset(p.ptr, bytes);
+            Ok(p)
+        })
     }
 
     pub fn release(&mut self, positions: usize) {
-        self.pages.truncate(positions.div_ceil(PAGE));
-        self.pages.shrink_to_fit();
+        kv::release_pages(&mut self.pages, positions);
     }
 
     pub fn page(&self, block: usize) -> Arc<GpuPage> {
@@ -144,18 +137,7 @@ impl CudaKv {
         if !Arc::ptr_eq(&page.pool, &self.pool) {
             return Err(EngineError::Backend("a KV page from another model's pool".into()));
         }
-        if block > self.pages.len() || (block + 1) * PAGE > self.n_ctx.next_multiple_of(PAGE) {
-            return Err(EngineError::ContextFull {
-                need: (block + 1) * PAGE,
-                n_ctx: self.n_ctx,
-            });
-        }
-        if block == self.pages.len() {
-            self.pages.push(page.clone());
-        } else {
-            self.pages[block] = page.clone();
-        }
-        Ok(())
+        kv::map_page(&mut self.pages, self.n_ctx, block, page)
     }
 
     /// Make the page at `block` this cache's own before a write (a copy when shared); whether it

@@ -1,0 +1,492 @@
+//! The device side of the CUDA backend: context, stream, compiled kernels, and how launches reach
+//! the GPU — recorded, issued together, replayed as CUDA graphs when a step repeats — plus the
+//! per-step upload arena and deferred frees.
+
+use super::{compile, ty_name, DEVICE_TYPES, MMV_ROWS};
+use crate::{EngineError, Result};
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
+    PushKernelArg,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The kernel modules as the device knows them.
+pub(super) struct Kernels {
+    pub(super) by_name: HashMap<String, usize>,
+    pub(super) funcs: Vec<CudaFunction>,
+    _modules: Vec<Arc<CudaModule>>,
+}
+
+/// A recorded launch: kernel index, grid, block, arguments.
+#[derive(Clone, PartialEq)]
+struct Launch {
+    f: usize,
+    grid: (u32, u32),
+    block: u32,
+    args: Vec<A>,
+}
+
+/// An instantiated CUDA graph of a run of launches.
+struct Graph {
+    launches: Vec<Launch>,
+    exec: sys::CUgraphExec,
+}
+
+/// Launches are recorded, not issued, until something needs their results or the stream's order
+/// (a read, a copy into an existing buffer, a cuBLAS call); then they are issued together
+/// (`Dev::flush`). A run of launches identical to the previous flush's (same kernels, grids and
+/// arguments: a decode step, whose step data sits at the same arena addresses every time) is
+/// captured once as a CUDA graph and replayed: one launch per step instead of hundreds.
+struct Recorder {
+    pending: Vec<Launch>,
+    /// Hash of the previous flush's launches (a run seen twice is captured).
+    last: u64,
+    graphs: Vec<Graph>,
+    /// Per-step small uploads (step tables, ids, rope tables), bump-allocated: the same sequence
+    /// of uploads lands at the same addresses every step, so the launches that read them repeat.
+    arena: Option<CudaSlice<u8>>,
+    arena_off: usize,
+    /// Allocations dropped while launches that may use them were still recorded.
+    graveyard: Vec<Box<dyn Send>>,
+}
+
+// SAFETY: the graph handles are used under the recorder's mutex only.
+unsafe impl Send for Recorder {}
+
+/// Graphs kept per device (each a decode shape of the batch).
+const MAX_GRAPHS: usize = 16;
+/// First arena size in bytes (grown by doubling).
+const ARENA_BYTES: usize = 1 << 20;
+
+/// A grow-only f16 / bf16 scratch buffer.
+pub(super) type HalfScratch = Option<CudaSlice<u16>>;
+
+/// The device, its stream and kernels, shared by the backend, its buffers and its KV pools.
+pub struct Dev {
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    pub(super) kernels: Kernels,
+    pub(super) name: String,
+    pub(super) ordinal: usize,
+    /// How many modules were compiled now (not taken from the disk cache).
+    pub(super) compiled: usize,
+    /// cuBLAS for products of many rows (None where libcublas is missing: the matrix-vector
+    /// kernels take every product).
+    pub(super) blas: Option<cudarc::cublas::CudaBlas>,
+    rec: Mutex<Recorder>,
+    /// `HF2Q_CUDA_GRAPHS=0` issues every launch directly.
+    graphs: bool,
+    /// Scratch of the cuBLAS path: a decoded weight chunk and the activations, in f16 / bf16.
+    pub(super) scratch: Mutex<(HalfScratch, HalfScratch)>,
+}
+
+/// A step's layout as the kernels read it (`struct Step` in `kernels/attention.cu`).
+#[repr(C)]
+#[derive(Clone, Copy, Default, PartialEq, Hash)]
+pub(super) struct StepArgs {
+    pub(super) row_seq: u64,
+    pub(super) row_pos: u64,
+    pub(super) seq_pos0: u64,
+    pub(super) seq_rows: u64,
+    pub(super) poff: u64,
+    pub(super) ptab: u64,
+}
+// SAFETY: plain old data of device pointers, laid out as the kernel's struct.
+unsafe impl DeviceRepr for StepArgs {}
+
+/// One kernel argument.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum A {
+    P(u64),
+    I(i32),
+    F(f32),
+    S(StepArgs),
+}
+
+fn cfg(grid: (u32, u32), block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid.0.max(1), grid.1.max(1), 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+pub(super) fn blocks(n: u64, per: u32) -> u32 {
+    u32::try_from(n.div_ceil(per as u64)).expect("grid within u32")
+}
+
+impl Dev {
+    pub(super) fn open(ordinal: usize) -> Result<Dev> {
+        // SAFETY: the presence check only opens the library.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(EngineError::Unsupported(
+                "no NVIDIA driver library (libcuda.so.1) found: --device cuda needs an NVIDIA GPU and its driver"
+                    .into(),
+            ));
+        }
+        let err = |what: &str, e: &dyn std::fmt::Display| EngineError::Backend(format!("CUDA {what}: {e}"));
+        let count = CudaContext::device_count().map_err(|e| err("device count", &e))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(EngineError::Unsupported(format!(
+                "--device cuda:{ordinal}: this machine has {count} CUDA device(s)"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| err("context", &e))?;
+        // One stream, in order: the per-buffer events cudarc can keep for several streams are not
+        // needed (and cost two events per allocation).
+        // SAFETY: no buffers exist yet.
+        unsafe { ctx.disable_event_tracking() };
+        // A stream of our own: the legacy default stream cannot be captured into a graph.
+        let stream = ctx.new_stream().map_err(|e| err("stream", &e))?;
+        // Keep freed stream-ordered memory in the pool (the default returns it at every sync).
+        // SAFETY: the device's default pool; a u64 attribute value.
+        unsafe {
+            let mut pool = std::ptr::null_mut();
+            if sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) == sys::CUresult::CUDA_SUCCESS {
+                let mut max = u64::MAX;
+                sys::cuMemPoolSetAttribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    &mut max as *mut u64 as *mut _,
+                );
+            }
+        }
+        let cc = ctx.compute_capability().map_err(|e| err("compute capability", &e))?;
+        let name = ctx.name().map_err(|e| err("device name", &e))?;
+        let mut by_name = HashMap::new();
+        let mut funcs = Vec::new();
+        let mut modules = Vec::new();
+        let mut compiled = 0;
+        for (m, src) in compile::MODULES {
+            let (cubin, fresh) = compile::module_cubin(m, src, cc)?;
+            compiled += fresh as usize;
+            let module = ctx
+                .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+                .map_err(|e| err(&format!("loading module {m}"), &e))?;
+            for f in kernel_names(m) {
+                let func = module
+                    .load_function(&f)
+                    .map_err(|e| err(&format!("kernel {f} of module {m}"), &e))?;
+                by_name.insert(f, funcs.len());
+                funcs.push(func);
+            }
+            modules.push(module);
+        }
+        // SAFETY: the presence check only opens the library.
+        let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
+            Some(cudarc::cublas::CudaBlas::new(stream.clone()).map_err(|e| err("cuBLAS handle", &e))?)
+        } else {
+            tracing::warn!("libcublas not found: products of many rows use the matrix-vector kernels (slow prompts)");
+            None
+        };
+        Ok(Dev {
+            ctx,
+            stream,
+            kernels: Kernels {
+                by_name,
+                funcs,
+                _modules: modules,
+            },
+            name: format!("{name} (sm_{}{})", cc.0, cc.1),
+            ordinal,
+            compiled,
+            blas,
+            rec: Mutex::new(Recorder {
+                pending: Vec::new(),
+                last: 0,
+                graphs: Vec::new(),
+                arena: None,
+                arena_off: 0,
+                graveyard: Vec::new(),
+            }),
+            graphs: std::env::var("HF2Q_CUDA_GRAPHS").map_or(true, |v| v != "0"),
+            scratch: Mutex::new((None, None)),
+        })
+    }
+
+    pub(super) fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
+        let (p, _guard) = s.device_ptr(&self.stream);
+        p
+    }
+
+    pub(super) fn fail(&self, what: &str, e: impl std::fmt::Display) -> ! {
+        panic!("CUDA error on device {} in {what}: {e}", self.ordinal)
+    }
+
+    pub(super) fn alloc_bytes(&self, n: usize) -> std::result::Result<CudaSlice<u8>, cudarc::driver::DriverError> {
+        // SAFETY: the bytes are written before they are read (weights, KV pages after a memset).
+        unsafe { self.stream.alloc::<u8>(n.max(1)) }
+    }
+
+    pub(super) fn alloc_f32(&self, n: usize) -> CudaSlice<f32> {
+        // SAFETY: ops write their outputs' logical shape before anything reads it.
+        unsafe { self.stream.alloc::<f32>(n.max(1)) }
+            .unwrap_or_else(|e| self.fail(&format!("allocating {n} floats"), e))
+    }
+
+    /// Copy `data` into this step's part of the upload arena; its device address.
+    pub(super) fn upload<T: DeviceRepr + Copy>(&self, data: &[T]) -> u64 {
+        let bytes = std::mem::size_of_val(data);
+        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
+        let need = rec.arena_off + bytes.next_multiple_of(256);
+        if rec.arena.as_ref().is_none_or(|a| a.len() < need) {
+            // A larger arena; the old one stays alive until the launches that read it are issued.
+            let size = need.next_power_of_two().max(ARENA_BYTES);
+            // SAFETY: written by the uploads before any launch reads it.
+            let fresh = unsafe { self.stream.alloc::<u8>(size) }.unwrap_or_else(|e| self.fail("the upload arena", e));
+            if let Some(old) = rec.arena.replace(fresh) {
+                rec.graveyard.push(Box::new(old));
+            }
+            rec.arena_off = 0;
+        }
+        let at = self.ptr(rec.arena.as_ref().expect("made above")) + rec.arena_off as u64;
+        rec.arena_off += bytes.next_multiple_of(256);
+        drop(rec);
+        if bytes > 0 {
+            // SAFETY: a fresh region of the arena, nothing recorded reads it yet; pageable host
+            // memory is staged before the call returns; in stream order after earlier flushes.
+            let rc =
+                unsafe { sys::cuMemcpyHtoDAsync_v2(at, data.as_ptr() as *const _, bytes, self.stream.cu_stream()) };
+            if rc != sys::CUresult::CUDA_SUCCESS {
+                self.fail("uploading step data", format!("{rc:?}"));
+            }
+        }
+        at
+    }
+
+    /// Keep an allocation alive until the launches recorded so far are issued.
+    pub(super) fn bury(&self, mem: Box<dyn Send>) {
+        self.rec.lock().unwrap_or_else(|e| e.into_inner()).graveyard.push(mem);
+    }
+
+    pub(super) fn memset(&self, ptr: u64, bytes: usize) {
+        self.flush();
+        // SAFETY: `ptr .. ptr + bytes` is a page of this device's pool.
+        let rc = unsafe { sys::cuMemsetD8Async(ptr, 0, bytes, self.stream.cu_stream()) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            self.fail("memset", format!("{rc:?}"));
+        }
+    }
+
+    pub(super) fn copy_dtod(&self, src: u64, dst: u64, bytes: usize) {
+        self.flush();
+        // SAFETY: two pages of `bytes` of this device's pool.
+        let rc = unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream.cu_stream()) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            self.fail("device copy", format!("{rc:?}"));
+        }
+    }
+
+    pub(super) fn read_bytes(&self, ptr: u64, bytes: usize) -> Vec<u8> {
+        self.flush();
+        let mut out = vec![0u8; bytes];
+        if bytes > 0 {
+            // SAFETY: `ptr .. + bytes` is device memory of this context; `out` has `bytes`.
+            let rc =
+                unsafe { sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, ptr, bytes, self.stream.cu_stream()) };
+            if rc != sys::CUresult::CUDA_SUCCESS {
+                self.fail("reading device memory", format!("{rc:?}"));
+            }
+        }
+        self.sync();
+        out
+    }
+
+    pub(super) fn write_bytes(&self, ptr: u64, data: &[u8]) {
+        self.flush();
+        // SAFETY: `ptr .. + len` is device memory of this context; pageable host memory is copied
+        // before the call returns.
+        let rc =
+            unsafe { sys::cuMemcpyHtoDAsync_v2(ptr, data.as_ptr() as *const _, data.len(), self.stream.cu_stream()) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            self.fail("writing device memory", format!("{rc:?}"));
+        }
+    }
+
+    pub(super) fn sync(&self) {
+        self.flush();
+        self.stream
+            .synchronize()
+            .unwrap_or_else(|e| self.fail("a kernel (seen at synchronize)", e));
+    }
+
+    /// Record a launch of kernel `name` (issued at the next flush).
+    pub(super) fn launch(&self, name: &str, grid: (u32, u32), block: u32, args: &[A]) {
+        let f = *self
+            .kernels
+            .by_name
+            .get(name)
+            .unwrap_or_else(|| panic!("CUDA kernel {name} is not in the compiled modules"));
+        let l = Launch {
+            f,
+            grid,
+            block,
+            args: args.to_vec(),
+        };
+        self.rec.lock().unwrap_or_else(|e| e.into_inner()).pending.push(l);
+    }
+
+    fn issue(&self, l: &Launch) {
+        let mut b = self.stream.launch_builder(&self.kernels.funcs[l.f]);
+        for a in &l.args {
+            match a {
+                A::P(p) => b.arg(p),
+                A::I(i) => b.arg(i),
+                A::F(x) => b.arg(x),
+                A::S(s) => b.arg(s),
+            };
+        }
+        // SAFETY: the arguments match the kernel's parameters (`kernels/*.cu`), pointers are live
+        // device buffers of the sizes the kernel indexes (kept alive until issued: `bury`).
+        unsafe { b.launch(cfg(l.grid, l.block)) }.unwrap_or_else(|e| self.fail("launching a kernel", e));
+    }
+
+    /// A new step's uploads start at the arena's beginning (so they land where the previous step's
+    /// did). Everything recorded before is issued first; the uploads are ordered after it on the
+    /// stream, so in-flight launches still read the previous step's data.
+    pub(super) fn new_step(&self) {
+        self.flush();
+        self.rec.lock().unwrap_or_else(|e| e.into_inner()).arena_off = 0;
+    }
+
+    /// Issue the recorded launches: as a cached graph when the same run was issued before, captured
+    /// into one when the previous flush had the same run, else one by one.
+    pub(super) fn flush(&self) {
+        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
+        if rec.pending.is_empty() {
+            rec.graveyard.clear();
+            return;
+        }
+        let pending = std::mem::take(&mut rec.pending);
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for l in &pending {
+                (l.f, l.grid, l.block).hash(&mut h);
+                for a in &l.args {
+                    match a {
+                        A::P(p) => p.hash(&mut h),
+                        A::I(i) => i.hash(&mut h),
+                        A::F(x) => x.to_bits().hash(&mut h),
+                        A::S(s) => s.hash(&mut h),
+                    }
+                }
+            }
+            h.finish()
+        };
+        let repeat = std::mem::replace(&mut rec.last, hash) == hash;
+        let cached = rec.graphs.iter().position(|g| g.launches == pending);
+        let stream = self.stream.cu_stream();
+        let exec = match cached {
+            Some(i) => {
+                // Most recently used last.
+                let g = rec.graphs.remove(i);
+                let e = g.exec;
+                rec.graphs.push(g);
+                Some(e)
+            }
+            None if repeat && self.graphs && pending.len() > 1 => {
+                let mut graph: sys::CUgraph = std::ptr::null_mut();
+                let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+                // SAFETY: our stream, nothing else enqueued on it meanwhile (the recorder's lock is
+                // held); the graph is destroyed once instantiated.
+                unsafe {
+                    let rc =
+                        sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
+                    if rc != sys::CUresult::CUDA_SUCCESS {
+                        self.fail("beginning a graph capture", format!("{rc:?}"));
+                    }
+                    for l in &pending {
+                        self.issue(l);
+                    }
+                    let rc = sys::cuStreamEndCapture(stream, &mut graph);
+                    if rc != sys::CUresult::CUDA_SUCCESS {
+                        self.fail("ending a graph capture", format!("{rc:?}"));
+                    }
+                    let rc = sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0);
+                    sys::cuGraphDestroy(graph);
+                    if rc != sys::CUresult::CUDA_SUCCESS {
+                        self.fail("instantiating a graph", format!("{rc:?}"));
+                    }
+                }
+                if rec.graphs.len() >= MAX_GRAPHS {
+                    let old = rec.graphs.remove(0);
+                    // SAFETY: not running: a graph launch is ordered on the stream and the exec
+                    // may be destroyed while a launch is pending (the driver keeps it).
+                    unsafe { sys::cuGraphExecDestroy(old.exec) };
+                }
+                rec.graphs.push(Graph {
+                    launches: pending.clone(),
+                    exec,
+                });
+                Some(exec)
+            }
+            None => None,
+        };
+        match exec {
+            Some(e) => {
+                // SAFETY: an instantiated graph of this context, launched on our stream.
+                let rc = unsafe { sys::cuGraphLaunch(e, stream) };
+                if rc != sys::CUresult::CUDA_SUCCESS {
+                    self.fail("launching a graph", format!("{rc:?}"));
+                }
+            }
+            None => {
+                for l in &pending {
+                    self.issue(l);
+                }
+            }
+        }
+        // Frees are stream-ordered: after the launches just issued.
+        rec.graveyard.clear();
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let rec = self.rec.get_mut().unwrap_or_else(|e| e.into_inner());
+        for g in rec.graphs.drain(..) {
+            // SAFETY: instantiated by this device; nothing launches it any more.
+            unsafe { sys::cuGraphExecDestroy(g.exec) };
+        }
+    }
+}
+
+/// Every kernel of a module (the names the `.cu` files define).
+pub(super) fn kernel_names(module: &str) -> Vec<String> {
+    match module {
+        "ops" => {
+            let mut v: Vec<String> = [
+                "rms_norm",
+                "head_rms_norm",
+                "layer_norm",
+                "unary",
+                "binary",
+                "row_op",
+                "split_cols",
+                "move_rows",
+                "weighted_sum_rows",
+                "rope",
+                "to_half",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            for &t in DEVICE_TYPES {
+                v.push(format!("get_rows_{}", ty_name(t)));
+                v.push(format!("decode_{}", ty_name(t)));
+            }
+            v
+        }
+        "matmul" => DEVICE_TYPES
+            .iter()
+            .flat_map(|&t| MMV_ROWS.iter().map(move |r| format!("mmv_{}_{r}", ty_name(t))))
+            .collect(),
+        "attention" => ["store_kv", "attn_f16", "attn_q8_0", "encoder_attn"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
