@@ -9,6 +9,9 @@ use minijinja::{Environment, Error, ErrorKind};
 use serde::Serialize;
 use serde_json::{Map, Value as J};
 
+/// Chat templates known by name (`--chat-template NAME`).
+pub mod builtin;
+
 const TEMPLATE_NAME: &str = "chat_template";
 
 #[derive(thiserror::Error, Debug)]

@@ -58,7 +58,7 @@ fn minilm_matches_sentence_transformers() {
         let inputs: Vec<Vec<u32>> = sentences.iter().map(|s| tok.encode(s, true, false).unwrap()).collect();
         let lens: Vec<u64> = inputs.iter().map(|i| i.len() as u64).collect();
         assert_eq!(lens, n_tokens, "token counts differ from the HF tokenizer's");
-        let got = m.embed(&inputs, true).unwrap();
+        let got = m.embed(&inputs, None, true).unwrap();
         let mut worst = 1f64;
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             let cos: f64 = g.iter().zip(w).map(|(a, b)| *a as f64 * b).sum();

@@ -61,8 +61,8 @@ fn check(model: &str, ftype: &str, tol: f32, min_cos: f64) {
     // Pooled: the same input alone and batched with two other inputs of other lengths.
     let other1: Vec<u32> = ids[..5].to_vec();
     let other2: Vec<u32> = ids.iter().rev().copied().collect();
-    let batch = m.embed(&[other1, ids.clone(), other2], true).unwrap();
-    let alone = m.embed(std::slice::from_ref(&ids), true).unwrap().remove(0);
+    let batch = m.embed(&[other1, ids.clone(), other2], None, true).unwrap();
+    let alone = m.embed(std::slice::from_ref(&ids), None, true).unwrap().remove(0);
     assert_eq!(batch[1], alone, "batching changes an input's vector");
     let pooled: Vec<f64> = r["mean_pooled_l2norm"]
         .as_array()

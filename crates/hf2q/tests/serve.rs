@@ -482,6 +482,48 @@ fn embeddings_route() {
     assert_eq!(models["data"].as_array().unwrap().len(), 2);
 }
 
+/// `--pooling none` (llama-server's): `/embeddings` answers each input's token vectors (as
+/// llama-server does, not normalised, one per token with [CLS] and [SEP]), `/v1/embeddings` a 400
+/// saying why; `--pooling cls` changes the pooled vector.
+#[test]
+fn embedding_pooling_options() {
+    let tmp = tempfile::tempdir().unwrap();
+    let minilm = tmp.path().join("minilm.gguf");
+    let dir = smollm2().parent().unwrap().join("all-MiniLM-L6-v2");
+    let st = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+        .arg("convert")
+        .arg(&dir)
+        .args(["--quant", "f16", "-o"])
+        .arg(&minilm)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let pooled = |p: &str| {
+        let s = Server::start_with(std::slice::from_ref(&minilm), &["--pooling", p]);
+        let (st, r) = s.json("POST", "/v1/embeddings", json!({"input": "hello hello hello"}), None);
+        assert_eq!(st, 200, "{r}");
+        r["data"][0]["embedding"].clone()
+    };
+    assert_ne!(pooled("mean"), pooled("cls"));
+    let s = Server::start_with(std::slice::from_ref(&minilm), &["--pooling", "none"]);
+    let (st, r) = s.json("POST", "/embeddings", json!({"input": "hello hello hello"}), None);
+    assert_eq!(st, 200, "{r}");
+    let toks = r[0]["embedding"].as_array().unwrap();
+    assert_eq!(toks.len(), 5, "[CLS] hello hello hello [SEP]");
+    for t in toks {
+        let v: Vec<f64> = t.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(v.len(), 384);
+        let norm: f64 = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() > 1e-3, "not normalised: {norm}");
+    }
+    let (st, r) = s.json("POST", "/v1/embeddings", json!({"input": "hello"}), None);
+    assert_eq!(st, 400, "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("--pooling none"),
+        "{r}"
+    );
+}
+
 fn unb64(s: &str) -> Vec<u8> {
     const T: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = Vec::new();

@@ -1,6 +1,7 @@
 //! `hf2q serve`'s chat templating on the real SmolLM2 model: a final assistant message continued
 //! (prefill, `continue_final_message`), prompt token counts (`/v1/responses/input_tokens`,
-//! `/v1/chat/completions/input_tokens`), `--chat-template-file` and the `__verbose` debug object.
+//! `/v1/chat/completions/input_tokens`), `--chat-template-file` and the `__verbose` debug object,
+//! and llama-server's extensions (built-in templates, `--seed`, timings, prompt progress).
 
 mod common;
 
@@ -188,4 +189,125 @@ fn chat_template_file_and_verbose_replies() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(err.contains("--chat-template-file") && err.contains("t.jinja"), "{err}");
+}
+
+fn sse_chunks(body: &str) -> Vec<serde_json::Value> {
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap_or_else(|_| panic!("not JSON: {e}")))
+        .collect()
+}
+
+/// llama-server's behaviours that its clients and its test suite read: `--chat-template NAME`
+/// (a built-in format) and an unknown name refused listing the names; `--seed` making requests
+/// without a seed reproducible; `timings` in replies, in every chunk with `timings_per_token`;
+/// `prompt_progress` chunks with `return_progress` (cut by `--batch-size`); the too-long-prompt
+/// error with `n_prompt_tokens` / `n_ctx`; two trailing assistant messages refused.
+#[test]
+fn llama_server_extensions() {
+    let s = Server::start(&[
+        "--chat-template",
+        "llama3",
+        "--seed",
+        "7",
+        "--batch-size",
+        "16",
+        "-c",
+        "256",
+    ]);
+    let msgs = json!([{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}]);
+    let (st, r) = s.json("POST", "/apply-template", json!({"messages": msgs}), None);
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(
+        r["prompt"],
+        "<|start_header_id|>system<|end_header_id|>\n\nBook<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n\
+         What is the best book<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    );
+    // No seed and temperature 1: the server's seed makes the two replies equal.
+    let req = json!({"messages": msgs, "max_tokens": 12, "temperature": 1.0});
+    let (_, a) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+    let (_, b) = s.json("POST", "/v1/chat/completions", req, None);
+    assert_eq!(
+        a["choices"][0]["message"]["content"],
+        b["choices"][0]["message"]["content"]
+    );
+    let t = &a["timings"];
+    assert_eq!(t["predicted_n"], a["usage"]["completion_tokens"], "{a}");
+    assert!(
+        t["prompt_n"].as_u64().unwrap() + t["cache_n"].as_u64().unwrap() > 0,
+        "{a}"
+    );
+    assert!(t["predicted_per_second"].as_f64().unwrap() > 0.0, "{a}");
+
+    let body = json!({"messages": msgs, "max_tokens": 6, "stream": true, "timings_per_token": true,
+                      "return_progress": true, "temperature": 0});
+    let (st, _, text) = s.request("POST", "/v1/chat/completions", Some(&body.to_string()), None);
+    assert_eq!(st, 200);
+    let chunks = sse_chunks(&text);
+    assert!(chunks[0]["choices"][0]["delta"]["content"].is_null(), "{}", chunks[0]);
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let progress: Vec<_> = chunks.iter().filter_map(|c| c.get("prompt_progress")).collect();
+    let total = progress[0]["total"].as_u64().unwrap();
+    assert!(total > 16, "a prompt of more than one batch: {total}");
+    assert_eq!(
+        progress[0]["processed"], progress[0]["cache"],
+        "the first report precedes the prefill"
+    );
+    assert_eq!(progress.last().unwrap()["processed"], total);
+    // One report per 16-token batch after the first.
+    assert_eq!(
+        progress.len() as u64,
+        1 + (total - progress[0]["cache"].as_u64().unwrap()).div_ceil(16)
+    );
+    let with_text: Vec<_> = chunks
+        .iter()
+        .filter(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
+        .collect();
+    assert!(!with_text.is_empty() && with_text.iter().all(|c| c.get("timings").is_some()));
+
+    let long = "word ".repeat(300);
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": long}]}),
+        None,
+    );
+    assert_eq!(st, 400, "{r}");
+    assert_eq!(r["error"]["code"], "context_length_exceeded");
+    assert_eq!(r["error"]["type"], "exceed_context_size_error");
+    assert_eq!(r["error"]["n_ctx"], 256);
+    assert!(r["error"]["n_prompt_tokens"].as_u64().unwrap() > 256, "{r}");
+
+    let (st, r) = s.json(
+        "POST",
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"},
+                            {"role": "assistant", "content": "b"}]}),
+        None,
+    );
+    assert_eq!(st, 400, "{r}");
+    assert_eq!(r["error"]["param"], "messages");
+    drop(s);
+
+    let o = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+        .args([
+            "serve",
+            "-m",
+            smollm2().to_str().unwrap(),
+            "--chat-template",
+            "no-such-format",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("no-such-format") && err.contains("chatml") && err.contains("llama3"),
+        "{err}"
+    );
 }

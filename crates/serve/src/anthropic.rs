@@ -442,6 +442,7 @@ fn stream_response(
                         json!({"type": "content_block_delta", "index": i, "delta": delta}),
                     ));
                 }
+                Some(Delta::Progress(_) | Delta::Timings(_)) => {}
                 Some(Delta::Call(c)) => {
                     close(&mut open, &mut out);
                     let mut block = tool_use_block(&c);

@@ -27,6 +27,13 @@ pub struct Valid {
     pub verbose: bool,
     /// llama-server's `grammar` (GBNF), as a Lark grammar.
     pub grammar: Option<String>,
+    /// The request gave a `seed` (else the server's `--seed`, if any, or a random one).
+    pub seeded: bool,
+    /// llama-server's `timings_per_token`: streamed chunks carry the `timings` so far.
+    pub timings_per_token: bool,
+    /// llama-server's `return_progress`: a streamed reply reports the prompt's prefill
+    /// (`prompt_progress`) as it goes.
+    pub return_progress: bool,
 }
 
 fn field<'a>(body: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
@@ -278,6 +285,9 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
         format,
         truncate_prompt_tokens: integer(body, "truncate_prompt_tokens", 1)?.map(|k| k as usize),
         grammar,
+        seeded: field(body, "seed").is_some(),
+        timings_per_token: boolean(body, "timings_per_token")?,
+        return_progress: boolean(body, "return_progress")?,
         verbose: match body.get("verbose") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
@@ -286,16 +296,21 @@ pub fn common(body: &Map<String, Value>, chat: bool) -> Result<Valid, ApiError> 
     })
 }
 
-/// The text of content parts (`{"type": "text", "text": …}`), joined; else the first other part's
-/// type (for the caller's error).
-pub fn text_parts(parts: &[Value]) -> Result<String, String> {
+/// The text of content parts (`{"type": "text", "text": …}`), joined with `sep`; else the first
+/// other part's type (for the caller's error).
+pub fn text_parts(parts: &[Value], sep: &str) -> Result<String, String> {
     let mut text = String::new();
-    for p in parts {
+    for (i, p) in parts.iter().enumerate() {
         match (
             p.get("type").and_then(Value::as_str),
             p.get("text").and_then(Value::as_str),
         ) {
-            (Some("text"), Some(t)) => text.push_str(t),
+            (Some("text"), Some(t)) => {
+                if i > 0 {
+                    text.push_str(sep);
+                }
+                text.push_str(t)
+            }
             (ty, _) => return Err(ty.map_or("a part without a type".into(), |t| format!("{t:?}"))),
         }
     }
@@ -325,8 +340,10 @@ pub fn messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError>
         let content = match o.get("content") {
             None | Some(Value::Null) => Value::Null,
             Some(Value::String(s)) => Value::String(s.clone()),
-            // Text parts are joined: templates of text models expect a string.
-            Some(Value::Array(parts)) => Value::String(text_parts(parts).map_err(|ty| {
+            // Text parts are joined, one per line (as llama-server and vLLM join them): templates
+            // of text models expect a string. A final assistant message that is continued has
+            // them joined with a blank line (llama-server's rule, applied in `prepare_chat`).
+            Some(Value::Array(parts)) => Value::String(text_parts(parts, "\n").map_err(|ty| {
                 ApiError::invalid(
                     "messages",
                     format!("messages[{i}].content: only text parts are supported, not {ty}"),

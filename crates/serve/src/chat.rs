@@ -69,6 +69,15 @@ pub(crate) fn prepare_chat(st: &AppState, b: &serde_json::Map<String, Value>) ->
     }
     tools::empty_call_content(&mut msgs);
     let tool_format = tool_format.unwrap_or(tools::ToolFormat::Hermes);
+    // llama-server joins the text parts of an assistant message it continues with a blank line.
+    let raw_last = b.get("messages").and_then(Value::as_array).and_then(|a| a.last());
+    if let (Some(m), Some(Value::Array(parts))) = (msgs.last_mut(), raw_last.and_then(|m| m.get("content"))) {
+        if m.role == "assistant" {
+            if let Ok(t) = api::text_parts(parts, "\n\n") {
+                m.content = Value::String(t);
+            }
+        }
+    }
     let (add_generation_prompt, continued) = continue_final(b, &msgs)?;
     let mut text = tpl
         .render(&msgs, template_tools, add_generation_prompt, &kwargs)
@@ -157,6 +166,17 @@ fn continue_final(
             )),
         },
         (None, None) => match text.filter(|t| !t.is_empty()) {
+            // As llama-server: which of two trailing assistant messages would be continued is
+            // ambiguous.
+            Some(_) if msgs.len() >= 2 && msgs[msgs.len() - 2].role == "assistant" => Err(ApiError::invalid(
+                "messages",
+                format!(
+                    "messages {} and {} are both assistant messages at the end of the conversation: \
+                     only the final one can be continued (merge them, or send add_generation_prompt: true)",
+                    msgs.len() - 2,
+                    msgs.len() - 1
+                ),
+            )),
             Some(t) => Ok((false, Some(t))),
             None => Ok((true, None)),
         },

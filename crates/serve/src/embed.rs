@@ -8,7 +8,7 @@
 use crate::error::ApiError;
 use engine::backend::Backend;
 use engine::model::l2_normalize;
-use engine::model::Encoder;
+use engine::model::{Encoder, Pooling};
 use engine::tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
@@ -75,6 +75,8 @@ pub struct Embedder {
     pub dim: usize,
     pub max_tokens: usize,
     limits: Limits,
+    /// `--pooling`: how vectors are pooled, when not as the model says.
+    pooling: Option<Pooling>,
     tokenizer: Arc<Tokenizer>,
     tx: SyncSender<Job>,
     counters: Arc<Counters>,
@@ -88,6 +90,7 @@ impl Embedder {
         path: &Path,
         queue_capacity: usize,
         limits: Limits,
+        pooling: Option<Pooling>,
     ) -> engine::Result<Embedder> {
         let model = engine::model::load_encoder(backend, gguf, path)?;
         let tokenizer = Tokenizer::from_gguf(gguf.metadata())
@@ -99,7 +102,7 @@ impl Embedder {
         let c = counters.clone();
         std::thread::Builder::new()
             .name(format!("hf2q-embed-{id}"))
-            .spawn(move || run(model, rx, capacity, &c))
+            .spawn(move || run(model, rx, capacity, pooling, &c))
             .map_err(|e| engine::EngineError::Backend(format!("cannot start the embedding thread: {e}")))?;
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -110,6 +113,7 @@ impl Embedder {
             dim,
             max_tokens,
             limits,
+            pooling,
             tokenizer: Arc::new(tokenizer),
             tx,
             counters,
@@ -126,9 +130,20 @@ impl Embedder {
         }
     }
 
-    /// Validate an OpenAI embeddings request, embed its inputs and build the response.
-    pub async fn request(&self, b: &Map<String, Value>) -> Result<Value, ApiError> {
-        let texts_or_ids = inputs_of(b.get("input"))?;
+    /// Validate an OpenAI embeddings request, embed its inputs and build the response. `native`:
+    /// the request came to llama-server's own `/embeddings` route, which alone can answer with
+    /// per-token vectors (`--pooling none`), in llama-server's form.
+    pub async fn request(&self, b: &Map<String, Value>, native: bool) -> Result<Value, ApiError> {
+        let per_token = self.pooling == Some(Pooling::None);
+        if per_token && !native {
+            return Err(ApiError::bad_request(format!(
+                "model {} is served with --pooling none (one vector per token), which /v1/embeddings \
+                 cannot return: send the request to /embeddings, or serve the model with another --pooling",
+                self.id
+            ))
+            .with_code("pooling_none"));
+        }
+        let texts_or_ids = inputs_of(b.get("input").or_else(|| if native { b.get("content") } else { None }))?;
         if texts_or_ids.len() > self.limits.max_inputs {
             return Err(ApiError::invalid(
                 "input",
@@ -199,6 +214,18 @@ impl Embedder {
         let vectors = rx
             .await
             .map_err(|_| ApiError::internal("the embedding engine stopped"))??;
+        if per_token {
+            // llama-server's form: per input, its token vectors.
+            let rows: Vec<Value> = vectors
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let toks: Vec<&[f32]> = v.chunks(self.dim).collect();
+                    json!({"index": i, "embedding": toks})
+                })
+                .collect();
+            return Ok(Value::Array(rows));
+        }
         let data: Vec<Value> = vectors
             .into_iter()
             .enumerate()
@@ -330,7 +357,7 @@ fn inputs_of(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
         // `content` is a list of parts (llama-server refuses a bare string there too).
         match o.get("content") {
             Some(Value::Array(parts)) if !parts.is_empty() => {
-                crate::api::text_parts(parts).map(Input::Text).map_err(|ty| {
+                crate::api::text_parts(parts, "").map(Input::Text).map_err(|ty| {
                     ApiError::invalid(
                         "input",
                         format!("input content part {ty} is not text: this embedding model takes text only"),
@@ -363,7 +390,13 @@ fn inputs_of(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
     }
 }
 
-fn run<B: Backend>(model: Box<dyn Encoder<B>>, rx: Receiver<Job>, capacity: usize, counters: &Counters) {
+fn run<B: Backend>(
+    model: Box<dyn Encoder<B>>,
+    rx: Receiver<Job>,
+    capacity: usize,
+    pooling: Option<Pooling>,
+    counters: &Counters,
+) {
     let mut active: VecDeque<Job> = VecDeque::new();
     let mut budget = FIRST_BATCH_TOKENS;
     loop {
@@ -418,7 +451,7 @@ fn run<B: Backend>(model: Box<dyn Encoder<B>>, rx: Receiver<Job>, capacity: usiz
         }
         let all: Vec<Vec<u32>> = batch.iter().map(|&(k, i)| active[k].inputs[i].clone()).collect();
         let t0 = Instant::now();
-        let result = model.embed(&all, true);
+        let result = model.embed(&all, pooling, pooling != Some(Pooling::None));
         let took = t0.elapsed();
         drop(all);
         counters

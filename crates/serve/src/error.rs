@@ -10,6 +10,8 @@ pub struct ApiError {
     pub code: Option<&'static str>,
     pub param: Option<String>,
     pub message: String,
+    /// More fields of the error object (llama-server's `n_prompt_tokens` / `n_ctx`).
+    pub extra: Vec<(&'static str, serde_json::Value)>,
 }
 
 impl ApiError {
@@ -20,7 +22,17 @@ impl ApiError {
             code: None,
             param: None,
             message: message.into(),
+            extra: Vec::new(),
         }
+    }
+    /// A prompt longer than the context: OpenAI's code `context_length_exceeded`, with
+    /// llama-server's error type and its `n_prompt_tokens` / `n_ctx` fields, which clients of
+    /// either read to shorten the conversation.
+    pub fn context_exceeded(message: impl Into<String>, n_prompt: usize, n_ctx: usize) -> ApiError {
+        let mut e = ApiError::new(StatusCode::BAD_REQUEST, "exceed_context_size_error", message)
+            .with_code("context_length_exceeded");
+        e.extra = vec![("n_prompt_tokens", n_prompt.into()), ("n_ctx", n_ctx.into())];
+        e
     }
     /// 400 invalid_request_error, naming the offending field.
     pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
@@ -62,9 +74,13 @@ impl ApiError {
     }
 
     pub fn body(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut b = serde_json::json!({
             "error": { "message": self.message, "type": self.kind, "param": self.param, "code": self.code }
-        })
+        });
+        for (k, v) in &self.extra {
+            b["error"][*k] = v.clone();
+        }
+        b
     }
 }
 

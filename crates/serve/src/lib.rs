@@ -18,6 +18,7 @@ mod metrics;
 mod models;
 pub mod prefix;
 pub mod reasoning;
+mod respond;
 mod responses;
 pub mod routes;
 mod single;
@@ -27,7 +28,6 @@ pub mod worker;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -36,11 +36,12 @@ use engine::backend::Backend;
 use engine::generate::{Finish, GenerateParams, LoadedModel};
 use error::ApiError;
 use models::{ensure_loaded, load_models, models_in, LazyModel, Loader};
+use respond::{async_stream, record, respond, Timing};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use worker::{Event, Job, Worker};
+use worker::Worker;
 
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -83,6 +84,10 @@ pub struct ServeConfig {
     pub port_fallback: bool,
     /// `--chat-template-file`: a Jinja chat template used instead of the models' own.
     pub chat_template: Option<String>,
+    /// `--pooling`: how embedding models pool their token states, when not as the model says.
+    pub pooling: Option<engine::model::Pooling>,
+    /// `--seed`: the sampling seed of requests that give none (else each gets a random one).
+    pub seed: Option<u64>,
     /// `--debug-responses`: non-streamed chat and completions replies carry llama-server's
     /// `__verbose` object (the rendered prompt), as a request's `"verbose": true` asks.
     pub debug_responses: bool,
@@ -294,7 +299,8 @@ fn router(state: Shared) -> Router {
         // with a base URL that lacks it).
         .route("/chat/completions", post(chat_completions))
         .route("/completions", post(completions))
-        .route("/embeddings", post(embeddings))
+        .route("/embeddings", post(native_embeddings))
+        .route("/embedding", post(native_embeddings))
         .route("/models", get(list_models))
         .route("/responses", post(responses::create))
         .route("/messages", post(anthropic::create))
@@ -616,6 +622,16 @@ async fn get_model(State(st): State<Shared>, Path(id): Path<String>) -> Response
 }
 
 async fn embeddings(State(st): State<Shared>, body: Bytes) -> Response {
+    embeddings_at(st, body, false).await
+}
+
+/// llama-server's `/embeddings` and `/embedding`: OpenAI's reply, or with `--pooling none` its own
+/// per-token form.
+async fn native_embeddings(State(st): State<Shared>, body: Bytes) -> Response {
+    embeddings_at(st, body, true).await
+}
+
+async fn embeddings_at(st: Shared, body: Bytes, native: bool) -> Response {
     let b = match api::object(&body) {
         Ok(b) => b,
         Err(e) => return e.into_response(),
@@ -653,7 +669,7 @@ async fn embeddings(State(st): State<Shared>, body: Bytes) -> Response {
             Err(e) => e.into_response(),
         };
     };
-    match emb.request(&b).await {
+    match emb.request(&b, native).await {
         Ok(r) => Json(r).into_response(),
         Err(e) => e.into_response(),
     }
@@ -773,6 +789,9 @@ struct Prepared {
     rendered: String,
     /// Add llama-server's `__verbose` debug object to a non-streamed reply.
     verbose: bool,
+    /// llama-server's telemetry in streamed replies: `timings` in every chunk, `prompt_progress`.
+    timings_per_token: bool,
+    return_progress: bool,
 }
 
 fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepared, ApiError> {
@@ -786,13 +805,16 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         return Err(ApiError::bad_request("the prompt is empty"));
     }
     if prompt.len() >= w.n_ctx {
-        return Err(ApiError::bad_request(format!(
-            "the prompt has {} tokens but the context of {} holds {} (prompt and at least one generated token)",
+        return Err(ApiError::context_exceeded(
+            format!(
+                "the prompt has {} tokens but the context of {} holds {} (prompt and at least one generated token)",
+                prompt.len(),
+                w.id,
+                w.n_ctx
+            ),
             prompt.len(),
-            w.id,
-            w.n_ctx
-        ))
-        .with_code("context_length_exceeded"));
+            w.n_ctx,
+        ));
     }
     let room = w.n_ctx - prompt.len();
     // Without max_tokens a reply may run to the end of the context, or of the KV budget when that
@@ -811,9 +833,13 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         }
     }
     let grammar = v.grammar.clone();
+    let mut sampling = v.sampling;
+    if let (false, Some(seed)) = (v.seeded, w.seed) {
+        sampling.seed = seed;
+    }
     let params = GenerateParams {
         max_tokens,
-        sampling: v.sampling,
+        sampling,
         stop: v.stop,
         ignore_eos: false,
         n_batch: 512,
@@ -834,6 +860,8 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         reasoning: None,
         rendered: String::new(),
         verbose: v.verbose,
+        timings_per_token: v.timings_per_token,
+        return_progress: v.return_progress,
     })
 }
 
@@ -906,438 +934,6 @@ async fn completions(State(st): State<Shared>, body: Bytes) -> Response {
 }
 
 /// OpenAI's logprobs entry of one token.
-fn logprob_json(tok: &engine::tokenizer::Tokenizer, lp: &engine::generate::TokenLogprob) -> Value {
-    let entry = |id: u32, logprob: f32| {
-        let bytes = tok.token_bytes(id, true);
-        json!({"token": String::from_utf8_lossy(&bytes), "logprob": logprob, "bytes": bytes})
-    };
-    let mut e = entry(lp.token, lp.logprob);
-    e["top_logprobs"] = Value::Array(lp.top.iter().map(|&(id, l)| entry(id, l)).collect());
-    e
-}
-
-/// The legacy completions `logprobs` object of some tokens: their strings, log-probabilities,
-/// alternatives (string → log-probability) and character offsets in the completion text,
-/// counted from `offset` (the characters of text returned before them).
-fn completion_logprobs_json(
-    tok: &engine::tokenizer::Tokenizer,
-    lps: &[engine::generate::TokenLogprob],
-    mut offset: usize,
-) -> Value {
-    let text = |id: u32| String::from_utf8_lossy(&tok.token_bytes(id, true)).into_owned();
-    let (mut tokens, mut values, mut tops, mut offsets) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for lp in lps {
-        let s = text(lp.token);
-        offsets.push(offset);
-        offset += s.chars().count();
-        tokens.push(Value::String(s));
-        values.push(json!(lp.logprob));
-        let mut top = serde_json::Map::new();
-        for &(id, l) in &lp.top {
-            top.entry(text(id)).or_insert(json!(l));
-        }
-        tops.push(Value::Object(top));
-    }
-    json!({"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets})
-}
-
-/// OpenAI `tool_calls` entries (with `index` in stream deltas).
-fn tool_calls_json(calls: &[tools::Call], with_index: bool) -> Value {
-    Value::Array(
-        calls
-            .iter()
-            .enumerate()
-            .map(|(k, c)| {
-                let mut v = json!({"id": new_id("call"), "type": "function",
-                                   "function": {"name": c.name, "arguments": c.arguments}});
-                if with_index {
-                    v["index"] = json!(k);
-                }
-                v
-            })
-            .collect(),
-    )
-}
-
-/// Queue one job per choice (`n`; seeds `seed + i`) and answer with one JSON object or an SSE
-/// stream whose chunks carry the choice index.
-async fn respond(st: Shared, mut p: Prepared, chat: bool) -> Response {
-    p.verbose |= st.cfg.debug_responses;
-    let w = p.worker.clone();
-    // One channel for every choice: when the client goes away its receiver is dropped, and the
-    // jobs leave the queue (or their slots) at once.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
-    for i in 0..p.n {
-        let mut params = p.params.clone();
-        params.sampling.seed = params.sampling.seed.wrapping_add(i as u64);
-        let built = match (&p.grammar, &p.format) {
-            (Some(lark), _) => Some(w.grammar().and_then(|g| g.lark(lark).map_err(ApiError::from))),
-            (None, Some(schema)) => Some(
-                w.grammar()
-                    .and_then(|g| g.json(schema.as_ref()).map_err(ApiError::from)),
-            ),
-            (None, None) => None,
-        };
-        let constraint = match built {
-            None => None,
-            Some(Ok(c)) => Some(c),
-            Some(Err(e)) => return e.into_response(),
-        };
-        if let Err(e) = w.submit(Job {
-            choice: i,
-            constraint,
-            prompt: p.prompt.clone(),
-            params,
-            events: tx.clone(),
-        }) {
-            return e.into_response();
-        }
-    }
-    drop(tx);
-    let mut timing = Timing::new();
-    let id = new_id(if chat { "chatcmpl" } else { "cmpl" });
-    let created = now();
-    let object = if chat { "chat.completion" } else { "text_completion" };
-    let want_logprobs = p.params.logprobs.is_some();
-    let with_tools = p.tools;
-    let tool_format = p.tool_format;
-    let p_parallel = p.tools_parallel;
-    let parse_calls = move |text: &str| {
-        let (content, mut calls) = tools::parse_reply_as(text, tool_format);
-        if !p.tools_parallel {
-            calls.truncate(1);
-        }
-        (content, calls)
-    };
-    let reasoning_mode = p.reasoning;
-    let usage = |pt: usize, ct: usize, cached: usize| {
-        json!({"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
-               "prompt_tokens_details": {"cached_tokens": cached}})
-    };
-    let tokz = w.model.clone();
-    if !p.stream {
-        let mut texts = vec![String::new(); p.n];
-        let mut lps: Vec<Vec<Value>> = vec![Vec::new(); p.n];
-        let mut raw_lps: Vec<Vec<engine::generate::TokenLogprob>> = vec![Vec::new(); p.n];
-        let mut finishes: Vec<Option<Finish>> = vec![None; p.n];
-        let (mut pt, mut ct, mut cached) = (0, 0, 0);
-        while let Some((i, ev)) = rx.recv().await {
-            timing.observe(&st, &ev);
-            match ev {
-                Event::Token(t, lp) => {
-                    texts[i].push_str(&t);
-                    if let Some(lp) = lp {
-                        if chat {
-                            lps[i].push(logprob_json(&tokz.tokenizer, &lp));
-                        } else {
-                            raw_lps[i].push(lp);
-                        }
-                    }
-                }
-                Event::Error(e) => return e.into_response(),
-                Event::Done {
-                    finish,
-                    prompt_tokens,
-                    completion_tokens,
-                    cached_tokens,
-                    ..
-                } => {
-                    finishes[i] = Some(finish);
-                    pt = prompt_tokens;
-                    ct += completion_tokens;
-                    cached = cached.max(cached_tokens);
-                }
-            }
-        }
-        if finishes.iter().any(Option::is_none) {
-            return ApiError::internal("the engine stopped before finishing").into_response();
-        }
-        record(&st, pt, ct, cached);
-        let choices: Vec<Value> = (0..p.n)
-            .map(|i| {
-                let fin = finish_reason(finishes[i].unwrap_or(Finish::Stop));
-                let logprobs = if want_logprobs { json!({"content": lps[i]}) } else { Value::Null };
-                let (thought, text) = match reasoning_mode {
-                    Some((m, inside)) => reasoning::split(&texts[i], inside, m),
-                    None => (String::new(), texts[i].clone()),
-                };
-                let calls = if with_tools { parse_calls(&text) } else { (String::new(), Vec::new()) };
-                let mut choice = if chat && !calls.1.is_empty() {
-                    let content = if calls.0.is_empty() { Value::Null } else { Value::String(calls.0) };
-                    json!({"index": i, "message": {"role": "assistant", "content": content, "tool_calls": tool_calls_json(&calls.1, false)},
-                           "logprobs": logprobs, "finish_reason": "tool_calls"})
-                } else if chat {
-                    json!({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": logprobs, "finish_reason": fin})
-                } else {
-                    let logprobs = if want_logprobs {
-                        completion_logprobs_json(&tokz.tokenizer, &raw_lps[i], 0)
-                    } else {
-                        Value::Null
-                    };
-                    json!({"index": i, "text": texts[i], "logprobs": logprobs, "finish_reason": fin})
-                };
-                if chat && !thought.is_empty() {
-                    choice["message"]["reasoning_content"] = Value::String(thought);
-                }
-                choice
-            })
-            .collect();
-        let mut body = json!({"id": id, "object": object, "created": created, "model": w.id,
-            "system_fingerprint": st.fingerprint, "choices": choices, "usage": usage(pt, ct, cached)});
-        if p.verbose {
-            // llama-server's debug object: what the model was given.
-            let prompt = if chat {
-                p.rendered.clone()
-            } else {
-                tokz.tokenizer.decode(&p.prompt, false)
-            };
-            body["__verbose"] = json!({"prompt": prompt, "prompt_tokens": p.prompt.len(), "content": texts[0]});
-        }
-        return Json(body).into_response();
-    }
-    let chunk_object = if chat {
-        "chat.completion.chunk"
-    } else {
-        "text_completion"
-    };
-    let (model, fp, include_usage, n) = (w.id.clone(), st.fingerprint.clone(), p.include_usage, p.n);
-    let chunk = move |choice: Value, usage_v: Option<Value>| {
-        let mut c = json!({"id": id, "object": chunk_object, "created": created, "model": model,
-                           "system_fingerprint": fp, "choices": [choice]});
-        if let Some(u) = usage_v {
-            c["choices"] = json!([]);
-            c["usage"] = u;
-        } else if include_usage {
-            c["usage"] = Value::Null;
-        }
-        SseEvent::default().data(c.to_string())
-    };
-    let mut started = vec![false; n];
-    let mut toolstreams: Vec<tools::ToolStream> = (0..n)
-        .map(|_| tools::ToolStream::new(tool_format, p_parallel))
-        .collect();
-    // Content and complete calls of a reply with tools, as chunks (calls numbered per choice).
-    let tool_pieces = move |i: usize,
-                            pieces: Vec<tools::Piece>,
-                            first_call: usize,
-                            out: &mut Vec<SseEvent>,
-                            chunk: &dyn Fn(Value, Option<Value>) -> SseEvent| {
-        let mut k = first_call;
-        for piece in pieces {
-            match piece {
-                tools::Piece::Text(c) => out.push(chunk(
-                    json!({"index": i, "delta": {"content": c}, "logprobs": null, "finish_reason": null}),
-                    None,
-                )),
-                tools::Piece::Call(c) => {
-                    let mut calls = tool_calls_json(&[c], true);
-                    calls[0]["index"] = json!(k);
-                    k += 1;
-                    out.push(chunk(
-                        json!({"index": i, "delta": {"tool_calls": calls}, "logprobs": null, "finish_reason": null}),
-                        None,
-                    ));
-                }
-            }
-        }
-    };
-    // Characters of completion text streamed so far per choice (legacy logprobs' text_offset).
-    let mut streamed_chars = vec![0usize; n];
-    let mut splitters: Vec<Option<reasoning::Splitter>> = (0..n)
-        .map(|_| reasoning_mode.map(|(m, inside)| reasoning::Splitter::new(inside, m)))
-        .collect();
-    let mut done = 0usize;
-    let (mut ct, mut cached) = (0, 0);
-    // Comments every --sse-keepalive while nothing else is sent (a request waiting for a slot,
-    // a long prefill), so clients and proxies see the stream alive.
-    let keep_alive = KeepAlive::new().interval(st.cfg.sse_keepalive);
-    let stream = async_stream(rx, move |ev| -> (Vec<SseEvent>, bool) {
-        let mut out = Vec::new();
-        let Some((i, ev)) = ev else { return (out, true) };
-        timing.observe(&st, &ev);
-        if chat && !started[i] {
-            started[i] = true;
-            out.push(chunk(json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}), None));
-        }
-        match ev {
-            Event::Token(t, lp) if splitters[i].is_some() || with_tools => {
-                let (thought, text) = match &mut splitters[i] {
-                    Some(sp) => sp.push(&t),
-                    None => (String::new(), t),
-                };
-                if !thought.is_empty() {
-                    out.push(chunk(json!({"index": i, "delta": {"reasoning_content": thought}, "logprobs": null, "finish_reason": null}), None));
-                }
-                if with_tools {
-                    // Text streams as soon as it cannot be part of a call, calls once complete.
-                    let before = toolstreams[i].calls();
-                    let pieces = toolstreams[i].push(&text);
-                    tool_pieces(i, pieces, before, &mut out, &chunk);
-                } else if !text.is_empty() || lp.is_some() {
-                    let logprobs = match lp {
-                        Some(lp) => json!({"content": [logprob_json(&tokz.tokenizer, &lp)]}),
-                        None => Value::Null,
-                    };
-                    out.push(chunk(
-                        json!({"index": i, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": null}),
-                        None,
-                    ));
-                }
-                (out, false)
-            }
-            Event::Token(t, lp) => {
-                let choice = if chat {
-                    let logprobs = match lp {
-                        Some(lp) => json!({"content": [logprob_json(&tokz.tokenizer, &lp)]}),
-                        None => Value::Null,
-                    };
-                    json!({"index": i, "delta": {"content": t}, "logprobs": logprobs, "finish_reason": null})
-                } else {
-                    let logprobs = match lp {
-                        Some(lp) => completion_logprobs_json(&tokz.tokenizer, &[lp], streamed_chars[i]),
-                        None => Value::Null,
-                    };
-                    streamed_chars[i] += t.chars().count();
-                    json!({"index": i, "text": t, "logprobs": logprobs, "finish_reason": null})
-                };
-                out.push(chunk(choice, None));
-                (out, false)
-            }
-            Event::Done {
-                finish,
-                prompt_tokens,
-                completion_tokens,
-                cached_tokens,
-                ..
-            } => {
-                let pt = prompt_tokens;
-                ct += completion_tokens;
-                cached = cached.max(cached_tokens);
-                let mut reason = finish_reason(finish);
-                if let Some(sp) = &mut splitters[i] {
-                    let (thought, text) = sp.finish();
-                    if !thought.is_empty() {
-                        out.push(chunk(json!({"index": i, "delta": {"reasoning_content": thought}, "logprobs": null, "finish_reason": null}), None));
-                    }
-                    if with_tools {
-                        let before = toolstreams[i].calls();
-                        let pieces = toolstreams[i].push(&text);
-                        tool_pieces(i, pieces, before, &mut out, &chunk);
-                    } else if !text.is_empty() {
-                        out.push(chunk(
-                            json!({"index": i, "delta": {"content": text}, "logprobs": null, "finish_reason": null}),
-                            None,
-                        ));
-                    }
-                }
-                if with_tools {
-                    let before = toolstreams[i].calls();
-                    let pieces = toolstreams[i].finish();
-                    tool_pieces(i, pieces, before, &mut out, &chunk);
-                    if toolstreams[i].calls() > 0 {
-                        reason = "tool_calls";
-                    }
-                }
-                let choice = if chat {
-                    json!({"index": i, "delta": {}, "logprobs": null, "finish_reason": reason})
-                } else {
-                    json!({"index": i, "text": "", "logprobs": null, "finish_reason": finish_reason(finish)})
-                };
-                out.push(chunk(choice, None));
-                done += 1;
-                let last = done == n;
-                if last {
-                    record(&st, pt, ct, cached);
-                    if include_usage {
-                        out.push(chunk(Value::Null, Some(usage(pt, ct, cached))));
-                    }
-                    out.push(SseEvent::default().data("[DONE]"));
-                }
-                (out, last)
-            }
-            Event::Error(e) => {
-                out.push(SseEvent::default().data(e.body().to_string()));
-                out.push(SseEvent::default().data("[DONE]"));
-                (out, true)
-            }
-        }
-    });
-    Sse::new(stream).keep_alive(keep_alive).into_response()
-}
-
-/// Latency metrics of one request, observed as its events arrive.
-struct Timing {
-    t0: std::time::Instant,
-    last: Option<std::time::Instant>,
-}
-
-impl Timing {
-    fn new() -> Timing {
-        Timing {
-            t0: std::time::Instant::now(),
-            last: None,
-        }
-    }
-
-    fn observe(&mut self, st: &AppState, ev: &Event) {
-        let now = std::time::Instant::now();
-        match ev {
-            Event::Token(..) => {
-                match self.last {
-                    None => st.metrics.ttft.observe((now - self.t0).as_secs_f64()),
-                    Some(l) => st.metrics.itl.observe((now - l).as_secs_f64()),
-                }
-                self.last = Some(now);
-            }
-            Event::Done {
-                prompt_tokens,
-                completion_tokens,
-                ..
-            } => {
-                st.metrics.e2e.observe((now - self.t0).as_secs_f64());
-                st.metrics.prompt_len.observe(*prompt_tokens as f64);
-                st.metrics.completion_len.observe(*completion_tokens as f64);
-            }
-            Event::Error(_) => {}
-        }
-    }
-}
-
-fn record(st: &AppState, p: usize, c: usize, cached: usize) {
-    st.metrics.prompt_tokens.fetch_add(p as u64, Ordering::Relaxed);
-    st.metrics.completion_tokens.fetch_add(c as u64, Ordering::Relaxed);
-    st.metrics.cached_tokens.fetch_add(cached as u64, Ordering::Relaxed);
-}
-
-/// Turn engine events into SSE events until `f` says the stream is complete. When the client goes
-/// away the SSE stream is dropped and the forwarding task ends at once (it watches for that), which
-/// drops the engine's receiver: queued jobs leave the queue, running ones stop at their next step.
-fn async_stream<T: Send + 'static>(
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<T>,
-    mut f: impl FnMut(Option<T>) -> (Vec<SseEvent>, bool) + Send + 'static,
-) -> impl tokio_stream::Stream<Item = Result<SseEvent, std::convert::Infallible>> + Send {
-    let (otx, orx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        loop {
-            let ev = tokio::select! {
-                ev = rx.recv() => ev,
-                _ = otx.closed() => return,
-            };
-            let end_of_input = ev.is_none();
-            let (events, complete) = f(ev);
-            for e in events {
-                if otx.send(Ok(e)).is_err() {
-                    return;
-                }
-            }
-            if complete || end_of_input {
-                return;
-            }
-        }
-    });
-    tokio_stream::wrappers::UnboundedReceiverStream::new(orx)
-}
-
 #[cfg(test)]
 mod tests {
     use engine::chat::{ChatMessage, ChatTemplate};

@@ -231,6 +231,7 @@ impl WithBackend for StartEmbedder<'_> {
             self.path,
             cfg.queue_capacity,
             cfg.embed_limits,
+            cfg.pooling,
         )
     }
 }
@@ -330,6 +331,7 @@ fn load_one<B: Backend>(state: &AppState, backend: &Arc<B>, path: &std::path::Pa
         queue_capacity: state.cfg.queue_capacity,
         prefill_chunk: state.cfg.prefill_chunk,
         kv_budget,
+        seed: state.cfg.seed,
     };
     let w = Worker::start(id.clone(), m, limits, store).map_err(|e| e.to_string())?;
     state

@@ -293,6 +293,9 @@ fn to_chat(b: &Map<String, Value>, prev: Option<&[Value]>) -> Result<(Map<String
         "seed",
         "stream",
         "parallel_tool_calls",
+        // llama-server's telemetry extensions.
+        "timings_per_token",
+        "return_progress",
     ] {
         if let Some(v) = b.get(k).filter(|v| !v.is_null()) {
             c.insert(k.into(), v.clone());
@@ -654,6 +657,8 @@ enum Open {
 }
 
 struct Streamer {
+    /// llama-server's `timings` so far (`timings_per_token`), added to the events.
+    timings: Option<Value>,
     seq: u64,
     output: Vec<Value>,
     open: Open,
@@ -666,6 +671,9 @@ impl Streamer {
     fn ev(&mut self, ty: &str, mut data: Value) -> SseEvent {
         data["type"] = json!(ty);
         data["sequence_number"] = json!(self.seq);
+        if let Some(t) = &self.timings {
+            data["timings"] = t.clone();
+        }
         self.seq += 1;
         SseEvent::default().event(ty).data(data.to_string())
     }
@@ -719,6 +727,7 @@ fn stream_response(
     let keep_alive = KeepAlive::new().interval(st.cfg.sse_keepalive);
     {
         let mut s = Streamer {
+            timings: None,
             seq: 0,
             output: Vec::new(),
             open: Open::None,
@@ -830,7 +839,16 @@ fn stream_response(
                     ));
                     s.calls.push(done);
                 }
+                Some(Delta::Progress(pr)) => {
+                    // llama-server's prefill progress, as an in_progress event.
+                    let skeleton = json!({"id": id, "object": "response", "status": "in_progress"});
+                    let mut e = json!({"response": skeleton});
+                    e["prompt_progress"] = pr.json();
+                    out.push(s.ev("response.in_progress", e));
+                }
+                Some(Delta::Timings(t)) => s.timings = Some(t),
                 Some(Delta::Done(sum)) => {
+                    s.timings = Some(sum.timings.clone());
                     if s.output.is_empty() {
                         // An empty reply is still one (empty) message.
                         let item = json!({"type": "message", "id": new_id("msg"), "status": "in_progress",

@@ -3,6 +3,7 @@
 //! chat pipeline up to here (`prepare_chat`: validation, template, tokens, grammar) and the engine
 //! path; each renders these pieces in its own wire format.
 
+use super::respond::Telemetry;
 use super::{reasoning, record, tools, worker, ApiError, Finish, Prepared, Shared, Timing};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use worker::{Event, Job};
@@ -13,6 +14,10 @@ pub enum Delta {
     Thought(String),
     Text(String),
     Call(tools::Call),
+    /// The prompt's prefill so far (a request with llama-server's `return_progress`).
+    Progress(worker::Progress),
+    /// llama-server's `timings` so far, before the pieces of each token (`timings_per_token`).
+    Timings(serde_json::Value),
     Done(Summary),
     Error(ApiError),
 }
@@ -28,6 +33,8 @@ pub struct Summary {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub cached_tokens: usize,
+    /// llama-server's `timings` of the reply.
+    pub timings: serde_json::Value,
 }
 
 /// Queue the request's one reply and turn the engine's events into [`Delta`]s. Dropping the
@@ -51,8 +58,10 @@ pub fn start(st: &Shared, p: Prepared) -> Result<UnboundedReceiver<Delta>, ApiEr
     let st = st.clone();
     let mut splitter = p.reasoning.map(|(m, inside)| reasoning::Splitter::new(inside, m));
     let mut calls = p.tools.then(|| tools::ToolStream::new(p.tool_format, p.tools_parallel));
+    let (per_token, progress) = (p.timings_per_token, p.return_progress);
     tokio::spawn(async move {
         let mut timing = Timing::new();
+        let mut telemetry = Telemetry::default();
         let mut made = 0usize;
         // Text through the tool-call parser when the request has tools.
         let text =
@@ -89,10 +98,19 @@ pub fn start(st: &Shared, p: Prepared) -> Result<UnboundedReceiver<Delta>, ApiEr
                 return;
             };
             timing.observe(&st, &ev);
+            telemetry.observe(&ev);
             let mut out = Vec::new();
             let mut last = false;
             match ev {
+                Event::Progress(pr) => {
+                    if progress {
+                        out.push(Delta::Progress(pr));
+                    }
+                }
                 Event::Token(t, _) => {
+                    if per_token {
+                        out.push(Delta::Timings(telemetry.timings()));
+                    }
                     let (thought, t) = match &mut splitter {
                         Some(sp) => sp.push(&t),
                         None => (String::new(), t),
@@ -108,6 +126,7 @@ pub fn start(st: &Shared, p: Prepared) -> Result<UnboundedReceiver<Delta>, ApiEr
                     completion_tokens,
                     cached_tokens,
                     stop,
+                    ..
                 } => {
                     let rest = match &mut splitter {
                         Some(sp) => {
@@ -128,6 +147,7 @@ pub fn start(st: &Shared, p: Prepared) -> Result<UnboundedReceiver<Delta>, ApiEr
                         prompt_tokens,
                         completion_tokens,
                         cached_tokens,
+                        timings: telemetry.timings(),
                     }));
                     last = true;
                 }
@@ -165,6 +185,7 @@ pub async fn collect(mut rx: UnboundedReceiver<Delta>) -> Result<Reply, ApiError
             Delta::Thought(t) => r.thought.push_str(&t),
             Delta::Text(t) => r.text.push_str(&t),
             Delta::Call(c) => r.calls.push(c),
+            Delta::Progress(_) | Delta::Timings(_) => {}
             Delta::Done(s) => {
                 r.summary = Some(s);
                 return Ok(r);

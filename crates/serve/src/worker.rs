@@ -30,6 +30,9 @@ use crate::prefix::{chain_keys, Hit, PrefixStore, BLOCK};
 use engine::backend::Backend;
 
 pub enum Event {
+    /// The prompt's prefill so far: sent when the job gets its slot (nothing processed beyond the
+    /// cached tokens) and after each prompt chunk (llama-server's `prompt_progress`).
+    Progress(Progress),
     /// Text that became final with a token, and that token's log-probability when asked for.
     Token(String, Option<engine::generate::TokenLogprob>),
     Done {
@@ -39,8 +42,29 @@ pub enum Event {
         cached_tokens: usize,
         /// The stop string that ended the reply, if one did.
         stop: Option<String>,
+        /// Milliseconds spent on the prompt (from getting a slot to the first sampled token) and
+        /// on generating the rest.
+        prompt_ms: f64,
+        predicted_ms: f64,
     },
     Error(ApiError),
+}
+
+/// Where a prompt's prefill stands, in tokens: `total` in the prompt, `cache` taken from the cache,
+/// `processed` so far including the cached ones; `ms` since the job got its slot.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub total: usize,
+    pub cache: usize,
+    pub processed: usize,
+    pub ms: f64,
+}
+
+impl Progress {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({"total": self.total, "cache": self.cache, "processed": self.processed,
+                           "time_ms": self.ms})
+    }
 }
 
 pub struct Job {
@@ -131,6 +155,8 @@ pub struct Limits {
     pub prefill_chunk: usize,
     /// KV positions all slots and the prefix cache may hold together.
     pub kv_budget: usize,
+    /// The sampling seed of requests that give none (`--seed`).
+    pub seed: Option<u64>,
 }
 
 /// What the request handlers need of a served model; the decoder itself lives on the engine
@@ -166,6 +192,8 @@ pub struct Worker {
     kv_cached: Arc<AtomicUsize>,
     pub kv_capacity: usize,
     prefix_blocks: Arc<AtomicUsize>,
+    /// The sampling seed of requests that give none (`--seed`).
+    pub seed: Option<u64>,
 }
 
 impl Drop for Worker {
@@ -184,6 +212,9 @@ struct Active {
     fed: usize,
     next: Option<u32>,
     cached: usize,
+    /// When the job got its slot, and when its first token was sampled.
+    started: std::time::Instant,
+    first: Option<std::time::Instant>,
 }
 
 struct Slot<B: Backend> {
@@ -293,6 +324,7 @@ impl Worker {
             kv_cached,
             kv_capacity: limits.kv_budget,
             prefix_blocks,
+            seed: limits.seed,
         })
     }
 
@@ -594,12 +626,21 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
     let cached = cached.min(job.prompt.len() - 1);
     slot.tokens.clear();
     slot.tokens.extend_from_slice(&job.prompt[..cached]);
+    let started = std::time::Instant::now();
+    job.send(Event::Progress(Progress {
+        total: job.prompt.len(),
+        cache: cached,
+        processed: cached,
+        ms: 0.0,
+    }));
     slot.active = Some(Active {
         job,
         decoding,
         fed: cached,
         next: None,
         cached,
+        started,
+        first: None,
     });
     // Blocks loaded from disk count against the budget too.
     while sc.used(b) > sc.budget && sc.store.evict_one() {}
@@ -686,10 +727,17 @@ fn step<B: Backend>(
         let Some(a) = &mut s.active else { continue };
         if a.next.is_none() {
             a.fed += toks.len();
+            a.job.send(Event::Progress(Progress {
+                total: a.job.prompt.len(),
+                cache: a.cached,
+                processed: a.fed,
+                ms: a.started.elapsed().as_secs_f64() * 1e3,
+            }));
         }
         if !wants {
             continue;
         }
+        a.first.get_or_insert_with(std::time::Instant::now);
         let mut logits = out.next().unwrap_or_default();
         let st = a.decoding.step(&m.tokenizer, &mut logits);
         let mut gone = (!st.text.is_empty() || st.logprob.is_some()) && !a.job.send(Event::Token(st.text, st.logprob));
@@ -712,7 +760,10 @@ fn step<B: Backend>(
                 finished.push(i);
                 let a = s.active.take().expect("active");
                 if f != Finish::Cancelled {
+                    let first = a.first.unwrap_or(a.started);
                     a.job.send(Event::Done {
+                        prompt_ms: (first - a.started).as_secs_f64() * 1e3,
+                        predicted_ms: first.elapsed().as_secs_f64() * 1e3,
                         finish: f,
                         prompt_tokens: a.job.prompt.len(),
                         completion_tokens: a.decoding.tokens.len(),

@@ -311,15 +311,25 @@ impl<B: Backend> Bert<B> {
         Ok(out)
     }
 
-    /// One vector per input: pooled as the GGUF says, L2-normalised when `normalize`.
-    pub fn embed(&self, inputs: &[Vec<u32>], normalize: bool) -> Result<Vec<Vec<f32>>> {
+    /// One vector per input: pooled as `pooling` says (the GGUF's when `None`), L2-normalised
+    /// when `normalize`; with [`Pooling::None`] the input's token states, one row of `n_embd` per
+    /// token, as they are (llama-server's `--pooling none`).
+    pub fn embed(&self, inputs: &[Vec<u32>], pooling: Option<Pooling>, normalize: bool) -> Result<Vec<Vec<f32>>> {
         let hidden = self.hidden_states(inputs)?;
         let e = self.n_embd;
+        // A GGUF that says "none" is mean-pooled unless per-token states are asked for.
+        let pooling = pooling.unwrap_or(match self.pooling {
+            Pooling::None => Pooling::Mean,
+            p => p,
+        });
+        if pooling == Pooling::None {
+            return Ok(hidden);
+        }
         Ok(hidden
             .into_iter()
             .map(|h| {
                 let n = h.len() / e;
-                let mut v = match self.pooling {
+                let mut v = match pooling {
                     Pooling::Cls => h[..e].to_vec(),
                     Pooling::Last => h[(n - 1) * e..].to_vec(),
                     Pooling::Mean | Pooling::None => {

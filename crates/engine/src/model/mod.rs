@@ -9,7 +9,7 @@ pub mod llama;
 pub mod qwen3moe;
 
 pub use batch::{KvLayer, Logits, Model, ModelInfo, Scratch, SeqStep, PAGE};
-pub use bert::l2_normalize;
+pub use bert::{l2_normalize, Pooling};
 
 use crate::backend::{Backend, KvType, Rope, WeightSource};
 use crate::{EngineError, Result};
@@ -77,8 +77,10 @@ pub trait Encoder<B: Backend>: Send + Sync {
     fn n_embd(&self) -> usize;
     /// The most tokens one input may have.
     fn n_ctx_train(&self) -> usize;
-    /// One pooled vector per input (L2-normalised when `normalize`), the inputs batched together.
-    fn embed(&self, inputs: &[Vec<u32>], normalize: bool) -> Result<Vec<Vec<f32>>>;
+    /// One pooled vector per input (L2-normalised when `normalize`), the inputs batched together,
+    /// pooled as the model says or as `pooling` overrides; [`Pooling::None`]: each input's token
+    /// states (`n_embd` per token), never normalised.
+    fn embed(&self, inputs: &[Vec<u32>], pooling: Option<Pooling>, normalize: bool) -> Result<Vec<Vec<f32>>>;
 }
 
 impl<B: Backend> Encoder<B> for bert::Bert<B> {
@@ -88,8 +90,8 @@ impl<B: Backend> Encoder<B> for bert::Bert<B> {
     fn n_ctx_train(&self) -> usize {
         self.n_ctx_train
     }
-    fn embed(&self, inputs: &[Vec<u32>], normalize: bool) -> Result<Vec<Vec<f32>>> {
-        bert::Bert::embed(self, inputs, normalize)
+    fn embed(&self, inputs: &[Vec<u32>], pooling: Option<Pooling>, normalize: bool) -> Result<Vec<Vec<f32>>> {
+        bert::Bert::embed(self, inputs, pooling, normalize)
     }
 }
 

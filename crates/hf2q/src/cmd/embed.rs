@@ -119,7 +119,7 @@ fn embed<B: Backend>(args: &EmbedArgs, texts: &[String], backend: Arc<B>) -> Cli
     }
     let mut vectors = Vec::with_capacity(inputs.len());
     for chunk in inputs.chunks(args.batch.max(1)) {
-        vectors.extend(m.embed(chunk, !args.no_normalize)?);
+        vectors.extend(m.embed(chunk, None, !args.no_normalize)?);
     }
     let mut out = std::io::stdout().lock();
     if args.json {

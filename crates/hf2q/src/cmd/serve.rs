@@ -50,9 +50,18 @@ pub struct ServeArgs {
     /// Sequences decoded together per model (continuous batching); each gets the full context.
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
-    /// Most prompt tokens prefilled per step, interleaved with the decode steps of active streams.
-    #[arg(long, default_value_t = 256)]
+    /// Most prompt tokens prefilled per step, interleaved with the decode steps of active streams
+    /// (`-b` / `--batch-size`, llama-server's name, is the same).
+    #[arg(long, short = 'b', visible_alias = "batch-size", default_value_t = 256)]
     pub prefill_chunk: usize,
+    /// The sampling seed of requests that give none (default: a random one per request).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// How embedding models pool their token states (default: as the GGUF says): mean, cls, last,
+    /// or none — one vector per token, returned by llama-server's /embeddings route (/v1/embeddings
+    /// then answers 400).
+    #[arg(long, value_parser = pooling)]
+    pub pooling: Option<engine::model::Pooling>,
     /// Allow browser requests from this origin (repeatable; `*` for any): CORS headers and preflight.
     #[arg(long = "cors-origin")]
     pub cors_origins: Vec<String>,
@@ -91,8 +100,13 @@ pub struct ServeArgs {
     pub embed_max_tokens: usize,
     /// A Jinja chat template used instead of the models' own (llama-server's and vLLM's option, for
     /// a GGUF whose template is missing or wrong); checked when the server starts.
-    #[arg(long = "chat-template-file", value_name = "FILE")]
+    #[arg(long = "chat-template-file", value_name = "FILE", conflicts_with = "chat_template")]
     pub chat_template_file: Option<PathBuf>,
+    /// A chat template used instead of the models' own: a built-in format by name (llama-server's
+    /// names: chatml, llama2, llama3, mistral-v7, phi3, gemma, command-r, deepseek3, …; an unknown
+    /// name lists them all) or Jinja template text.
+    #[arg(long = "chat-template", value_name = "NAME|JINJA")]
+    pub chat_template: Option<String>,
     /// Non-streamed chat and completions replies carry llama-server's `__verbose` debug object (the
     /// rendered prompt and its token count), as a request's `"verbose": true` asks for one reply.
     #[arg(long = "debug-responses")]
@@ -221,9 +235,23 @@ pub fn run(mut args: ServeArgs) -> CliResult {
             w[0]
         )));
     }
-    let chat_template = match &args.chat_template_file {
-        None => None,
-        Some(f) => {
+    let chat_template = match (&args.chat_template_file, &args.chat_template) {
+        (None, Some(t)) => match engine::chat::builtin::get(t) {
+            Some(src) => Some(src),
+            None if t.contains("{{") || t.contains("{%") => {
+                engine::chat::ChatTemplate::new(t, "", "")
+                    .map_err(|e| CliError::input(format!("--chat-template: {e}")))?;
+                Some(t.clone())
+            }
+            None => {
+                return Err(CliError::input(format!(
+                    "--chat-template {t:?} is neither a built-in template ({}) nor a Jinja template",
+                    engine::chat::builtin::names().join(", ")
+                )))
+            }
+        },
+        (None, None) => None,
+        (Some(f), _) => {
             let src = std::fs::read_to_string(f)
                 .map_err(|e| CliError::input(format!("--chat-template-file {}: {e}", f.display())))?;
             engine::chat::ChatTemplate::new(&src, "", "")
@@ -234,6 +262,8 @@ pub fn run(mut args: ServeArgs) -> CliResult {
     let cfg = serve::ServeConfig {
         chat_template,
         debug_responses: args.debug_responses,
+        seed: args.seed,
+        pooling: args.pooling,
         host: args.host,
         port: args.port.unwrap_or(8080),
         port_fallback: args.port.is_none(),
@@ -271,4 +301,15 @@ pub fn run(mut args: ServeArgs) -> CliResult {
         .build()
         .map_err(|e| CliError::runtime(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(serve::run(cfg)).map_err(CliError::input)
+}
+
+fn pooling(s: &str) -> Result<engine::model::Pooling, String> {
+    use engine::model::Pooling;
+    match s {
+        "none" => Ok(Pooling::None),
+        "mean" => Ok(Pooling::Mean),
+        "cls" => Ok(Pooling::Cls),
+        "last" => Ok(Pooling::Last),
+        _ => Err(format!("{s:?} is not one of none, mean, cls, last")),
+    }
 }

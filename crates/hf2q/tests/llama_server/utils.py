@@ -91,7 +91,15 @@ class ServerProcess:
             args += ["--chat-template-file", os.path.join(SUITE_DIR, "templates", name)]
         if self.debug:
             args += ["--debug-responses"]
-        for opt in ("chat_template", "n_predict", "temperature"):
+        if self.chat_template is not None:
+            args += ["--chat-template", self.chat_template]
+        if self.n_batch:
+            args += ["--batch-size", str(self.n_batch)]
+        # llama-server's presets run with --seed 42: requests without a seed are reproducible.
+        args += ["--seed", str(self.seed if self.seed is not None else 42)]
+        if self.pooling is not None:
+            args += ["--pooling", self.pooling]
+        for opt in ("n_predict", "temperature"):
             if getattr(self, opt) is not None:
                 self.unsupported.append(opt)
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
