@@ -72,7 +72,7 @@ fn text_blocks(v: &Value, param: &str) -> Result<String, ApiError> {
                     (Some(ty @ ("image" | "document")), _) => {
                         return Err(invalid(
                             param,
-                            format!("{param}[{k}]: {ty} blocks are not supported (this server's models read text)"),
+                            format!("{param}[{k}]: {ty} input is not supported: this server's models read text"),
                         ))
                     }
                     _ => return Err(invalid(param, format!("{param}[{k}] must be a text block"))),
@@ -182,7 +182,7 @@ fn to_chat(b: &Map<String, Value>, count: bool) -> Result<Map<String, Value>, Ap
                 (_, "image" | "document") => {
                     return Err(invalid(
                         &bp,
-                        format!("{bp}: {ty} blocks are not supported (this server's models read text)"),
+                        format!("{bp}: {ty} input is not supported: this server's models read text"),
                     ))
                 }
                 _ => {
