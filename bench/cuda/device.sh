@@ -6,12 +6,12 @@
 #            with its Q4_K_M / Q8_0 / BF16 conversions; runs doctor, the CUDA op tests and the
 #            engine fixtures on CUDA
 #   bench  : waits for the background work, then llama-bench and hf2q bench side by side
-#   stash  : copies every file under .dev/stash/ to /tmp/stash (files too large for one call's 64 MiB
-#            carry travel in several consecutive calls to one warm machine: split them here with
-#            `split -b 30M FILE .dev/stash/NAME.part.` and carry one part per call)
-#   smollm2: reassembles /tmp/stash/SmolLM2-135M-Instruct.Q4_1.gguf.part.* and runs the serve tests
-#            (.dev/serve-tests: tests/serve.rs, which `--device auto` puts on the GPU) against it,
-#            then greedy generate and perplexity on CPU and CUDA
+#   stash1, stash2: copy .dev/stash1/* or .dev/stash2/* to /tmp/stash (SmolLM2, 98 MB, in two halves
+#            made here with `split -b 50000000 FILE smol.part.`: one call's carry is 64 MiB)
+#   smollm2: reassembles SmolLM2 Q4_1 from /tmp/stash, makes Q8_0 / Q4_K_M from it, compares greedy
+#            chat replies on CUDA with the goldens, and perplexity on the CPU and CUDA
+#   extra  : after `all` on the same machine: greedy tokens CPU vs CUDA on the 8B Q8_0, and ncu's
+#            per-kernel times of decode steps on the Q4_K_M
 #   serve  : hf2q serve --device cuda vs llama-server -np N -fa on (bench/cuda/serve_bench.py) at 16
 #            and 64 streams on the 8B Q4_K_M (made by `all`/`hf2q` on this machine)
 # Logs go to $OUT.
@@ -23,23 +23,45 @@ export HF2Q_CACHE=/tmp/hf2q-cache
 W=/tmp/w
 mkdir -p $W
 case $phase in
-stash)
-  mkdir -p /tmp/stash && cp -v $D/stash/* /tmp/stash/ && ls -la /tmp/stash
+stash1|stash2)
+  # One half of SmolLM2 Q4_1 per call (.dev/stash1, .dev/stash2), kept in /tmp/stash while warm.
+  mkdir -p /tmp/stash && cp -v $D/$phase/* /tmp/stash/ && ls -la /tmp/stash
   ;;
 smollm2)
+  # SmolLM2 goldens (llama-completion's greedy chat replies, which the CPU backend reproduces) on
+  # CUDA, for Q4_1 and the Q8_0 / Q4_K_M made from it as the goldens test makes them; then
+  # perplexity on the CPU and on CUDA.
   M=/tmp/smollm2 && mkdir -p $M
-  cat /tmp/stash/SmolLM2-135M-Instruct.Q4_1.gguf.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
+  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
   sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf
-  # The tests that need only SmolLM2 (the goldens: replies equal llama-completion's).
-  HF2Q_MODELS=$M $D/serve-tests --test-threads=1 ${TESTS:-chat_completions_plain_and_streamed_match_llama_cpp concurrent_requests_get_the_same_replies seeds_reproduce} \
-    2>&1 | tee $OUT/serve-tests.txt | grep -E "^test |test result|panicked"
-  for dev in cpu cuda; do
-    $D/hf2q generate -m $M/SmolLM2-135M-Instruct.Q4_1.gguf --device $dev --chat -p "What is 2 + 3?" -n 64 --temp 0 \
-      > $OUT/smollm2-generate-$dev.txt 2>/dev/null
-    $D/hf2q perplexity -m $M/SmolLM2-135M-Instruct.Q4_1.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt \
-      -c 512 2>&1 | grep -E "Final|chunk" | tail -2 | tee -a $OUT/smollm2-perplexity.txt
+  for q in Q8_0 Q4_K_M; do
+    $D/hf2q quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
   done
-  cmp $OUT/smollm2-generate-cpu.txt $OUT/smollm2-generate-cuda.txt && echo "SmolLM2 greedy chat: CPU = CUDA"
+  python3 - $D/hf2q $M <<'PY' | tee $OUT/smollm2-goldens.txt
+import json, subprocess, sys
+hf2q, m = sys.argv[1], sys.argv[2]
+gold = json.load(open("crates/hf2q/tests/data/goldens/smollm2_chat_goldens.json"))
+same = 0
+for g in gold:
+    model = f"{m}/SmolLM2-135M-Instruct.{g['quant']}.gguf"
+    out = {}
+    for dev in ("cuda", "cpu"):
+        r = subprocess.run([hf2q, "generate", "-m", model, "--device", dev, "--chat", "-p", g["prompt"], "-n", "64",
+                            "--temp", "0", "-t", "2"], capture_output=True, text=True)
+        out[dev] = r.stdout
+    ok = out["cuda"] == g["text"]
+    same += ok
+    print(f"{g['quant']:7} cuda {'=' if ok else '!='} golden, cpu {'=' if out['cpu'] == g['text'] else '!='} golden: {g['prompt'][:40]!r}")
+    if not ok:
+        k = next((i for i, (a, b) in enumerate(zip(out["cuda"], g["text"])) if a != b), min(len(out["cuda"]), len(g["text"])))
+        print(f"   first difference at char {k}: cuda {out['cuda'][k:k+40]!r} golden {g['text'][k:k+40]!r}")
+print(f"SmolLM2 goldens on CUDA: {same} of {len(gold)} equal")
+PY
+  for q in Q8_0 Q4_1; do
+    for dev in cpu cuda; do
+      echo "$q $dev: $($D/hf2q perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
+    done
+  done
   ;;
 serve)
   B=/tmp/lc/b/bin; m=$W/l8b.q4_k_m.gguf
@@ -112,12 +134,17 @@ for _ in range(10):
 ts.sort(); t = ts[len(ts) // 2]
 print(f"device-to-device copy: {2 * x.numel() * 4 / t / 1e12:.2f} TB/s (read + write, 4 GiB, median of 10)")
 PY
+  # The CUDA op tests and the engine fixtures on CUDA (while llama.cpp builds).
+  $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "test result|FAILED|panicked" | head -20
+  HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "batched|incremental|NOT RUN|test result|panicked"
   python3 bench/cuda/make_llama8b.py $W/l8b 2>&1 | grep make_llama8b | tee $OUT/make.txt
   for q in q4_k_m q8_0 bf16; do
     m=$W/l8b.$q.gguf
     $D/hf2q convert $W/l8b -o $m --quant $q 2>&1 | tail -1 | tee -a $OUT/make.txt
     $D/hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 > $OUT/hf2q-bench-$q.txt 2>&1
     tail -n 3 $OUT/hf2q-bench-$q.txt
+    # The same decode with f32 activations for every type (HF2Q_CUDA_MMVQ=0), to compare.
+    [ $q != bf16 ] && HF2Q_CUDA_MMVQ=0 $D/hf2q bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | tail -n 1 | sed 's/^/MMVQ=0 /' | tee -a $OUT/hf2q-bench-$q.txt
   done
   rm -rf $W/l8b
   ;&
@@ -129,6 +156,18 @@ llama)
     $B/llama-bench -m $W/l8b.$q.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 > $OUT/llama-bench-$q.txt 2>&1
     grep -E "^\|" $OUT/llama-bench-$q.txt | tail -n 2
   done
+  ;;
+extra)
+  # Greedy tokens CPU vs CUDA (Q8_0, integer products on the GPU).
+  for dev in cuda cpu; do
+    $D/hf2q generate -m $W/l8b.q8_0.gguf --device $dev -p "The quick brown fox jumps over the lazy dog" -n 24 --temp 0 \
+      > $OUT/generate-q8_0-$dev.txt 2> /tmp/generate-$dev.err
+  done
+  cmp -s $OUT/generate-q8_0-cuda.txt $OUT/generate-q8_0-cpu.txt && echo "generate: CUDA and CPU give the same text" || echo "generate: CUDA and CPU texts DIFFER"
+  # Per-kernel times of decode steps (no graphs, so that ncu sees each launch).
+  command -v ncu > /dev/null && HF2Q_CUDA_GRAPHS=0 timeout 120 ncu --clock-control none --csv \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip 1200 --launch-count 40 \
+    $D/hf2q generate -m $W/l8b.q4_k_m.gguf --device cuda -p "hello" -n 4 --temp 0 > $OUT/ncu-q4_k_m.csv 2> /dev/null
   ;;
 bench)
   for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 5; done

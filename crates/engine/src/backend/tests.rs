@@ -115,10 +115,17 @@ const MATMUL_TYPES: &[GgmlType] = &[
 /// the activations to the dot type can change, summed with the weights' magnitudes: for block
 /// types, half a quantization step (block max / 254, /2·127 levels) per element; for F16 / BF16,
 /// 2^-11 / 2^-8 relative; plus f32 accumulation (1e-5 of Σ|w·x|).
-/// Two shapes: 512-wide rows, and 4096-wide ones (long enough for every kernel's row grouping:
-/// the CUDA matrix-vector kernels read Q3_K / Q6_K rows in groups of 2,048 values).
+/// Shapes: 512-wide rows, 4096-wide ones (long enough for every kernel's row grouping: the CUDA
+/// matrix-vector kernels read Q3_K / Q6_K rows in groups of 2,048 values), and matrices of more
+/// rows (the CUDA kernels spread a matrix of up to 2,048 rows over four warps per row, up to 4,096
+/// over two, larger ones one).
 pub fn matmul<B: Backend>(b: &B) {
-    for (n, m, batches) in [(512, 24, &[1, 3, 8, 17, 40][..]), (4096, 8, &[1, 5, 12][..])] {
+    for (n, m, batches) in [
+        (512, 24, &[1, 3, 8, 17, 40][..]),
+        (4096, 8, &[1, 5, 12][..]),
+        (1024, 2100, &[1, 2][..]),
+        (512, 4100, &[1][..]),
+    ] {
         matmul_shape(b, n, m, batches);
     }
 }
@@ -195,6 +202,61 @@ pub fn matmul_groups<B: Backend>(b: &B) {
         assert_eq!(b.read(&ga), b.read(&ra), "matmul_each a·x, t={t}");
         assert_eq!(b.read(&gy), b.read(&ry), "matmul_each a·y, t={t}");
         assert_eq!(b.read(&gc), b.read(&rc), "matmul_each c·x, t={t}");
+    }
+}
+
+/// A sequence's rows come out the same whatever shares the step: decode rows (one per sequence,
+/// `set_runs`) multiplied together equal each row multiplied alone, bit for bit, with and without
+/// an rms_norm or a SwiGLU before the product (which the CUDA backend fuses with quantizing the
+/// activations); and the product after either equals the product of its output read back and
+/// written into a fresh buffer.
+pub fn matmul_rows_alone<B: Backend>(b: &B) {
+    let (n, m, t) = (1024, 96, 8);
+    let gv = values(n, 11);
+    for &ty in MATMUL_TYPES {
+        if quant::dot::vec_dot_type(ty).is_none() {
+            continue;
+        }
+        let wv = values(n * m, ty as u64 + 50);
+        let ws = Weights::new(&[("w", ty, [n, m], &wv), ("g", GgmlType::F32, [n, 1], &gv)]);
+        let (w, g) = (ws.load(b, "w", true), ws.load(b, "g", false));
+        let xv = values(t * n, 77);
+        // op 0: the product alone; 1: after rms_norm; 2: after SwiGLU. `copy`: the op's output
+        // read back and written into a fresh buffer first.
+        let product = |rows: &[f32], k: usize, op: u8, copy: bool| {
+            let mut x = buf(b, k, n, rows);
+            b.set_runs(&mut x, &vec![1; k]);
+            let (mut xn, mut out) = (b.alloc(k, n), b.alloc(k, m));
+            b.run(|| match op {
+                0 => b.matmul(&w, &x, &mut out),
+                1 => b.rms_norm(&x, &g, 1e-6, &mut xn),
+                _ => b.swiglu(&x, &x, &mut xn),
+            });
+            if op > 0 {
+                if copy {
+                    let v = b.read(&xn);
+                    xn = buf(b, k, n, &v);
+                    b.set_runs(&mut xn, &vec![1; k]);
+                }
+                b.run(|| b.matmul(&w, &xn, &mut out));
+            }
+            b.read(&out)
+        };
+        for op in 0..3 {
+            let all = product(&xv, t, op, false);
+            if op > 0 {
+                let copied = product(&xv, t, op, true);
+                assert!(copied == all, "{} op={op}: the fused product differs", ty.name());
+            }
+            for r in 0..t {
+                let one = product(&xv[r * n..(r + 1) * n], 1, op, false);
+                assert!(
+                    one == all[r * m..(r + 1) * m],
+                    "{} op={op}: row {r} of {t} differs from the row alone",
+                    ty.name()
+                );
+            }
+        }
     }
 }
 
@@ -659,6 +721,10 @@ mod cpu {
         super::matmul_groups(&cpu());
     }
     #[test]
+    fn matmul_rows_alone() {
+        super::matmul_rows_alone(&cpu());
+    }
+    #[test]
     fn norms() {
         super::norms(&cpu());
     }
@@ -719,6 +785,12 @@ mod cuda {
     fn matmul_groups() {
         if let Some(b) = cuda("matmul_groups") {
             super::matmul_groups(&b);
+        }
+    }
+    #[test]
+    fn matmul_rows_alone() {
+        if let Some(b) = cuda("matmul_rows_alone") {
+            super::matmul_rows_alone(&b);
         }
     }
     #[test]

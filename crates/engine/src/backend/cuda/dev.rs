@@ -2,7 +2,7 @@
 //! the GPU — recorded, issued together, replayed as CUDA graphs when a step repeats — plus the
 //! per-step upload arena and deferred frees.
 
-use super::{compile, ty_name, DEVICE_TYPES, MMV_ROWS};
+use super::{compile, ty_name, DEVICE_TYPES, MMVQ_TYPES, MMV_ROWS};
 use crate::{EngineError, Result};
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
@@ -79,6 +79,11 @@ pub struct Dev {
     graphs: bool,
     /// Scratch of the cuBLAS path: a decoded weight chunk and the activations, in f16 / bf16.
     pub(super) scratch: Mutex<(HalfScratch, HalfScratch)>,
+    /// Activation rows quantized to q8_1 for the integer matrix-vector kernels (grow-only).
+    pub(super) q8: Mutex<Option<CudaSlice<u8>>>,
+    /// Launches (and host writes) so far: a value recorded after a launch says whether anything
+    /// ran since.
+    pub(super) seq: std::sync::atomic::AtomicU64,
 }
 
 /// A step's layout as the kernels read it (`struct Step` in `kernels/attention.cu`).
@@ -202,6 +207,8 @@ impl Dev {
             }),
             graphs: std::env::var("HF2Q_CUDA_GRAPHS").map_or(true, |v| v != "0"),
             scratch: Mutex::new((None, None)),
+            q8: Mutex::new(None),
+            seq: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -261,6 +268,7 @@ impl Dev {
     }
 
     pub(super) fn memset(&self, ptr: u64, bytes: usize) {
+        self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.flush();
         // SAFETY: `ptr .. ptr + bytes` is a page of this device's pool.
         let rc = unsafe { sys::cuMemsetD8Async(ptr, 0, bytes, self.stream.cu_stream()) };
@@ -294,6 +302,7 @@ impl Dev {
     }
 
     pub(super) fn write_bytes(&self, ptr: u64, data: &[u8]) {
+        self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.flush();
         // SAFETY: `ptr .. + len` is device memory of this context; pageable host memory is copied
         // before the call returns.
@@ -318,6 +327,7 @@ impl Dev {
             .by_name
             .get(name)
             .unwrap_or_else(|| panic!("CUDA kernel {name} is not in the compiled modules"));
+        self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let l = Launch {
             f,
             grid,
@@ -459,6 +469,8 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
         "ops" => {
             let mut v: Vec<String> = [
                 "rms_norm",
+                "rms_norm_q8",
+                "glu_q8",
                 "head_rms_norm",
                 "layer_norm",
                 "unary",
@@ -479,10 +491,17 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             }
             v
         }
-        "matmul" => DEVICE_TYPES
-            .iter()
-            .flat_map(|&t| MMV_ROWS.iter().map(move |r| format!("mmv_{}_{r}", ty_name(t))))
-            .collect(),
+        "matmul" => {
+            let mut v: Vec<String> = DEVICE_TYPES
+                .iter()
+                .flat_map(|&t| MMV_ROWS.iter().map(move |r| format!("mmv_{}_{r}", ty_name(t))))
+                .collect();
+            v.push("quantize_q8_1".into());
+            for &t in MMVQ_TYPES {
+                v.extend(MMV_ROWS.iter().map(|r| format!("mmvq_{}_{r}", ty_name(t))));
+            }
+            v
+        }
         "attention" => ["store_kv", "attn_f16", "attn_q8_0", "encoder_attn"]
             .iter()
             .map(|s| s.to_string())

@@ -18,6 +18,7 @@ use super::{AttnLayer, Backend, KvType, Rope, StepPlan, WeightSource};
 use crate::{EngineError, Result};
 use cudarc::driver::CudaSlice;
 use gguf::GgmlType;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// Activation rows the matrix-vector kernels take at once (one decoded weight, many rows).
@@ -41,6 +42,35 @@ const DEVICE_TYPES: &[GgmlType] = &[
     GgmlType::IQ4_XS,
     GgmlType::MXFP4,
 ];
+/// Warps per output row of the matrix-vector kernels: enough warps in flight (~8K, 60 per
+/// multiprocessor on an H200) for a matrix of few rows.
+fn warps_per_row(m: usize) -> usize {
+    match m {
+        0..=2048 => 4,
+        2049..=4096 => 2,
+        _ => 1,
+    }
+}
+
+/// Whether the integer kernels are on (`HF2Q_CUDA_MMVQ=0` multiplies every type with f32
+/// activations, to compare).
+fn mmvq_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("HF2Q_CUDA_MMVQ").is_none_or(|v| v != "0"))
+}
+
+/// Whether `w` is multiplied by the integer kernels (its type, whole blocks per row).
+fn mmvq(w: &CudaWeight) -> bool {
+    let qk = if w.dev_ty == GgmlType::Q8_0 { 32 } else { 256 };
+    mmvq_on() && MMVQ_TYPES.contains(&w.dev_ty) && w.row_len() % qk == 0
+}
+
+/// Most rows whose rms_norm also writes them as q8_1 (decode steps of up to this many streams).
+const Q8_FUSE_ROWS: usize = 64;
+
+/// Weight types multiplied as integers into q8_1-quantized activations (dp4a) for a few rows.
+/// Their blocks cover 256 values (32 for Q8_0), so rows must be whole blocks.
+const MMVQ_TYPES: &[GgmlType] = &[GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0];
 /// Rows of one sequence above which a product goes through cuBLAS (tensor cores) instead of the
 /// matrix-vector kernels.
 const GEMM_MIN_ROWS: usize = 9;
@@ -76,6 +106,9 @@ fn ty_name(ty: GgmlType) -> &'static str {
 /// The CUDA backend on one device.
 pub struct Cuda {
     dev: Arc<Dev>,
+    /// The activations whose q8_1 the scratch holds, from a fused rms_norm: (address, rows,
+    /// columns, the launch count right after it); good only for the next launch.
+    q8_of: Mutex<Option<(u64, usize, usize, u64)>>,
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -103,6 +136,7 @@ impl Cuda {
     pub fn new(ordinal: usize) -> Result<Cuda> {
         Ok(Cuda {
             dev: Arc::new(Dev::open(ordinal)?),
+            q8_of: Mutex::new(None),
         })
     }
 
@@ -463,6 +497,27 @@ impl Backend for Cuda {
 
     fn rms_norm(&self, x: &CudaBuf, w: &CudaWeight, eps: f32, out: &mut CudaBuf) {
         out.shape_from(x.rows, &x.runs, x.cols);
+        // A few rows (decode): the output also as q8_1 for the integer products that follow.
+        if x.rows <= Q8_FUSE_ROWS && x.cols % 32 == 0 && mmvq_on() {
+            let (qx, ds) = self.q8_scratch(x.rows, x.cols);
+            self.dev.launch(
+                "rms_norm_q8",
+                (x.rows as u32, 1),
+                (x.cols / 4).clamp(32, 1024).next_multiple_of(32) as u32,
+                &[
+                    A::P(x.ptr),
+                    A::P(self.dev.ptr(&w.data)),
+                    A::P(out.ptr),
+                    A::P(qx),
+                    A::P(ds),
+                    A::I(x.cols as i32),
+                    A::F(eps),
+                ],
+            );
+            *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((out.ptr, x.rows, x.cols, self.dev.seq.load(Ordering::Relaxed)));
+            return;
+        }
         self.dev.launch(
             "rms_norm",
             (x.rows as u32, 1),
@@ -520,37 +575,11 @@ impl Backend for Cuda {
     }
 
     fn matmul(&self, w: &CudaWeight, x: &CudaBuf, out: &mut CudaBuf) {
-        let (t, n, m) = (x.rows, x.cols, w.n_rows());
-        assert_eq!(
-            n,
-            w.row_len(),
-            "matmul: activations of {n} columns by weight rows of {}",
-            w.row_len()
-        );
-        out.shape_from(t, &x.runs, m);
-        // Each sequence's rows on their own (`set_runs`): which kernel multiplies them, and
-        // cuBLAS's choice of algorithm, depend on the row count only, so a reply does not depend
-        // on what else is batched with it.
-        let segments: Vec<(usize, usize)> = if x.runs.iter().sum::<usize>() == t && x.runs.len() > 1 {
-            let mut at = 0;
-            x.runs
-                .iter()
-                .filter(|&&r| r > 0)
-                .map(|&r| {
-                    at += r;
-                    (at - r, r)
-                })
-                .collect()
-        } else {
-            vec![(0, t)]
-        };
-        for (s0, len) in segments {
-            if len >= GEMM_MIN_ROWS && self.dev.blas.is_some() {
-                self.gemm(w, x, s0, len, out);
-            } else {
-                self.mmv(w, x, s0, len, out);
-            }
-        }
+        self.products(&[w], x, &mut [out]);
+    }
+
+    fn matmul_many(&self, ws: &[&CudaWeight], x: &CudaBuf, outs: &mut [&mut CudaBuf]) {
+        self.products(ws, x, outs);
     }
 
     fn add_bias(&self, x: &mut CudaBuf, b: &CudaWeight) {
@@ -730,12 +759,12 @@ impl Backend for Cuda {
 
     fn swiglu(&self, gate: &CudaBuf, up: &CudaBuf, out: &mut CudaBuf) {
         out.shape_from(gate.rows, &gate.runs, gate.cols);
-        self.binary(gate, up, out, 2);
+        self.glu(gate, up, out, 2);
     }
 
     fn geglu(&self, gate: &CudaBuf, up: &CudaBuf, out: &mut CudaBuf) {
         out.shape_from(gate.rows, &gate.runs, gate.cols);
-        self.binary(gate, up, out, 3);
+        self.glu(gate, up, out, 3);
     }
 
     fn scale(&self, x: &mut CudaBuf, f: f32) {
@@ -825,29 +854,158 @@ impl Backend for Cuda {
 }
 
 impl Cuda {
-    /// Rows `s0 .. s0 + len` of `out = x · Wᵀ` through the matrix-vector kernels, eight at a time
-    /// (each launch decodes the weight once for up to eight rows).
-    fn mmv(&self, w: &CudaWeight, x: &CudaBuf, s0: usize, len: usize, out: &CudaBuf) {
-        let (n, m) = (x.cols, w.n_rows());
-        let name = ty_name(w.dev_ty);
-        for r0 in (s0..s0 + len).step_by(8) {
-            let rows = (s0 + len - r0).min(8);
-            let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
-            self.dev.launch(
-                &format!("mmv_{name}_{r}"),
-                (blocks(m as u64, 4), 1),
-                128,
-                &[
-                    A::P(self.dev.ptr(&w.data)),
-                    A::P(w.row_bytes as u64),
-                    A::P(x.ptr + 4 * (r0 * n) as u64),
-                    A::P(out.ptr + 4 * (r0 * m) as u64),
-                    A::I(n as i32),
-                    A::I(m as i32),
-                    A::I(rows as i32),
-                ],
+    /// `outs[i] = x · ws[i]ᵀ`. Each sequence's rows on their own (`set_runs`): which kernel
+    /// multiplies them, and cuBLAS's choice of algorithm, depend on the row count only, so a reply
+    /// does not depend on what else is batched with it. A few rows go through the matrix-vector
+    /// kernels, quantized to q8_1 once for all the products that multiply them as integers.
+    fn products(&self, ws: &[&CudaWeight], x: &CudaBuf, outs: &mut [&mut CudaBuf]) {
+        let (t, n) = (x.rows, x.cols);
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            assert_eq!(
+                n,
+                w.row_len(),
+                "matmul: activations of {n} columns by weight rows of {}",
+                w.row_len()
             );
+            out.shape_from(t, &x.runs, w.n_rows());
         }
+        let segments: Vec<(usize, usize)> = if x.runs.iter().sum::<usize>() == t && x.runs.len() > 1 {
+            let mut at = 0;
+            x.runs
+                .iter()
+                .filter(|&&r| r > 0)
+                .map(|&r| {
+                    at += r;
+                    (at - r, r)
+                })
+                .collect()
+        } else {
+            vec![(0, t)]
+        };
+        // Sequences of many rows through cuBLAS, each on its own; the rows of the others (decode
+        // steps) together, eight at a time: the matrix-vector kernels compute every row the same
+        // way whatever else shares the launch.
+        let mut small: Vec<(usize, usize)> = Vec::new();
+        for (s0, len) in segments {
+            if len >= GEMM_MIN_ROWS && self.dev.blas.is_some() {
+                for (w, out) in ws.iter().zip(outs.iter()) {
+                    self.gemm(w, x, s0, len, out);
+                }
+            } else if let Some(last) = small.last_mut().filter(|l| l.0 + l.1 == s0) {
+                last.1 += len;
+            } else {
+                small.push((s0, len));
+            }
+        }
+        if small.is_empty() {
+            return;
+        }
+        let q8 = ws.iter().any(|w| mmvq(w)).then(|| {
+            let fused = self.q8_of.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let (qx, ds) = self.q8_scratch(t, n);
+            if fused != Some((x.ptr, t, n, self.dev.seq.load(Ordering::Relaxed))) {
+                for &(s0, len) in &small {
+                    self.quantize_q8_1(x, s0, len, (qx, ds));
+                }
+            }
+            (qx, ds)
+        });
+        for (s0, len) in small {
+            for r0 in (s0..s0 + len).step_by(8) {
+                let rows = (s0 + len - r0).min(8);
+                for (w, out) in ws.iter().zip(outs.iter()) {
+                    match q8 {
+                        Some((qx, ds)) if mmvq(w) => {
+                            let q = (qx + (r0 * n) as u64, ds + (r0 * n / 32 * 8) as u64);
+                            self.mmvq(w, q, n, r0, rows, out)
+                        }
+                        _ => self.mmv(w, x, r0, rows, out),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The q8_1 scratch laid out for `rows` activation rows of `n` values: the int8 values
+    /// (`rows × n`), then each block's (d, d·Σq); returns the two addresses.
+    fn q8_scratch(&self, rows: usize, n: usize) -> (u64, u64) {
+        let count = rows * n;
+        let need = count.div_ceil(16) * 16 + count / 32 * 8;
+        let mut q8 = self.dev.q8.lock().unwrap_or_else(|e| e.into_inner());
+        if q8.as_ref().is_none_or(|b| b.len() < need) {
+            // Launches recorded so far may read the old buffer: issue them before it is freed
+            // (the free is ordered on the stream after them).
+            self.dev.flush();
+            let size = need.max(Q8_FUSE_ROWS * 16384 * 5 / 4);
+            // SAFETY: written by the quantizing kernels before any kernel reads it.
+            *q8 =
+                Some(unsafe { self.dev.stream.alloc::<u8>(size) }.unwrap_or_else(|e| self.dev.fail("q8_1 scratch", e)));
+        }
+        let base = self.dev.ptr(q8.as_ref().expect("allocated"));
+        (base, base + count.div_ceil(16) as u64 * 16)
+    }
+
+    /// Rows `s0 .. s0 + len` of `x` as q8_1 into the scratch laid out by `q8_scratch`.
+    fn quantize_q8_1(&self, x: &CudaBuf, s0: usize, len: usize, (qx, ds): (u64, u64)) {
+        let n = x.cols;
+        let count = len * n;
+        self.dev.launch(
+            "quantize_q8_1",
+            (blocks(count as u64, 256), 1),
+            256,
+            &[
+                A::P(x.ptr + 4 * (s0 * n) as u64),
+                A::P(qx + (s0 * n) as u64),
+                A::P(ds + (s0 * n / 32 * 8) as u64),
+                A::P(count as u64),
+            ],
+        );
+    }
+
+    /// Rows `r0 .. r0 + rows` of `out = x · Wᵀ` from x's q8_1 rows (`q`), integer products.
+    fn mmvq(&self, w: &CudaWeight, q: (u64, u64), n: usize, r0: usize, rows: usize, out: &CudaBuf) {
+        let m = w.n_rows();
+        let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
+        let wpr = warps_per_row(m);
+        self.dev.launch(
+            &format!("mmvq_{}_{r}", ty_name(w.dev_ty)),
+            (blocks((m * wpr) as u64, 4), 1),
+            128,
+            &[
+                A::P(self.dev.ptr(&w.data)),
+                A::P(w.row_bytes as u64),
+                A::P(q.0),
+                A::P(q.1),
+                A::P(out.ptr + 4 * (r0 * m) as u64),
+                A::I(n as i32),
+                A::I(m as i32),
+                A::I(rows as i32),
+                A::I(wpr as i32),
+            ],
+        );
+    }
+
+    /// Rows `r0 .. r0 + rows` (at most 8) of `out = x · Wᵀ` through the matrix-vector kernels
+    /// (each launch decodes the weight once for every row).
+    fn mmv(&self, w: &CudaWeight, x: &CudaBuf, r0: usize, rows: usize, out: &CudaBuf) {
+        let (n, m) = (x.cols, w.n_rows());
+        let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
+        let wpr = warps_per_row(m);
+        self.dev.launch(
+            &format!("mmv_{}_{r}", ty_name(w.dev_ty)),
+            (blocks((m * wpr) as u64, 4), 1),
+            128,
+            &[
+                A::P(self.dev.ptr(&w.data)),
+                A::P(w.row_bytes as u64),
+                A::P(x.ptr + 4 * (r0 * n) as u64),
+                A::P(out.ptr + 4 * (r0 * m) as u64),
+                A::I(n as i32),
+                A::I(m as i32),
+                A::I(rows as i32),
+                A::I(wpr as i32),
+            ],
+        );
     }
 
     /// Rows `s0 .. s0 + len` of `out = x · Wᵀ` through cuBLAS with f32 accumulation: F32 weights
@@ -995,6 +1153,32 @@ impl Cuda {
             256,
             &[A::P(x.ptr), A::P(n), A::I(op), A::F(a)],
         );
+    }
+
+    /// A gated activation (op 2 SwiGLU, 3 GeGLU); for a few rows, also written as q8_1 for the
+    /// integer product that follows (as `rms_norm`).
+    fn glu(&self, x: &CudaBuf, y: &CudaBuf, out: &CudaBuf, op: i32) {
+        if !(x.rows <= Q8_FUSE_ROWS && x.cols % 32 == 0 && mmvq_on()) || x.len() == 0 {
+            return self.binary(x, y, out, op);
+        }
+        let n = x.len();
+        let (qx, ds) = self.q8_scratch(x.rows, x.cols);
+        self.dev.launch(
+            "glu_q8",
+            (blocks(n, 256), 1),
+            256,
+            &[
+                A::P(x.ptr),
+                A::P(y.ptr),
+                A::P(out.ptr),
+                A::P(qx),
+                A::P(ds),
+                A::P(n),
+                A::I(op),
+            ],
+        );
+        *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((out.ptr, x.rows, x.cols, self.dev.seq.load(Ordering::Relaxed)));
     }
 
     fn binary(&self, x: &CudaBuf, y: &CudaBuf, out: &CudaBuf, op: i32) {

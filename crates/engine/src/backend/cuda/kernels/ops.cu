@@ -20,6 +20,33 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, 
     for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = (xr[i] * scale) * w[i];
 }
 
+// rms_norm that also writes its output as q8_1 (blocks of 32: int8 values at q + row·n, (d, d·Σq)
+// at ds + row·n/32), for the integer matrix-vector kernels that multiply it next. n is a multiple
+// of 32 and blockDim of 32, so each warp holds whole q8_1 blocks.
+extern "C" __global__ void rms_norm_q8(const float* x, const float* w, float* out, signed char* q, float2* ds, int n, float eps) {
+    const float* xr = x + (u64)blockIdx.x * n;
+    float* o = out + (u64)blockIdx.x * n;
+    float s = 0.f;
+    const float4* x4 = (const float4*)xr;
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
+        float4 v = x4[i];
+        s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    s = block_sum(s);
+    float scale = 1.f / sqrtf(s / n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = (xr[i] * scale) * w[i];
+        o[i] = v;
+        u64 e = (u64)blockIdx.x * n + i;
+        float amax = warp_max(fabsf(v));
+        float d = amax / 127.f;
+        int qi = amax == 0.f ? 0 : __float2int_rn(v / d);
+        q[e] = (signed char)qi;
+        float qs = warp_sum((float)qi);
+        if ((threadIdx.x & 31) == 0) ds[e / 32] = make_float2(d, d * qs);
+    }
+}
+
 // Each head of `hd` values normalised in place, times w when given. One warp per head.
 extern "C" __global__ void head_rms_norm(float* x, const float* w, int hd, int heads, float eps) {
     int hw = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -76,6 +103,22 @@ extern "C" __global__ void binary(const float* x, const float* y, float* out, u6
     default: r = gelu_tanh_f(a) * b; break;
     }
     out[i] = r;
+}
+
+// binary's gated ops (2 silu, 3 gelu_tanh) that also write their output as q8_1 (as rms_norm_q8):
+// len a multiple of 32, one value per thread, so each warp holds one q8_1 block.
+extern "C" __global__ void glu_q8(const float* x, const float* y, float* out, signed char* q, float2* ds, u64 len, int op) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    float a = x[i], b = y[i];
+    float r = op == 2 ? a / (1.f + expf(-a)) * b : gelu_tanh_f(a) * b;
+    out[i] = r;
+    float amax = warp_max(fabsf(r));
+    float d = amax / 127.f;
+    int qi = amax == 0.f ? 0 : __float2int_rn(r / d);
+    q[i] = (signed char)qi;
+    float qs = warp_sum((float)qi);
+    if ((threadIdx.x & 31) == 0) ds[i / 32] = make_float2(d, d * qs);
 }
 
 // x[r, c] (op 0: +=, 1: *=) v[c] for a vector v as long as a row.
