@@ -23,7 +23,7 @@ export HF2Q_CACHE=/tmp/hf2q-cache
 W=/tmp/w
 mkdir -p $W
 case $phase in
-stash1|stash2)
+stash1|stash2|stash3)
   # One half of SmolLM2 Q4_1 per call (.dev/stash1, .dev/stash2), kept in /tmp/stash while warm.
   mkdir -p /tmp/stash && cp -v $D/$phase/* /tmp/stash/ && ls -la /tmp/stash
   ;;

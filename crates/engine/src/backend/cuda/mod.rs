@@ -62,7 +62,7 @@ fn mmvq_on() -> bool {
 /// Whether `w` is multiplied by the integer kernels (its type, whole blocks per row).
 fn mmvq(w: &CudaWeight) -> bool {
     let qk = if w.dev_ty == GgmlType::Q8_0 { 32 } else { 256 };
-    mmvq_on() && MMVQ_TYPES.contains(&w.dev_ty) && w.row_len() % qk == 0
+    mmvq_on() && MMVQ_TYPES.contains(&w.dev_ty) && w.row_len().is_multiple_of(qk)
 }
 
 /// Most rows whose rms_norm also writes them as q8_1 (decode steps of up to this many streams).
@@ -498,7 +498,7 @@ impl Backend for Cuda {
     fn rms_norm(&self, x: &CudaBuf, w: &CudaWeight, eps: f32, out: &mut CudaBuf) {
         out.shape_from(x.rows, &x.runs, x.cols);
         // A few rows (decode): the output also as q8_1 for the integer products that follow.
-        if x.rows <= Q8_FUSE_ROWS && x.cols % 32 == 0 && mmvq_on() {
+        if x.rows <= Q8_FUSE_ROWS && x.cols.is_multiple_of(32) && mmvq_on() {
             let (qx, ds) = self.q8_scratch(x.rows, x.cols);
             self.dev.launch(
                 "rms_norm_q8",
@@ -1158,7 +1158,7 @@ impl Cuda {
     /// A gated activation (op 2 SwiGLU, 3 GeGLU); for a few rows, also written as q8_1 for the
     /// integer product that follows (as `rms_norm`).
     fn glu(&self, x: &CudaBuf, y: &CudaBuf, out: &CudaBuf, op: i32) {
-        if !(x.rows <= Q8_FUSE_ROWS && x.cols % 32 == 0 && mmvq_on()) || x.len() == 0 {
+        if !(x.rows <= Q8_FUSE_ROWS && x.cols.is_multiple_of(32) && mmvq_on()) || x.len() == 0 {
             return self.binary(x, y, out, op);
         }
         let n = x.len();
