@@ -488,16 +488,7 @@ fn embeddings_route() {
 #[test]
 fn embedding_pooling_options() {
     let tmp = tempfile::tempdir().unwrap();
-    let minilm = tmp.path().join("minilm.gguf");
-    let dir = smollm2().parent().unwrap().join("all-MiniLM-L6-v2");
-    let st = Command::new(env!("CARGO_BIN_EXE_hf2q"))
-        .arg("convert")
-        .arg(&dir)
-        .args(["--quant", "f16", "-o"])
-        .arg(&minilm)
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let minilm = common::server::minilm_gguf(tmp.path());
     let pooled = |p: &str| {
         let s = Server::start_with(std::slice::from_ref(&minilm), &["--pooling", p]);
         let (st, r) = s.json("POST", "/v1/embeddings", json!({"input": "hello hello hello"}), None);

@@ -297,3 +297,21 @@ pub trait Backend: Send + Sync + 'static {
     /// Fill a buffer from the host: `rows × cols` values, row-major.
     fn write(&self, x: &mut Self::Buf, rows: usize, cols: usize, data: &[f32]);
 }
+
+/// The row ranges `(start, len)` of a buffer's sequences (`set_runs`); one range of all `t` rows
+/// when the runs do not cover them. Backends multiply each on its own, so a sequence's products do
+/// not depend on what is batched with it.
+pub(crate) fn run_segments(runs: &[usize], t: usize) -> Vec<(usize, usize)> {
+    if runs.iter().sum::<usize>() == t && runs.len() > 1 {
+        let mut at = 0;
+        runs.iter()
+            .filter(|&&r| r > 0)
+            .map(|&r| {
+                at += r;
+                (at - r, r)
+            })
+            .collect()
+    } else {
+        vec![(0, t)]
+    }
+}

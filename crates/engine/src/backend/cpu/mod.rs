@@ -803,21 +803,11 @@ impl Backend for Cpu {
         // Sequences' rows (`set_runs` on the activations): each sequence's columns are grouped
         // and given kernels as if it ran alone, so a reply does not depend on what else is
         // batched with it. Activations without runs are one run.
-        let segments = |runs: &[usize], t: usize| -> Vec<(usize, usize)> {
-            if runs.iter().sum::<usize>() == t && runs.len() > 1 {
-                let mut at = 0;
-                runs.iter()
-                    .filter(|&&r| r > 0)
-                    .map(|&r| {
-                        at += r;
-                        (at - r, r)
-                    })
-                    .collect()
-            } else {
-                vec![(0, t)]
-            }
-        };
-        let segs: Vec<Vec<(usize, usize)>> = plan.iter().zip(&job_runs).map(|(p, r)| segments(r, p.2)).collect();
+        let segs: Vec<Vec<(usize, usize)>> = plan
+            .iter()
+            .zip(&job_runs)
+            .map(|(p, r)| super::run_segments(r, p.2))
+            .collect();
         let segs = &segs;
         // One tile per task: rayon would otherwise hand out runs of tiles that cannot be split
         // once started, and the last run leaves the other threads idle.

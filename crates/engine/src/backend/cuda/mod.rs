@@ -869,19 +869,7 @@ impl Cuda {
             );
             out.shape_from(t, &x.runs, w.n_rows());
         }
-        let segments: Vec<(usize, usize)> = if x.runs.iter().sum::<usize>() == t && x.runs.len() > 1 {
-            let mut at = 0;
-            x.runs
-                .iter()
-                .filter(|&&r| r > 0)
-                .map(|&r| {
-                    at += r;
-                    (at - r, r)
-                })
-                .collect()
-        } else {
-            vec![(0, t)]
-        };
+        let segments = super::run_segments(&x.runs, t);
         // Sequences of many rows through cuBLAS, each on its own; the rows of the others (decode
         // steps) together, eight at a time: the matrix-vector kernels compute every row the same
         // way whatever else shares the launch.

@@ -112,13 +112,7 @@ extern "C" __global__ void quantize_q8_1(const float* x, i8* q, float2* ds, u64 
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     // Whole warps leave together (count and blockDim are multiples of 32).
     if (i >= count) return;
-    float v = x[i];
-    float amax = warp_max(fabsf(v));
-    float d = amax / 127.f;
-    int qi = amax == 0.f ? 0 : __float2int_rn(v / d);
-    q[i] = (i8)qi;
-    float s = warp_sum((float)qi);
-    if ((threadIdx.x & 31) == 0) ds[i / 32] = make_float2(d, d * s);
+    store_q8_1(x[i], i, q, ds);
 }
 
 // Sum of four int8 lanes of a against b.

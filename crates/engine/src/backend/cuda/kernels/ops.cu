@@ -37,13 +37,7 @@ extern "C" __global__ void rms_norm_q8(const float* x, const float* w, float* ou
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float v = (xr[i] * scale) * w[i];
         o[i] = v;
-        u64 e = (u64)blockIdx.x * n + i;
-        float amax = warp_max(fabsf(v));
-        float d = amax / 127.f;
-        int qi = amax == 0.f ? 0 : __float2int_rn(v / d);
-        q[e] = (signed char)qi;
-        float qs = warp_sum((float)qi);
-        if ((threadIdx.x & 31) == 0) ds[e / 32] = make_float2(d, d * qs);
+        store_q8_1(v, (u64)blockIdx.x * n + i, q, ds);
     }
 }
 
@@ -113,12 +107,7 @@ extern "C" __global__ void glu_q8(const float* x, const float* y, float* out, si
     float a = x[i], b = y[i];
     float r = op == 2 ? a / (1.f + expf(-a)) * b : gelu_tanh_f(a) * b;
     out[i] = r;
-    float amax = warp_max(fabsf(r));
-    float d = amax / 127.f;
-    int qi = amax == 0.f ? 0 : __float2int_rn(r / d);
-    q[i] = (signed char)qi;
-    float qs = warp_sum((float)qi);
-    if ((threadIdx.x & 31) == 0) ds[i / 32] = make_float2(d, d * qs);
+    store_q8_1(r, i, q, ds);
 }
 
 // x[r, c] (op 0: +=, 1: *=) v[c] for a vector v as long as a row.
