@@ -214,6 +214,12 @@ pub trait Backend: Send + Sync + 'static {
     fn select_rows(&self, x: &Self::Buf, rows: &[usize], out: &mut Self::Buf);
     /// `out = x / rms(x) * w` per row (ggml_rms_norm then ggml_mul).
     fn rms_norm(&self, x: &Self::Buf, w: &Self::Weight, eps: f32, out: &mut Self::Buf);
+    /// `x += y`, then `out = rms_norm(x) · w` (the residual add before a layer's next norm);
+    /// backends may do both in one pass. Equal to `add` then `rms_norm`, bit for bit.
+    fn add_rms_norm(&self, x: &mut Self::Buf, y: &Self::Buf, w: &Self::Weight, eps: f32, out: &mut Self::Buf) {
+        self.add(x, y);
+        self.rms_norm(x, w, eps, out);
+    }
     /// `out = (x - mean) / sqrt(var + eps) * w + b` per row (ggml_norm, then mul and add).
     fn layer_norm(&self, x: &Self::Buf, w: &Self::Weight, b: &Self::Weight, eps: f32, out: &mut Self::Buf);
     /// GELU in place, the exact form `x/2 · (1 + erf(x/√2))` (transformers' "gelu").
@@ -236,6 +242,12 @@ pub trait Backend: Send + Sync + 'static {
     fn add_bias(&self, x: &mut Self::Buf, b: &Self::Weight);
     /// Rotate every head of every row; row i is at the step's position i.
     fn rope(&self, x: &mut Self::Buf, head_dim: usize, step: &Self::Step, rope: &Rope);
+    /// `rope` of a layer's queries and keys (same heads' width and rotation); backends may do
+    /// both in one pass. Equal to two `rope` calls, bit for bit.
+    fn rope_qk(&self, q: &mut Self::Buf, k: &mut Self::Buf, head_dim: usize, step: &Self::Step, rope: &Rope) {
+        self.rope(q, head_dim, step, rope);
+        self.rope(k, head_dim, step, rope);
+    }
     /// Write every sequence's K and V rows of the step at its positions of `layer` (`kvs` in the
     /// step's sequence order).
     fn store_kv(&self, kvs: &mut [&mut Self::Kv], step: &Self::Step, layer: usize, k: &Self::Buf, v: &Self::Buf);

@@ -183,8 +183,17 @@ fn matmul_shape<B: Backend>(b: &B, n: usize, m: usize, batches: &[usize]) {
 pub fn matmul_groups<B: Backend>(b: &B) {
     let n = 256;
     let (a, c) = (values(n * 16, 1), values(n * 8, 2));
-    let ws = Weights::new(&[("a", GgmlType::Q4_K, [n, 16], &a), ("c", GgmlType::Q8_0, [n, 8], &c)]);
+    let ws = Weights::new(&[
+        ("a", GgmlType::Q4_K, [n, 16], &a),
+        ("c", GgmlType::Q8_0, [n, 8], &c),
+        ("d", GgmlType::Q4_K, [n, 24], &values(n * 24, 3)),
+        ("e", GgmlType::Q4_K, [n, 40], &values(n * 40, 4)),
+        ("f", GgmlType::Q8_0, [n, 12], &values(n * 12, 5)),
+        ("g", GgmlType::BF16, [n, 8], &values(n * 8, 6)),
+        ("h", GgmlType::BF16, [n, 20], &values(n * 20, 9)),
+    ]);
     let (wa, wc) = (ws.load(b, "a", true), ws.load(b, "c", true));
+    let more: Vec<B::Weight> = ["d", "e", "f", "g", "h"].iter().map(|w| ws.load(b, w, true)).collect();
     for t in [1, 5, 33] {
         let x = buf(b, t, n, &values(t * n, 7));
         let y = buf(b, t + 1, n, &values((t + 1) * n, 8));
@@ -202,6 +211,22 @@ pub fn matmul_groups<B: Backend>(b: &B) {
         assert_eq!(b.read(&ga), b.read(&ra), "matmul_each a·x, t={t}");
         assert_eq!(b.read(&gy), b.read(&ry), "matmul_each a·y, t={t}");
         assert_eq!(b.read(&gc), b.read(&rc), "matmul_each c·x, t={t}");
+        // Several weights of one type (which the CUDA backend multiplies in one launch) mixed
+        // with others: each product as it comes alone.
+        let all: Vec<&B::Weight> = [&wa, &wc].into_iter().chain(more.iter()).collect();
+        let alone: Vec<Vec<f32>> = all
+            .iter()
+            .map(|w| {
+                let mut o = b.alloc(t, b.weight_shape(w)[1] as usize);
+                b.run(|| b.matmul(w, &x, &mut o));
+                b.read(&o)
+            })
+            .collect();
+        let mut outs: Vec<B::Buf> = all.iter().map(|w| b.alloc(t, b.weight_shape(w)[1] as usize)).collect();
+        b.run(|| b.matmul_many(&all, &x, &mut outs.iter_mut().collect::<Vec<_>>()));
+        for (i, (o, want)) in outs.iter().zip(&alone).enumerate() {
+            assert!(b.read(o) == *want, "matmul_many of seven, product {i}, t={t}");
+        }
     }
 }
 
@@ -221,16 +246,18 @@ pub fn matmul_rows_alone<B: Backend>(b: &B) {
         let ws = Weights::new(&[("w", ty, [n, m], &wv), ("g", GgmlType::F32, [n, 1], &gv)]);
         let (w, g) = (ws.load(b, "w", true), ws.load(b, "g", false));
         let xv = values(t * n, 77);
-        // op 0: the product alone; 1: after rms_norm; 2: after SwiGLU. `copy`: the op's output
-        // read back and written into a fresh buffer first.
+        // op 0: the product alone; 1: after rms_norm; 2: after SwiGLU; 3: after a residual add
+        // and rms_norm. `copy`: the op's output read back and written into a fresh buffer first.
         let product = |rows: &[f32], k: usize, op: u8, copy: bool| {
             let mut x = buf(b, k, n, rows);
             b.set_runs(&mut x, &vec![1; k]);
+            let y = buf(b, k, n, rows);
             let (mut xn, mut out) = (b.alloc(k, n), b.alloc(k, m));
             b.run(|| match op {
                 0 => b.matmul(&w, &x, &mut out),
                 1 => b.rms_norm(&x, &g, 1e-6, &mut xn),
-                _ => b.swiglu(&x, &x, &mut xn),
+                2 => b.swiglu(&x, &x, &mut xn),
+                _ => b.add_rms_norm(&mut x, &y, &g, 1e-6, &mut xn),
             });
             if op > 0 {
                 if copy {
@@ -242,7 +269,7 @@ pub fn matmul_rows_alone<B: Backend>(b: &B) {
             }
             b.read(&out)
         };
-        for op in 0..3 {
+        for op in 0..4 {
             let all = product(&xv, t, op, false);
             if op > 0 {
                 let copied = product(&xv, t, op, true);
@@ -291,6 +318,20 @@ pub fn norms<B: Backend>(b: &B) {
     b.run(|| b.rms_norm(&x, &w, eps, &mut out));
     let want: Vec<f64> = xv.chunks(n).flat_map(|r| rms_ref(r, Some(&wv), eps)).collect();
     assert_close("rms_norm", &b.read(&out), &want, rel(&want));
+    // The residual add and norm in one call: the same as the two, bit for bit (decode rows and a
+    // prefill's).
+    for r in [rows, 70] {
+        let (av, yv) = (values(r * n, 12), values(r * n, 13));
+        let (mut x1, mut x2, y) = (buf(b, r, n, &av), buf(b, r, n, &av), buf(b, r, n, &yv));
+        let (mut o1, mut o2) = (b.alloc(r, n), b.alloc(r, n));
+        b.run(|| {
+            b.add(&mut x1, &y);
+            b.rms_norm(&x1, &w, eps, &mut o1);
+            b.add_rms_norm(&mut x2, &y, &w, eps, &mut o2);
+        });
+        assert!(b.read(&x2) == b.read(&x1), "add_rms_norm's sum, {r} rows");
+        assert!(b.read(&o2) == b.read(&o1), "add_rms_norm's norm, {r} rows");
+    }
     for weighted in [true, false] {
         let mut y = buf(b, rows, n, &xv);
         b.run(|| b.head_rms_norm(&mut y, weighted.then_some(&h), hd, eps));
@@ -378,6 +419,22 @@ pub fn rope<B: Backend>(b: &B) {
         assert_close(&format!("rope neox={neox} n_dims={n_dims}"), &b.read(&x), &want, |i| {
             bound[i]
         });
+        // Queries and keys (fewer heads) in one call: as two ropes, bit for bit.
+        let kv = values(positions.len() * hd, 10);
+        let mut q2 = buf(b, positions.len(), heads * hd, &xv);
+        let (mut k1, mut k2) = (buf(b, positions.len(), hd, &kv), buf(b, positions.len(), hd, &kv));
+        b.run(|| {
+            b.rope_qk(&mut q2, &mut k2, hd, &step, &r);
+            b.rope(&mut k1, hd, &step, &r);
+        });
+        assert!(
+            b.read(&q2) == b.read(&x),
+            "rope_qk's queries, neox={neox} n_dims={n_dims}"
+        );
+        assert!(
+            b.read(&k2) == b.read(&k1),
+            "rope_qk's keys, neox={neox} n_dims={n_dims}"
+        );
     }
 }
 
@@ -720,6 +777,7 @@ mod cpu {
     fn matmul_groups() {
         super::matmul_groups(&cpu());
     }
+
     #[test]
     fn matmul_rows_alone() {
         super::matmul_rows_alone(&cpu());
@@ -756,6 +814,54 @@ mod cpu {
     }
 }
 
+/// Products on `b` follow the CPU backend's numbers: a prompt's rows (`t` ≥ 9, tensor cores) see
+/// activations rounded as the CPU's integer products round them, so the two differ only by the
+/// f16 rounding of the decoded weights and of the rounded activations: relative errors within
+/// ±2^-11 each, uniform, so a term's error has σ = 0.82 · 2^-11 · |w·x| and the sum's
+/// 0.82 · 2^-11 · √Σ(w·x)²; the bound is 6σ. The 8-bit rounding that separates either from f32
+/// activations (σ ≈ |w| · amax/127/√12 a term, about 4× the bound) does not pass. Q8_0 decode
+/// rows (integer products on both) too.
+pub fn matmul_follows_cpu<B: Backend>(b: &B) {
+    let cpu = super::cpu::Cpu::new(2).unwrap();
+    let (n, m) = (512, 64);
+    for (ty, rows) in [
+        (GgmlType::Q8_0, 16),
+        (GgmlType::Q4_K, 16),
+        (GgmlType::Q6_K, 16),
+        (GgmlType::Q4_0, 16),
+        (GgmlType::Q8_0, 1),
+        (GgmlType::Q8_0, 3),
+    ] {
+        let wv = values(n * m, ty as u64 + 7);
+        let ws = Weights::new(&[("w", ty, [n, m], &wv)]);
+        let wd = ws.stored("w");
+        let xv: Vec<f32> = values(rows * n, 21).iter().map(|v| v * 3.0).collect();
+        let product = |got: Vec<f32>, what: &str, want: &[f32]| {
+            for (i, (&g, &c)) in got.iter().zip(want).enumerate() {
+                let (r, o) = (i / m, i % m);
+                let sq: f64 = (0..n)
+                    .map(|j| (wd[o * n + j] as f64 * xv[r * n + j] as f64).powi(2))
+                    .sum();
+                let bound = 5.0 * 2f64.powi(-11) * sq.sqrt() + 1e-6;
+                assert!(
+                    (g as f64 - c as f64).abs() <= bound,
+                    "{} {rows} rows, {what}: out[{r}, {o}] = {g}, the CPU's {c} (bound {bound:.3e})",
+                    ty.name()
+                );
+            }
+        };
+        fn on<C: Backend>(c: &C, ws: &Weights, xv: &[f32], rows: usize, n: usize, m: usize) -> Vec<f32> {
+            let w = ws.load(c, "w", true);
+            let x = buf(c, rows, n, xv);
+            let mut out = c.alloc(rows, m);
+            c.run(|| c.matmul(&w, &x, &mut out));
+            c.read(&out)
+        }
+        let want = on(&cpu, &ws, &xv, rows, n, m);
+        product(on(b, &ws, &xv, rows, n, m), &b.name(), &want);
+    }
+}
+
 /// The same bodies on the CUDA backend (GPU 0). Without a GPU they do not run, and say so.
 #[cfg(test)]
 mod cuda {
@@ -779,6 +885,12 @@ mod cuda {
     fn matmul() {
         if let Some(b) = cuda("matmul") {
             super::matmul(&b);
+        }
+    }
+    #[test]
+    fn matmul_follows_cpu() {
+        if let Some(b) = cuda("matmul_follows_cpu") {
+            super::matmul_follows_cpu(&b);
         }
     }
     #[test]

@@ -192,7 +192,10 @@ impl<B: Backend> Llama<B> {
             scale: 1.0 / (hd as f32).sqrt(),
         };
         for (il, ly) in self.layers.iter().enumerate() {
-            b.rms_norm(&s.x, &ly.attn_norm, p.eps, &mut s.xn);
+            // Later layers' input norms come with the residual add that ends the layer before.
+            if il == 0 {
+                b.rms_norm(&s.x, &ly.attn_norm, p.eps, &mut s.xn);
+            }
             dump.put(b, &format!("attn_norm-{il}"), &s.xn);
             b.matmul_many(&[&ly.wq, &ly.wk, &ly.wv], &s.xn, &mut [&mut s.q, &mut s.k, &mut s.v]);
             if let Some(bias) = &ly.bq {
@@ -210,8 +213,7 @@ impl<B: Backend> Llama<B> {
             if let Some(w) = &ly.k_norm {
                 b.head_rms_norm(&mut s.k, Some(w), hd, p.eps);
             }
-            b.rope(&mut s.q, hd, &step, &p.rope);
-            b.rope(&mut s.k, hd, &step, &p.rope);
+            b.rope_qk(&mut s.q, &mut s.k, hd, &step, &p.rope);
             dump.put(b, &format!("Qcur-{il}"), &s.q);
             dump.put(b, &format!("Kcur-{il}"), &s.k);
             dump.put(b, &format!("Vcur-{il}"), &s.v);
@@ -219,9 +221,8 @@ impl<B: Backend> Llama<B> {
             dump.put(b, &format!("kqv_out-{il}"), &s.attn);
             b.matmul(&ly.wo, &s.attn, &mut s.o);
             dump.put(b, &format!("attn_out-{il}"), &s.o);
-            b.add(&mut s.x, &s.o);
+            b.add_rms_norm(&mut s.x, &s.o, &ly.ffn_norm, p.eps, &mut s.xn);
             dump.put(b, &format!("ffn_inp-{il}"), &s.x);
-            b.rms_norm(&s.x, &ly.ffn_norm, p.eps, &mut s.xn);
             dump.put(b, &format!("ffn_norm-{il}"), &s.xn);
             match &ly.ffn {
                 LayerFfn::Dense(f) => blocks::ffn(b, f, Glu::Swiglu, &s.xn, &mut s.ffn, &mut s.o),
@@ -242,7 +243,10 @@ impl<B: Backend> Llama<B> {
                 }
             }
             dump.put(b, &format!("ffn_out-{il}"), &s.o);
-            b.add(&mut s.x, &s.o);
+            match self.layers.get(il + 1) {
+                Some(next) => b.add_rms_norm(&mut s.x, &s.o, &next.attn_norm, p.eps, &mut s.xn),
+                None => b.add(&mut s.x, &s.o),
+            }
             dump.put(b, &format!("l_out-{il}"), &s.x);
         }
         let output = self.output.as_ref().unwrap_or(&self.tok_embd);

@@ -470,6 +470,8 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             let mut v: Vec<String> = [
                 "rms_norm",
                 "rms_norm_q8",
+                "add_rms_norm",
+                "add_rms_norm_q8",
                 "glu_q8",
                 "head_rms_norm",
                 "layer_norm",
@@ -494,11 +496,19 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
         "matmul" => {
             let mut v: Vec<String> = DEVICE_TYPES
                 .iter()
-                .flat_map(|&t| MMV_ROWS.iter().map(move |r| format!("mmv_{}_{r}", ty_name(t))))
+                .flat_map(|&t| {
+                    MMV_ROWS
+                        .iter()
+                        .flat_map(move |r| [format!("mmv_{}_{r}", ty_name(t)), format!("mmv_{}3_{r}", ty_name(t))])
+                })
                 .collect();
             v.push("quantize_q8_1".into());
             for &t in MMVQ_TYPES {
-                v.extend(MMV_ROWS.iter().map(|r| format!("mmvq_{}_{r}", ty_name(t))));
+                v.extend(
+                    MMV_ROWS
+                        .iter()
+                        .flat_map(|r| [format!("mmvq_{}_{r}", ty_name(t)), format!("mmvq_{}3_{r}", ty_name(t))]),
+                );
             }
             v
         }

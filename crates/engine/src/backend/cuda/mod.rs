@@ -43,13 +43,22 @@ const DEVICE_TYPES: &[GgmlType] = &[
     GgmlType::MXFP4,
 ];
 /// Warps per output row of the matrix-vector kernels: enough warps in flight (~8K, 60 per
-/// multiprocessor on an H200) for a matrix of few rows.
+/// multiprocessor on an H200) for a matrix of few rows. `HF2Q_CUDA_WPR=1|2|4` caps it (to compare).
 fn warps_per_row(m: usize) -> usize {
-    match m {
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cap = *CAP.get_or_init(|| {
+        std::env::var("HF2Q_CUDA_WPR")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|v| [1, 2, 4].contains(v))
+            .unwrap_or(4)
+    });
+    let w = match m {
         0..=2048 => 4,
         2049..=4096 => 2,
         _ => 1,
-    }
+    };
+    w.min(cap)
 }
 
 /// Whether the integer kernels are on (`HF2Q_CUDA_MMVQ=0` multiplies every type with f32
@@ -496,41 +505,12 @@ impl Backend for Cuda {
     }
 
     fn rms_norm(&self, x: &CudaBuf, w: &CudaWeight, eps: f32, out: &mut CudaBuf) {
-        out.shape_from(x.rows, &x.runs, x.cols);
-        // A few rows (decode): the output also as q8_1 for the integer products that follow.
-        if x.rows <= Q8_FUSE_ROWS && x.cols.is_multiple_of(32) && mmvq_on() {
-            let (qx, ds) = self.q8_scratch(x.rows, x.cols);
-            self.dev.launch(
-                "rms_norm_q8",
-                (x.rows as u32, 1),
-                (x.cols / 4).clamp(32, 1024).next_multiple_of(32) as u32,
-                &[
-                    A::P(x.ptr),
-                    A::P(self.dev.ptr(&w.data)),
-                    A::P(out.ptr),
-                    A::P(qx),
-                    A::P(ds),
-                    A::I(x.cols as i32),
-                    A::F(eps),
-                ],
-            );
-            *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
-                Some((out.ptr, x.rows, x.cols, self.dev.seq.load(Ordering::Relaxed)));
-            return;
-        }
-        self.dev.launch(
-            "rms_norm",
-            (x.rows as u32, 1),
-            // A thread per four values (16-byte loads), up to 1024: one row is one block.
-            (x.cols / 4).clamp(32, 1024).next_multiple_of(32) as u32,
-            &[
-                A::P(x.ptr),
-                A::P(self.dev.ptr(&w.data)),
-                A::P(out.ptr),
-                A::I(x.cols as i32),
-                A::F(eps),
-            ],
-        );
+        self.norm(x, None, w, eps, out);
+    }
+
+    fn add_rms_norm(&self, x: &mut CudaBuf, y: &CudaBuf, w: &CudaWeight, eps: f32, out: &mut CudaBuf) {
+        assert_eq!((x.rows, x.cols), (y.rows, y.cols));
+        self.norm(x, Some(y), w, eps, out);
     }
 
     fn layer_norm(&self, x: &CudaBuf, w: &CudaWeight, b: &CudaWeight, eps: f32, out: &mut CudaBuf) {
@@ -587,39 +567,12 @@ impl Backend for Cuda {
     }
 
     fn rope(&self, x: &mut CudaBuf, head_dim: usize, step: &CudaStep, rope: &Rope) {
-        assert_eq!(step.plan.positions.len(), x.rows);
-        let half = rope.n_dims / 2;
-        let mut memo = step.rope.lock().unwrap_or_else(|e| e.into_inner());
-        let i = match memo.iter().position(|(r, _)| r == rope) {
-            Some(i) => i,
-            None => {
-                // The CPU's tables (ggml_rope_cache_init), computed on the host once per step.
-                let mut cs = Vec::with_capacity(x.rows * half * 2);
-                for &p in &step.plan.positions {
-                    for (c, s) in super::cpu::rope::cache(rope, p as f32) {
-                        cs.push(c);
-                        cs.push(s);
-                    }
-                }
-                memo.push((rope.clone(), self.dev.upload(&cs)));
-                memo.len() - 1
-            }
-        };
-        let n = (x.rows * (x.cols / head_dim) * half) as u64;
-        self.dev.launch(
-            "rope",
-            (blocks(n, 256), 1),
-            256,
-            &[
-                A::P(x.ptr),
-                A::P(memo[i].1),
-                A::I(x.rows as i32),
-                A::I(x.cols as i32),
-                A::I(head_dim as i32),
-                A::I(rope.n_dims as i32),
-                A::I(rope.neox as i32),
-            ],
-        );
+        self.rotate(x, None, head_dim, step, rope);
+    }
+
+    fn rope_qk(&self, q: &mut CudaBuf, k: &mut CudaBuf, head_dim: usize, step: &CudaStep, rope: &Rope) {
+        assert_eq!(q.rows, k.rows, "rope_qk: queries and keys of one step");
+        self.rotate(q, Some(k), head_dim, step, rope);
     }
 
     fn store_kv(&self, kvs: &mut [&mut CudaKv], step: &CudaStep, layer: usize, k: &CudaBuf, v: &CudaBuf) {
@@ -661,7 +614,7 @@ impl Backend for Cuda {
         let rows = step.plan.positions.len();
         self.dev.launch(
             "store_kv",
-            (rows as u32, 2),
+            (rows as u32, 2 * kd.max(vd).div_ceil(256) as u32),
             128,
             &[
                 A::S(step.args),
@@ -901,17 +854,157 @@ impl Cuda {
         for (s0, len) in small {
             for r0 in (s0..s0 + len).step_by(8) {
                 let rows = (s0 + len - r0).min(8);
-                for (w, out) in ws.iter().zip(outs.iter()) {
+                // Weights of one type and kernel go up to three to a launch.
+                let mut done = vec![false; ws.len()];
+                for i in 0..ws.len() {
+                    if done[i] {
+                        continue;
+                    }
+                    let int = q8.is_some() && mmvq(ws[i]);
+                    let group: Vec<usize> = (i..ws.len())
+                        .filter(|&j| !done[j] && ws[j].dev_ty == ws[i].dev_ty && (q8.is_some() && mmvq(ws[j])) == int)
+                        .take(3)
+                        .collect();
+                    for &j in &group {
+                        done[j] = true;
+                    }
+                    let group: Vec<(&CudaWeight, &CudaBuf)> = group.iter().map(|&j| (ws[j], &*outs[j])).collect();
                     match q8 {
-                        Some((qx, ds)) if mmvq(w) => {
-                            let q = (qx + (r0 * n) as u64, ds + (r0 * n / 32 * 8) as u64);
-                            self.mmvq(w, q, n, r0, rows, out)
+                        Some((qx, ds)) if int => {
+                            let input = [A::P(qx + (r0 * n) as u64), A::P(ds + (r0 * n / 32 * 8) as u64)];
+                            self.mv(&format!("mmvq_{}", ty_name(ws[i].dev_ty)), &input, &group, n, r0, rows)
                         }
-                        _ => self.mmv(w, x, r0, rows, out),
+                        _ => {
+                            let input = [A::P(x.ptr + 4 * (r0 * n) as u64)];
+                            self.mv(&format!("mmv_{}", ty_name(ws[i].dev_ty)), &input, &group, n, r0, rows)
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// Rows `r0 .. r0 + rows` (at most 8) of `out = x · Wᵀ` for one to three weights of one type
+    /// (`group`: each with its output) through the matrix-vector kernels `base` (mmv_TY: f32
+    /// activations, `input` x's rows; mmvq_TY: integer products, `input` their q8_1 values and
+    /// scales); each launch reads a weight once for every row. Three weights in one launch compute
+    /// each row as their own launches do.
+    fn mv(&self, base: &str, input: &[A], group: &[(&CudaWeight, &CudaBuf)], n: usize, r0: usize, rows: usize) {
+        let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
+        let part = |w: &CudaWeight, out: &CudaBuf| {
+            let m = w.n_rows();
+            let wpr = warps_per_row(m);
+            let args = [
+                A::P(self.dev.ptr(&w.data)),
+                A::P(w.row_bytes as u64),
+                A::P(out.ptr + 4 * (r0 * m) as u64),
+                A::I(m as i32),
+                A::I(wpr as i32),
+            ];
+            (args, blocks((m * wpr) as u64, 4))
+        };
+        if let [(w, out)] = group {
+            let ([wp, rb, o, m, wpr], nb) = part(w, out);
+            let args: Vec<A> = [wp, rb]
+                .into_iter()
+                .chain(input.iter().copied())
+                .chain([o, A::I(n as i32), m, A::I(rows as i32), wpr])
+                .collect();
+            self.dev.launch(&format!("{base}_{r}"), (nb, 1), 128, &args);
+            return;
+        }
+        assert!((2..=3).contains(&group.len()), "one to three weights per launch");
+        let mut args: Vec<A> = input
+            .iter()
+            .copied()
+            .chain([A::I(n as i32), A::I(rows as i32)])
+            .collect();
+        let mut total = 0;
+        for (k, (w, out)) in group.iter().enumerate() {
+            let (wargs, nb) = part(w, out);
+            args.extend(wargs);
+            total += nb;
+            if k < 2 {
+                args.push(A::I(nb as i32));
+            }
+        }
+        if group.len() == 2 {
+            // No third weight: its blocks are never launched.
+            args.extend([A::P(0), A::P(0), A::P(0), A::I(0), A::I(1)]);
+        }
+        self.dev.launch(&format!("{base}3_{r}"), (total, 1), 128, &args);
+    }
+
+    /// `out = rms_norm(x) · w`, after `x += y` when `y` is given (one kernel).
+    fn norm(&self, x: &CudaBuf, y: Option<&CudaBuf>, w: &CudaWeight, eps: f32, out: &mut CudaBuf) {
+        out.shape_from(x.rows, &x.runs, x.cols);
+        let add = y.map(|y| A::P(y.ptr));
+        // A thread per four values (16-byte loads), up to 1024: one row is one block.
+        let threads = (x.cols / 4).clamp(32, 1024).next_multiple_of(32) as u32;
+        let (w, n, eps) = (A::P(self.dev.ptr(&w.data)), A::I(x.cols as i32), A::F(eps));
+        // A few rows (decode): the output also as q8_1 for the integer products that follow.
+        if x.rows <= Q8_FUSE_ROWS && x.cols.is_multiple_of(32) && mmvq_on() {
+            let (qx, ds) = self.q8_scratch(x.rows, x.cols);
+            let (name, tail) = match add {
+                Some(y) => ("add_rms_norm_q8", vec![A::P(x.ptr), y]),
+                None => ("rms_norm_q8", vec![A::P(x.ptr)]),
+            };
+            let args: Vec<A> = tail
+                .into_iter()
+                .chain([w, A::P(out.ptr), A::P(qx), A::P(ds), n, eps])
+                .collect();
+            self.dev.launch(name, (x.rows as u32, 1), threads, &args);
+            *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((out.ptr, x.rows, x.cols, self.dev.seq.load(Ordering::Relaxed)));
+            return;
+        }
+        let (name, head) = match add {
+            Some(y) => ("add_rms_norm", vec![A::P(x.ptr), y]),
+            None => ("rms_norm", vec![A::P(x.ptr)]),
+        };
+        let args: Vec<A> = head.into_iter().chain([w, A::P(out.ptr), n, eps]).collect();
+        self.dev.launch(name, (x.rows as u32, 1), threads, &args);
+    }
+
+    /// Rope of `x` (and `y`, in the same launch).
+    fn rotate(&self, x: &CudaBuf, y: Option<&CudaBuf>, head_dim: usize, step: &CudaStep, rope: &Rope) {
+        assert_eq!(step.plan.positions.len(), x.rows);
+        let half = rope.n_dims / 2;
+        let mut memo = step.rope.lock().unwrap_or_else(|e| e.into_inner());
+        let i = match memo.iter().position(|(r, _)| r == rope) {
+            Some(i) => i,
+            None => {
+                // The CPU's tables (ggml_rope_cache_init), computed on the host once per step.
+                let mut cs = Vec::with_capacity(x.rows * half * 2);
+                for &p in &step.plan.positions {
+                    for (c, s) in super::cpu::rope::cache(rope, p as f32) {
+                        cs.push(c);
+                        cs.push(s);
+                    }
+                }
+                memo.push((rope.clone(), self.dev.upload(&cs)));
+                memo.len() - 1
+            }
+        };
+        let cols = y.map_or(x.cols, |y| x.cols.max(y.cols));
+        let n = (x.rows * (cols / head_dim) * half) as u64;
+        let (y_ptr, y_cols) = y.map_or((x.ptr, x.cols), |y| (y.ptr, y.cols));
+        self.dev.launch(
+            "rope",
+            (blocks(n, 256), 1 + y.is_some() as u32),
+            256,
+            &[
+                A::P(x.ptr),
+                A::I(x.cols as i32),
+                A::P(y_ptr),
+                A::I(y_cols as i32),
+                A::P(memo[i].1),
+                A::I(x.rows as i32),
+                A::I(head_dim as i32),
+                A::I(rope.n_dims as i32),
+                A::I(rope.neox as i32),
+            ],
+        );
     }
 
     /// The q8_1 scratch laid out for `rows` activation rows of `n` values: the int8 values
@@ -946,52 +1039,6 @@ impl Cuda {
                 A::P(qx + (s0 * n) as u64),
                 A::P(ds + (s0 * n / 32 * 8) as u64),
                 A::P(count as u64),
-            ],
-        );
-    }
-
-    /// Rows `r0 .. r0 + rows` of `out = x · Wᵀ` from x's q8_1 rows (`q`), integer products.
-    fn mmvq(&self, w: &CudaWeight, q: (u64, u64), n: usize, r0: usize, rows: usize, out: &CudaBuf) {
-        let m = w.n_rows();
-        let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
-        let wpr = warps_per_row(m);
-        self.dev.launch(
-            &format!("mmvq_{}_{r}", ty_name(w.dev_ty)),
-            (blocks((m * wpr) as u64, 4), 1),
-            128,
-            &[
-                A::P(self.dev.ptr(&w.data)),
-                A::P(w.row_bytes as u64),
-                A::P(q.0),
-                A::P(q.1),
-                A::P(out.ptr + 4 * (r0 * m) as u64),
-                A::I(n as i32),
-                A::I(m as i32),
-                A::I(rows as i32),
-                A::I(wpr as i32),
-            ],
-        );
-    }
-
-    /// Rows `r0 .. r0 + rows` (at most 8) of `out = x · Wᵀ` through the matrix-vector kernels
-    /// (each launch decodes the weight once for every row).
-    fn mmv(&self, w: &CudaWeight, x: &CudaBuf, r0: usize, rows: usize, out: &CudaBuf) {
-        let (n, m) = (x.cols, w.n_rows());
-        let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
-        let wpr = warps_per_row(m);
-        self.dev.launch(
-            &format!("mmv_{}_{r}", ty_name(w.dev_ty)),
-            (blocks((m * wpr) as u64, 4), 1),
-            128,
-            &[
-                A::P(self.dev.ptr(&w.data)),
-                A::P(w.row_bytes as u64),
-                A::P(x.ptr + 4 * (r0 * n) as u64),
-                A::P(out.ptr + 4 * (r0 * m) as u64),
-                A::I(n as i32),
-                A::I(m as i32),
-                A::I(rows as i32),
-                A::I(wpr as i32),
             ],
         );
     }
@@ -1051,10 +1098,13 @@ impl Cuda {
             }
         };
         let (wbuf, xbuf) = &mut *scratch;
-        let (mode, dt) = if w.dev_ty == GgmlType::BF16 {
-            (1, Dt::CUDA_R_16BF)
-        } else {
-            (0, Dt::CUDA_R_16F)
+        // Activations rounded as the CPU's integer products round them (its vec_dot type), so
+        // that a prompt's numbers follow the CPU's (then f16 for the tensor cores).
+        let (mode, dt) = match (w.dev_ty, quant::dot::vec_dot_type(w.dev_ty)) {
+            (GgmlType::BF16, _) => (1, Dt::CUDA_R_16BF),
+            (_, Some(GgmlType::Q8_0 | GgmlType::Q8_1)) if n.is_multiple_of(32) => (2, Dt::CUDA_R_16F),
+            (_, Some(GgmlType::Q8_K)) if n.is_multiple_of(256) => (3, Dt::CUDA_R_16F),
+            _ => (0, Dt::CUDA_R_16F),
         };
         grow(xbuf, len * n);
         let xh = self.dev.ptr(xbuf.as_ref().expect("grown"));

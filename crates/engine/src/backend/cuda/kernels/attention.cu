@@ -27,25 +27,29 @@ template <int KT> __device__ __forceinline__ float kv_get(const u8* row, int d) 
     return h2f(ld16(b)) * (float)(i8)b[2 + d % 32];
 }
 
-// Write row r's K (blockIdx.y = 0) or V (1) values at its position: f16, or Q8_0 as
-// quantize_row_q8_0 (d = amax / 127, q = round(x / d)). One block of 128 threads per row.
+// Write row r's K (blockIdx.y even) or V (odd) values at its position: f16, or Q8_0 as the CPU
+// backend writes it (d = amax / 127, q = round-half-even(x · 127 / amax)). Blocks of 128 threads, each 256 values of a
+// row (blockIdx.y / 2-th): a decode step's few rows spread over several multiprocessors.
 extern "C" __global__ void store_kv(Step s, const float* k, const float* v, int kd, int vd, u64 k_off, u64 v_off, int kt) {
-    int r = blockIdx.x, which = blockIdx.y;
+    int r = blockIdx.x, which = blockIdx.y & 1, lo = (blockIdx.y >> 1) * 256;
     int dim = which ? vd : kd;
+    if (lo >= dim) return;
+    int hi = min(dim, lo + 256);
     const float* src = (which ? v : k) + (u64)r * dim;
     int rb = kt == KV_F16 ? 2 * dim : dim / 32 * 34;
     u8* dst = kv_row(s, s.row_seq[r], s.row_pos[r], which ? v_off : k_off, rb);
     if (kt == KV_F16) {
-        for (int i = threadIdx.x; i < dim; i += blockDim.x) ((u16*)dst)[i] = f2h(src[i]);
+        for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) ((u16*)dst)[i] = f2h(src[i]);
         return;
     }
     int lane = threadIdx.x & 31;
-    for (int b = threadIdx.x / 32; b < dim / 32; b += blockDim.x / 32) {
+    for (int b = lo / 32 + threadIdx.x / 32; b < hi / 32; b += blockDim.x / 32) {
         float x = src[b * 32 + lane];
         float amax = warp_max(fabsf(x));
-        float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+        // The CPU's Q8_0 cache rows (quant::dot::quantize_q8_0_ggml): 127/amax, half to even.
+        float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
         u8* blk = dst + b * 34;
-        blk[2 + lane] = (u8)(i8)roundf(x * id);
+        blk[2 + lane] = (u8)(i8)__float2int_rn(x * id);
         if (lane == 0) *(u16*)blk = f2h(d);
     }
 }

@@ -59,14 +59,15 @@ __device__ __forceinline__ float block_sum(float v) {
     return s;
 }
 
-// Value v (element e of a row-major activation buffer) as q8_1, llama.cpp's quantize_q8_1: the 32
-// lanes of a warp hold one block (elements e & ~31 ..); d = amax / 127, q = round(v / d), and lane 0
-// writes (d, d·Σq). Every lane of the warp must call it.
+// Value v (element e of a row-major activation buffer) as q8_1, with the numbers of the CPU's q8_0 /
+// q8_1 activations (quant/src/dot: ggml's x86 quantize_row_q8_0/q8_1): the 32 lanes of a warp hold
+// one block (elements e & ~31 ..); q = round-half-even(v · 127/amax), and lane 0 writes d = amax/127
+// and d·Σq, each rounded through f16 as ggml stores them. Every lane of the warp must call it.
 __device__ __forceinline__ void store_q8_1(float v, u64 e, signed char* q, float2* ds) {
     float amax = warp_max(fabsf(v));
-    float d = amax / 127.f;
-    int qi = amax == 0.f ? 0 : __float2int_rn(v / d);
+    float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
+    int qi = __float2int_rn(v * id);
     q[e] = (signed char)qi;
     float s = warp_sum((float)qi);
-    if ((threadIdx.x & 31) == 0) ds[e / 32] = make_float2(d, d * s);
+    if ((threadIdx.x & 31) == 0) ds[e / 32] = make_float2(h2f(f2h(d)), h2f(f2h(d * s)));
 }

@@ -40,10 +40,10 @@ __device__ __forceinline__ void row_out(float acc[R], float red[4][R], int wib, 
 // `wpr` warps per output row (1, 2 or 4: a matrix of few rows spread over more warps), each a
 // share of the row's 256-value chunks, summed through shared memory; four warps per block.
 template <int TY, int R>
-__device__ void mmv_t(const u8* W, u64 row_bytes, const float* x, float* out, int n, int m, int t, int wpr) {
+__device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float* out, int n, int m, int t, int wpr) {
     __shared__ float red[4][R];
     int wib = threadIdx.x / 32, lane = threadIdx.x & 31;
-    int warp = blockIdx.x * 4 + wib;
+    int warp = blk * 4 + wib;
     int o = warp / wpr, part = warp % wpr;
     float acc[R];
 #pragma unroll
@@ -87,10 +87,22 @@ __device__ void mmv_t(const u8* W, u64 row_bytes, const float* x, float* out, in
     row_out<R>(acc, red, wib, lane, o, part, wpr, out, m, t);
 }
 
-// The name is pasted here, where the type's macro is not expanded (mmv_TY_Q4_K_8 ...).
+// The name is pasted here, where the type's macro is not expanded (mmv_TY_Q4_K_8 ...). The `3`
+// kernels multiply up to three weights of one type by the same rows in one launch (a layer's Q, K
+// and V, or gate and up): blocks [0, nb0) the first's, the next nb1 the second's, the rest the
+// third's; each output row computed exactly as its weight's own launch computes it.
 #define MMV(NAME, TY, R) \
     extern "C" __global__ void NAME##_##R(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr) { \
-        mmv_t<TY, R>(W, rb, x, out, n, m, t, wpr); \
+        mmv_t<TY, R>(blockIdx.x, W, rb, x, out, n, m, t, wpr); \
+    } \
+    extern "C" __global__ void NAME##3_##R(const float* x, int n, int t, \
+        const u8* W0, u64 rb0, float* o0, int m0, int wpr0, int nb0, \
+        const u8* W1, u64 rb1, float* o1, int m1, int wpr1, int nb1, \
+        const u8* W2, u64 rb2, float* o2, int m2, int wpr2) { \
+        int b = blockIdx.x; \
+        if (b < nb0) mmv_t<TY, R>(b, W0, rb0, x, o0, n, m0, t, wpr0); \
+        else if ((b -= nb0) < nb1) mmv_t<TY, R>(b, W1, rb1, x, o1, n, m1, t, wpr1); \
+        else mmv_t<TY, R>(b - nb1, W2, rb2, x, o2, n, m2, t, wpr2); \
     }
 #define MMV_ALL(TY) MMV(mmv_##TY, TY, 1) MMV(mmv_##TY, TY, 2) MMV(mmv_##TY, TY, 4) MMV(mmv_##TY, TY, 8)
 FOR_EACH_TYPE(MMV_ALL)
@@ -210,10 +222,10 @@ __device__ __forceinline__ void vdq_q8_0(const u8* row, int ib, int lane, const 
 // matrices spread over more warps), each warp a share of the row's blocks; four warps per block.
 // LPB: lanes per weight block (8, or 2 for Q8_0).
 template <int TY, int R>
-__device__ void mmvq_t(const u8* W, u64 rb, const i8* qx, const float2* ds, float* out, int n, int m, int t, int wpr) {
+__device__ void mmvq_t(int blk, const u8* W, u64 rb, const i8* qx, const float2* ds, float* out, int n, int m, int t, int wpr) {
     __shared__ float red[4][R];
     int wib = threadIdx.x / 32, lane = threadIdx.x & 31;
-    int warp = blockIdx.x * 4 + wib;
+    int warp = blk * 4 + wib;
     int o = warp / wpr, part = warp % wpr;
     const int LPB = TY == TY_Q8_0 ? 2 : 8, QK = TY == TY_Q8_0 ? 32 : 256;
     const int per = WARP / LPB;  // blocks per warp step
@@ -240,10 +252,19 @@ __device__ void mmvq_t(const u8* W, u64 rb, const i8* qx, const float2* ds, floa
     row_out<R>(acc, red, wib, lane, o, part, wpr, out, m, t);
 }
 
-// Named as mmv's are (the type's name pasted before its macro is expanded).
+// Named as mmv's are (the type's name pasted before its macro is expanded); `3` as mmv's.
 #define MMVQ(NAME, TY, R) \
     extern "C" __global__ void NAME##_##R(const u8* W, u64 rb, const i8* qx, const float2* ds, float* out, int n, int m, int t, int wpr) { \
-        mmvq_t<TY, R>(W, rb, qx, ds, out, n, m, t, wpr); \
+        mmvq_t<TY, R>(blockIdx.x, W, rb, qx, ds, out, n, m, t, wpr); \
+    } \
+    extern "C" __global__ void NAME##3_##R(const i8* qx, const float2* ds, int n, int t, \
+        const u8* W0, u64 rb0, float* o0, int m0, int wpr0, int nb0, \
+        const u8* W1, u64 rb1, float* o1, int m1, int wpr1, int nb1, \
+        const u8* W2, u64 rb2, float* o2, int m2, int wpr2) { \
+        int b = blockIdx.x; \
+        if (b < nb0) mmvq_t<TY, R>(b, W0, rb0, qx, ds, o0, n, m0, t, wpr0); \
+        else if ((b -= nb0) < nb1) mmvq_t<TY, R>(b, W1, rb1, qx, ds, o1, n, m1, t, wpr1); \
+        else mmvq_t<TY, R>(b - nb1, W2, rb2, qx, ds, o2, n, m2, t, wpr2); \
     }
 #define MMVQ_ALL(TY) MMVQ(mmvq_##TY, TY, 1) MMVQ(mmvq_##TY, TY, 2) MMVQ(mmvq_##TY, TY, 4) MMVQ(mmvq_##TY, TY, 8)
 MMVQ_ALL(TY_Q4_K)

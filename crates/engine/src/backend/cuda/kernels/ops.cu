@@ -1,44 +1,57 @@
 // Row-wise and element-wise ops. Buffers are row-major f32 matrices; `n` is the row length.
 
-// out = x / rms(x) * w (ggml_rms_norm then ggml_mul). One block per row.
-extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, int n, float eps) {
-    const float* xr = x + (u64)blockIdx.x * n;
+// out = x / rms(x) * w (ggml_rms_norm then ggml_mul). One block per row. ADD: x += y first (the
+// residual add before a norm; x is written back). Q8: the output also written as q8_1 (blocks of
+// 32: int8 values at q + row·n, (d, d·Σq) at ds + row·n/32) for the integer matrix-vector kernels
+// that multiply it next; then n is a multiple of 32 and blockDim of 32, so each warp holds whole
+// q8_1 blocks. The sums run in the same order in every variant, so they agree bit for bit.
+template <bool ADD, bool Q8>
+__device__ void rms_norm_t(float* x, const float* y, const float* w, float* out, signed char* q, float2* ds, int n, float eps) {
+    float* xr = x + (u64)blockIdx.x * n;
     float* o = out + (u64)blockIdx.x * n;
     float s = 0.f;
     if ((n & 3) == 0) {
         // 16-byte loads (rows of 4k values are 16-byte aligned).
-        const float4* x4 = (const float4*)xr;
+        float4* x4 = (float4*)xr;
+        const float4* y4 = (const float4*)(y + (u64)blockIdx.x * n);
         for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
             float4 v = x4[i];
+            if (ADD) {
+                float4 b = y4[i];
+                v = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
+                x4[i] = v;
+            }
             s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
     } else {
-        for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+        const float* yr = y + (u64)blockIdx.x * n;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            float v = xr[i];
+            if (ADD) xr[i] = v = v + yr[i];
+            s += v * v;
+        }
     }
-    s = block_sum(s);
-    float scale = 1.f / sqrtf(s / n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = (xr[i] * scale) * w[i];
-}
-
-// rms_norm that also writes its output as q8_1 (blocks of 32: int8 values at q + row·n, (d, d·Σq)
-// at ds + row·n/32), for the integer matrix-vector kernels that multiply it next. n is a multiple
-// of 32 and blockDim of 32, so each warp holds whole q8_1 blocks.
-extern "C" __global__ void rms_norm_q8(const float* x, const float* w, float* out, signed char* q, float2* ds, int n, float eps) {
-    const float* xr = x + (u64)blockIdx.x * n;
-    float* o = out + (u64)blockIdx.x * n;
-    float s = 0.f;
-    const float4* x4 = (const float4*)xr;
-    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
-        float4 v = x4[i];
-        s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
+    // (block_sum's barriers also make the block's writes of x visible to all its threads.)
     s = block_sum(s);
     float scale = 1.f / sqrtf(s / n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float v = (xr[i] * scale) * w[i];
         o[i] = v;
-        store_q8_1(v, (u64)blockIdx.x * n + i, q, ds);
+        if (Q8) store_q8_1(v, (u64)blockIdx.x * n + i, q, ds);
     }
+}
+
+extern "C" __global__ void rms_norm(float* x, const float* w, float* out, int n, float eps) {
+    rms_norm_t<false, false>(x, x, w, out, 0, 0, n, eps);
+}
+extern "C" __global__ void rms_norm_q8(float* x, const float* w, float* out, signed char* q, float2* ds, int n, float eps) {
+    rms_norm_t<false, true>(x, x, w, out, q, ds, n, eps);
+}
+extern "C" __global__ void add_rms_norm(float* x, const float* y, const float* w, float* out, int n, float eps) {
+    rms_norm_t<true, false>(x, y, w, out, 0, 0, n, eps);
+}
+extern "C" __global__ void add_rms_norm_q8(float* x, const float* y, const float* w, float* out, signed char* q, float2* ds, int n, float eps) {
+    rms_norm_t<true, true>(x, y, w, out, q, ds, n, eps);
 }
 
 // Each head of `hd` values normalised in place, times w when given. One warp per head.
@@ -152,7 +165,10 @@ extern "C" __global__ void weighted_sum_rows(const float* src, const float* w, f
 // Rotary embedding in place: row r, head h, pair i with (cos, sin) = cs[r * half + i] (the
 // host's tables, ggml_rope_cache_init). neox pairs (i, i + n_dims/2), else (2i, 2i+1). One thread
 // per (row, head, pair).
-extern "C" __global__ void rope(float* x, const float2* cs, int rows, int cols, int hd, int n_dims, int neox) {
+extern "C" __global__ void rope(float* x0, int cols0, float* x1, int cols1, const float2* cs, int rows, int hd, int n_dims, int neox) {
+    // blockIdx.y picks the buffer: the queries and the keys of a layer in one launch.
+    float* x = blockIdx.y ? x1 : x0;
+    int cols = blockIdx.y ? cols1 : cols0;
     int half = n_dims / 2, heads = cols / hd;
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (u64)rows * heads * half) return;
@@ -160,10 +176,10 @@ extern "C" __global__ void rope(float* x, const float2* cs, int rows, int cols, 
     float* v = x + (u64)r * cols + h * hd;
     float2 c = cs[(u64)r * half + p];
     int a = neox ? p : 2 * p, b = neox ? p + half : 2 * p + 1;
-    float x0 = v[a], x1 = v[b];
+    float x0v = v[a], x1v = v[b];
     // As the CPU rotates: the second product rounded, the first fused.
-    v[a] = fmaf(x0, c.x, -(x1 * c.y));
-    v[b] = fmaf(x0, c.y, x1 * c.x);
+    v[a] = fmaf(x0v, c.x, -(x1v * c.y));
+    v[b] = fmaf(x0v, c.y, x1v * c.x);
 }
 
 // Rows of a weight table (any type with a decoder) for ids; out is (count, n).
@@ -206,10 +222,46 @@ template <int TY> __device__ void decode_t(const u8* w, u64 row_bytes, void* out
     extern "C" __global__ void decode_##TY(const u8* w, u64 rb, void* out, int n, int mode) { decode_t<TY>(w, rb, out, n, mode); }
 FOR_EACH_TYPE(DECODE)
 
-// f32 activations to f16 (mode 0) or bf16 (mode 1, round to nearest even).
+// f32 activations to f16 (mode 0) or bf16 (mode 1, round to nearest even), or to f16 after
+// rounding them as the CPU backend's integer products do (its vec_dot type, quant/src/dot):
+// mode 2 q8_0/q8_1 (store_q8_1's numbers: d·q with d through f16), mode 3 q8_K (256 values:
+// iscale = -127 / the first value of largest magnitude, q = min(rint(iscale·v), 127), d = 1/iscale;
+// ggml's quantize_row_q8_K_ref). The products that follow then see the CPU's activation values.
+// Modes 2 and 3: len a multiple of 32 (256), 256 threads per block.
 extern "C" __global__ void to_half(const float* x, u16* out, u64 len, int mode) {
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (mode == 3) {
+        // One block of 256 threads per q8_K block.
+        __shared__ float s_max[8];
+        __shared__ int s_idx[8];
+        int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+        float v = i < len ? x[i] : 0.f, a = fabsf(v);
+        float m = warp_max(a);
+        if (lane == 0) s_max[w] = m;
+        __syncthreads();
+        float amax = s_max[0];
+        for (int k = 1; k < 8; k++) amax = fmaxf(amax, s_max[k]);
+        unsigned hit = __ballot_sync(0xffffffffu, a == amax);
+        if (lane == 0) s_idx[w] = hit ? w * 32 + __ffs(hit) - 1 : 1 << 30;
+        __syncthreads();
+        int first = s_idx[0];
+        for (int k = 1; k < 8; k++) first = min(first, s_idx[k]);
+        if (i >= len) return;
+        if (amax == 0.f) { out[i] = 0; return; }
+        float mx = x[(u64)blockIdx.x * 256 + first];
+        float iscale = -127.f / mx;
+        int q = min(__float2int_rn(iscale * v), 127);
+        out[i] = f2h((1.f / iscale) * (float)q);
+        return;
+    }
     if (i >= len) return;
     float v = x[i];
+    if (mode == 2) {
+        // Whole warps (len a multiple of 32): one q8 block per warp.
+        float amax = warp_max(fabsf(v));
+        float d = h2f(f2h(amax / 127.f)), id = amax != 0.f ? 127.f / amax : 0.f;
+        out[i] = f2h(d * (float)__float2int_rn(v * id));
+        return;
+    }
     out[i] = mode == 0 ? f2h(v) : f2bf(v);
 }
