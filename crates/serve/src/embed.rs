@@ -100,10 +100,10 @@ impl Embedder {
         let (dim, max_tokens) = (model.n_embd(), model.n_ctx_train());
         let counters = Arc::new(Counters::default());
         let c = counters.clone();
-        std::thread::Builder::new()
-            .name(format!("hf2q-embed-{id}"))
-            .spawn(move || run(model, rx, capacity, pooling, &c))
-            .map_err(|e| engine::EngineError::Backend(format!("cannot start the embedding thread: {e}")))?;
+        crate::spawn_thread(format!("hf2q-embed-{id}"), move || {
+            run(model, rx, capacity, pooling, &c)
+        })
+        .map_err(|e| engine::EngineError::Backend(format!("cannot start the embedding thread: {e}")))?;
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());

@@ -207,9 +207,51 @@ pub async fn run(cfg: ServeConfig) -> Result<(), String> {
             Err(e) => e.to_string(),
         }
     };
-    tokio::select! {
+    let r = tokio::select! {
         r = server => r.map_err(|e| e.to_string()),
         e = load_failed => Err(e),
+    };
+    // The models go (their engine threads end after their requests) and the process waits for
+    // those threads: a GPU model's memory is freed before the driver is torn down at exit, and
+    // prefix-cache blocks being written reach the disk.
+    drop(state);
+    let _ = tokio::task::spawn_blocking(|| join_threads(std::time::Duration::from_secs(30))).await;
+    r
+}
+
+/// The server's own threads (engines, embedders, the prefix-cache writer), joined at shutdown.
+static THREADS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
+
+/// Start a server thread that shutdown waits for.
+pub(crate) fn spawn_thread(name: String, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    let h = std::thread::Builder::new().name(name).spawn(f)?;
+    let mut all = THREADS.lock().unwrap_or_else(|e| e.into_inner());
+    // Threads of models unloaded earlier have ended: forget them.
+    all.retain(|h| !h.is_finished());
+    all.push(h);
+    Ok(())
+}
+
+/// Wait up to `limit` for the server's threads to end (each ends once its model is dropped and
+/// its requests are done); a thread still running then is left to the process exit, said on stderr.
+fn join_threads(limit: std::time::Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    let mut all = std::mem::take(&mut *THREADS.lock().unwrap_or_else(|e| e.into_inner()));
+    while !all.is_empty() && std::time::Instant::now() < deadline {
+        let (done, running): (Vec<_>, Vec<_>) = all.into_iter().partition(|h| h.is_finished());
+        for h in done {
+            let _ = h.join();
+        }
+        all = running;
+        if !all.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    for h in &all {
+        eprintln!(
+            "hf2q serve: thread {} still running at exit",
+            h.thread().name().unwrap_or("?")
+        );
     }
 }
 

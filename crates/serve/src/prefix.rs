@@ -132,15 +132,13 @@ impl<P: Clone> PrefixStore<P> {
         let index = Arc::new(Mutex::new(index));
         let (tx, rx) = channel::<(Key, Vec<u32>, Arc<Vec<u8>>)>();
         let (wdir, windex, fp) = (dir.to_path_buf(), index.clone(), self.fingerprint);
-        std::thread::Builder::new()
-            .name("hf2q-kv-persist".into())
-            .spawn(move || {
-                for (key, tokens, data) in rx {
-                    if let Err(e) = write_block(&wdir, &fp, &key, &tokens, &data, &windex, max_bytes) {
-                        tracing::warn!("kv-persist: cannot write a block to {}: {e}", wdir.display());
-                    }
+        crate::spawn_thread("hf2q-kv-persist".into(), move || {
+            for (key, tokens, data) in rx {
+                if let Err(e) = write_block(&wdir, &fp, &key, &tokens, &data, &windex, max_bytes) {
+                    tracing::warn!("kv-persist: cannot write a block to {}: {e}", wdir.display());
                 }
-            })?;
+            }
+        })?;
         self.persist = Some(Persist {
             dir: dir.to_path_buf(),
             index,

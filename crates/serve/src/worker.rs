@@ -293,20 +293,18 @@ impl Worker {
             waiting: None,
         };
         let (q, life) = (queue.clone(), alive.clone());
-        std::thread::Builder::new()
-            .name(format!("hf2q-engine-{id}"))
-            .spawn(move || {
-                // Marks the engine stopped however the thread ends (a panic included).
-                struct Alive(Arc<AtomicBool>);
-                impl Drop for Alive {
-                    fn drop(&mut self) {
-                        self.0.store(false, Ordering::Release);
-                    }
+        crate::spawn_thread(format!("hf2q-engine-{id}"), move || {
+            // Marks the engine stopped however the thread ends (a panic included).
+            struct Alive(Arc<AtomicBool>);
+            impl Drop for Alive {
+                fn drop(&mut self) {
+                    self.0.store(false, Ordering::Release);
                 }
-                let _alive = Alive(life);
-                schedule(&m, sched, &q, &gauges, limits)
-            })
-            .map_err(|e| engine::EngineError::Backend(format!("cannot start the engine thread: {e}")))?;
+            }
+            let _alive = Alive(life);
+            schedule(&m, sched, &q, &gauges, limits)
+        })
+        .map_err(|e| engine::EngineError::Backend(format!("cannot start the engine thread: {e}")))?;
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
