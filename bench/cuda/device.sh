@@ -14,6 +14,13 @@
 #            per-kernel times of decode steps on the Q4_K_M
 #   serve  : hf2q serve --device cuda vs llama-server -np N -fa on (bench/cuda/serve_bench.py) at 16
 #            and 64 streams on the 8B Q4_K_M (made by `all`/`hf2q` on this machine)
+#   p1, p2, p4: a chained session (each call within the machine's warm window, carried files
+#            staying there): p1 starts the llama.cpp build and the 8B model in the background (new
+#            process sessions) and measures the copy bandwidth; p2 runs the op tests and fixtures;
+#            smollm2 (SmolLM2 in thirds, .dev/stash1..3, carried one per call) checks the goldens;
+#            p4 benches hf2q and llama.cpp on the three files, A/Bs the warps per row, and takes
+#            ncu's per-kernel times of decode (Q4_K_M) and prefill (BF16)
+#   moe_start, moe: the Qwen3-30B-A3B-shaped model and its Q4_K_M in the background, then benched
 # Logs go to $OUT.
 set -uo pipefail
 phase=$1
@@ -22,12 +29,81 @@ export PATH=$PATH:/usr/local/cuda/bin
 export HF2Q_CACHE=/tmp/hf2q-cache
 W=/tmp/w
 mkdir -p $W
+bg_builds() {
+  # llama.cpp b11434's CUDA build and the 8B model with its three conversions, in the background
+  # (new process sessions: they outlive the call while the machine stays warm).
+  mkdir -p /tmp/lc
+  if [ ! -f /tmp/lc.log ]; then
+    tar -xzf $D/llama-src.tgz -C /tmp/lc
+    setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j10 --target llama-bench llama-server llama-batched-bench >> /tmp/lc.log 2>&1; \
+        echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+  fi
+  if [ ! -f /tmp/mk.log ]; then
+    # (A copy of the binary: a later call that carries other files replaces .dev.)
+    mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/hf2q
+    setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
+        for q in q4_k_m q8_0 bf16; do /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; done; \
+        rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  fi
+}
 case $phase in
+p1)
+  # First call of a chained session (each next call within the warm window): the GPU, the copy
+  # bandwidth, doctor, the background builds, and a third of SmolLM2 (.dev/stash1, kept there).
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  bg_builds
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  $D/hf2q doctor 2>&1 | tee $OUT/doctor.txt
+  ;;
+p2)
+  # The CUDA op tests and the engine fixtures on CUDA.
+  bg_builds
+  $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked"
+  HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "batched|incremental|NOT RUN|test result|panicked"
+  tail -n 2 /tmp/lc.log /tmp/mk.log
+  ;;
+p4)
+  # After p1: hf2q bench and llama-bench on the three 8B files, the warps-per-row A/B, the
+  # greedy CPU/CUDA comparison and ncu per-kernel times of decode and prefill.
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 5; done
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|Maximum resident" /tmp/mk.log | tee $OUT/make.txt
+  B=/tmp/lc/b/bin
+  for q in q4_k_m q8_0 bf16; do
+    m=$W/l8b.$q.gguf
+    $D/hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 > $OUT/hf2q-bench-$q.txt 2>&1
+    tail -n 2 $OUT/hf2q-bench-$q.txt
+    $B/llama-bench -m $m -ngl 99 -fa 1 -p 512 -n 128 -r 3 > $OUT/llama-bench-$q.txt 2>&1
+    grep -E "^\|" $OUT/llama-bench-$q.txt | tail -n 2
+  done
+  for w in 1 2; do
+    for q in q4_k_m bf16; do
+      HF2Q_CUDA_WPR=$w $D/hf2q bench -m $W/l8b.$q.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | tail -n 1 | sed "s/^/WPR<=$w $q /" | tee -a $OUT/hf2q-bench-wpr.txt
+    done
+  done
+  for dev in cuda cpu; do
+    $D/hf2q generate -m $W/l8b.q8_0.gguf --device $dev -p "The quick brown fox jumps over the lazy dog" -n 24 --temp 0 \
+      > $OUT/generate-q8_0-$dev.txt 2> /tmp/generate-$dev.err
+  done
+  cmp -s $OUT/generate-q8_0-cuda.txt $OUT/generate-q8_0-cpu.txt && echo "generate: CUDA and CPU give the same text" || echo "generate: CUDA and CPU texts DIFFER"
+  if command -v ncu > /dev/null; then
+    HF2Q_CUDA_GRAPHS=0 timeout 100 ncu --clock-control none --csv --metrics gpu__time_duration.sum \
+      --launch-skip 1200 --launch-count 40 $D/hf2q generate -m $W/l8b.q4_k_m.gguf --device cuda -p "hello" -n 4 --temp 0 \
+      > $OUT/ncu-decode-q4_k_m.csv 2> /dev/null
+    python3 -c "print(' '.join(['word'] * 600))" > /tmp/p512.txt
+    HF2Q_CUDA_GRAPHS=0 timeout 100 ncu --clock-control none --csv --metrics gpu__time_duration.sum \
+      --launch-skip 20 --launch-count 60 $D/hf2q generate -m $W/l8b.bf16.gguf --device cuda -f /tmp/p512.txt -n 1 --temp 0 \
+      > $OUT/ncu-prefill-bf16.csv 2> /dev/null
+  fi
+  ;;
 stash1|stash2|stash3)
   # One half of SmolLM2 Q4_1 per call (.dev/stash1, .dev/stash2), kept in /tmp/stash while warm.
   mkdir -p /tmp/stash && cp -v $D/$phase/* /tmp/stash/ && ls -la /tmp/stash
   ;;
 smollm2)
+  # (The three thirds carried as .dev/stash1..3 stay on the machine between calls.)
+  for d in stash1 stash2 stash3; do [ -d $D/$d ] && mkdir -p /tmp/stash && cp $D/$d/* /tmp/stash/; done
   # SmolLM2 goldens (llama-completion's greedy chat replies, which the CPU backend reproduces) on
   # CUDA, for Q4_1 and the Q8_0 / Q4_K_M made from it as the goldens test makes them; then
   # perplexity on the CPU and on CUDA.
@@ -76,6 +152,24 @@ serve)
     kill %1; wait
   done
   ;;
+moe_start)
+  # The Qwen3-30B-A3B-shaped model (61 GB of bf16, made in /dev/shm: the disk holds the 8B files)
+  # and its Q4_K_M, in the background; `moe` benches it.
+  df -h /dev/shm $W | tee $OUT/df.txt
+  rm -f $W/l8b.q8_0.gguf $W/l8b.bf16.gguf
+  setsid nohup bash -c "python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/q3m > /tmp/moe.log 2>&1 && \
+      /usr/bin/time -v $D/hf2q convert /dev/shm/q3m -o $W/q3m.q4_k_m.gguf --quant q4_k_m >> /tmp/moe.log 2>&1; \
+      rm -rf /dev/shm/q3m; echo MOE-END >> /tmp/moe.log" > /dev/null 2>&1 &
+  ;;
+moe)
+  for i in $(seq 1 110); do grep -q MOE-END /tmp/moe.log && break; sleep 5; done
+  grep -E "make_model|Elapsed|Maximum resident|rror" /tmp/moe.log | tee $OUT/moe-make.txt
+  m=$W/q3m.q4_k_m.gguf
+  $D/hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 > $OUT/hf2q-bench-moe.txt 2>&1
+  tail -n 2 $OUT/hf2q-bench-moe.txt
+  /tmp/lc/b/bin/llama-bench -m $m -ngl 99 -fa 1 -p 512 -n 128 -r 3 > $OUT/llama-bench-moe.txt 2>&1
+  grep -E "^\|" $OUT/llama-bench-moe.txt | tail -n 2
+  ;;
 hf2q)
   # hf2q alone (llama.cpp's figures from an earlier call of the same session): the op tests, the
   # fixtures on CUDA, the 8B model in three types, hf2q bench (tg also without CUDA graphs), and
@@ -83,7 +177,7 @@ hf2q)
   nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
   $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result"
   HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "batched|incremental|NOT RUN|test result|panicked"
-  python3 bench/cuda/make_llama8b.py $W/l8b 2>&1 | grep make_llama8b | tee $OUT/make.txt
+  python3 bench/cuda/make_model.py llama8b $W/l8b 2>&1 | grep make_model | tee $OUT/make.txt
   for q in q4_k_m q8_0 bf16; do
     m=$W/l8b.$q.gguf
     $D/hf2q convert $W/l8b -o $m --quant $q 2>&1 | tail -1 | tee -a $OUT/make.txt
@@ -106,7 +200,7 @@ start)
       -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j12 --target llama-bench llama-server llama-batched-bench >> /tmp/lc.log 2>&1; \
       echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
-  setsid nohup bash -c "python3 bench/cuda/make_llama8b.py $W/l8b > /tmp/mk.log 2>&1 && \
+  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
       for q in q4_k_m q8_0 bf16; do /usr/bin/time -v $D/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; done; \
       echo MAKE-END >> /tmp/mk.log" > /dev/null 2>&1 &
   $D/hf2q doctor 2>&1 | tee $OUT/doctor.txt
@@ -137,7 +231,7 @@ PY
   # The CUDA op tests and the engine fixtures on CUDA (while llama.cpp builds).
   $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "test result|FAILED|panicked" | head -20
   HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "batched|incremental|NOT RUN|test result|panicked"
-  python3 bench/cuda/make_llama8b.py $W/l8b 2>&1 | grep make_llama8b | tee $OUT/make.txt
+  python3 bench/cuda/make_model.py llama8b $W/l8b 2>&1 | grep make_model | tee $OUT/make.txt
   for q in q4_k_m q8_0 bf16; do
     m=$W/l8b.$q.gguf
     $D/hf2q convert $W/l8b -o $m --quant $q 2>&1 | tail -1 | tee -a $OUT/make.txt
@@ -171,7 +265,7 @@ extra)
   ;;
 bench)
   for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 5; done
-  tail -2 /tmp/lc.log; grep -E "make_llama8b|hf2q convert|Elapsed|Maximum resident" /tmp/mk.log
+  tail -2 /tmp/lc.log; grep -E "make_model|hf2q convert|Elapsed|Maximum resident" /tmp/mk.log
   ls -la $W
   B=/tmp/lc/b/bin
   for q in q4_k_m q8_0 bf16; do
