@@ -21,6 +21,10 @@
 #            p4 benches hf2q and llama.cpp on the three files, A/Bs the warps per row, and takes
 #            ncu's per-kernel times of decode (Q4_K_M) and prefill (BF16)
 #   moe_start, moe: the Qwen3-30B-A3B-shaped model and its Q4_K_M in the background, then benched
+# Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
+# earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
+# 30 s after a call, and calls issued together in one batch run back to back within that window;
+# at most 8 files come back from $OUT.
 # Logs go to $OUT.
 set -uo pipefail
 phase=$1
