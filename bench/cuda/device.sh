@@ -33,17 +33,19 @@ export PATH=$PATH:/usr/local/cuda/bin
 export HF2Q_CACHE=/tmp/hf2q-cache
 W=/tmp/w
 mkdir -p $W
+bg_llama() {
+  # llama.cpp b11434's CUDA build in the background (a new process session: it outlives the call
+  # while the machine stays warm); BUILD-END in /tmp/lc.log when done.
+  [ -f /tmp/lc.log ] && return
+  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
+  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j10 --target llama-bench llama-server llama-batched-bench >> /tmp/lc.log 2>&1; \
+      echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+}
 bg_builds() {
-  # llama.cpp b11434's CUDA build and the 8B model with its three conversions, in the background
-  # (new process sessions: they outlive the call while the machine stays warm).
-  mkdir -p /tmp/lc
-  if [ ! -f /tmp/lc.log ]; then
-    tar -xzf $D/llama-src.tgz -C /tmp/lc
-    setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j10 --target llama-bench llama-server llama-batched-bench >> /tmp/lc.log 2>&1; \
-        echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
-  fi
+  # The llama.cpp build and the 8B model with its three conversions, in the background.
+  bg_llama
   if [ ! -f /tmp/mk.log ]; then
     # (A copy of the binary: a later call that carries other files replaces .dev.)
     mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/hf2q
@@ -199,14 +201,7 @@ hf2q)
   ;;
 start)
   nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv
-  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
-  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j12 --target llama-bench llama-server llama-batched-bench >> /tmp/lc.log 2>&1; \
-      echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
-  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
-      for q in q4_k_m q8_0 bf16; do /usr/bin/time -v $D/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; done; \
-      echo MAKE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  bg_builds
   $D/hf2q doctor 2>&1 | tee $OUT/doctor.txt
   $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | tail -40
   HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -v "^$" | tail -30
@@ -216,22 +211,8 @@ all)
   # One call: the llama.cpp build in the background; the model, its conversions and hf2q's benches
   # in the foreground; llama-bench when the build is done (else the `llama` phase, next call).
   nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
-  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
-  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j10 --target llama-bench llama-server llama-batched-bench >> /tmp/lc.log 2>&1; \
-      echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
-  python3 - <<'PY' | tee $OUT/copy-bandwidth.txt
-import torch
-x = torch.randn(1 << 30, device="cuda"); y = torch.empty_like(x)  # 4 GiB each
-for _ in range(3): y.copy_(x)
-s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-ts = []
-for _ in range(10):
-    s.record(); y.copy_(x); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e) / 1e3)
-ts.sort(); t = ts[len(ts) // 2]
-print(f"device-to-device copy: {2 * x.numel() * 4 / t / 1e12:.2f} TB/s (read + write, 4 GiB, median of 10)")
-PY
+  bg_llama
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   # The CUDA op tests and the engine fixtures on CUDA (while llama.cpp builds).
   $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "test result|FAILED|panicked" | head -20
   HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "batched|incremental|NOT RUN|test result|panicked"

@@ -938,32 +938,28 @@ impl Cuda {
     /// `out = rms_norm(x) · w`, after `x += y` when `y` is given (one kernel).
     fn norm(&self, x: &CudaBuf, y: Option<&CudaBuf>, w: &CudaWeight, eps: f32, out: &mut CudaBuf) {
         out.shape_from(x.rows, &x.runs, x.cols);
-        let add = y.map(|y| A::P(y.ptr));
+        // A few rows (decode): the output also as q8_1 for the integer products that follow.
+        let q8 = x.rows <= Q8_FUSE_ROWS && x.cols.is_multiple_of(32) && mmvq_on();
+        let mut args = vec![A::P(x.ptr)];
+        args.extend(y.map(|y| A::P(y.ptr)));
+        args.extend([A::P(self.dev.ptr(&w.data)), A::P(out.ptr)]);
+        if q8 {
+            let (qx, ds) = self.q8_scratch(x.rows, x.cols);
+            args.extend([A::P(qx), A::P(ds)]);
+        }
+        args.extend([A::I(x.cols as i32), A::F(eps)]);
+        let name = format!(
+            "{}rms_norm{}",
+            if y.is_some() { "add_" } else { "" },
+            if q8 { "_q8" } else { "" }
+        );
         // A thread per four values (16-byte loads), up to 1024: one row is one block.
         let threads = (x.cols / 4).clamp(32, 1024).next_multiple_of(32) as u32;
-        let (w, n, eps) = (A::P(self.dev.ptr(&w.data)), A::I(x.cols as i32), A::F(eps));
-        // A few rows (decode): the output also as q8_1 for the integer products that follow.
-        if x.rows <= Q8_FUSE_ROWS && x.cols.is_multiple_of(32) && mmvq_on() {
-            let (qx, ds) = self.q8_scratch(x.rows, x.cols);
-            let (name, tail) = match add {
-                Some(y) => ("add_rms_norm_q8", vec![A::P(x.ptr), y]),
-                None => ("rms_norm_q8", vec![A::P(x.ptr)]),
-            };
-            let args: Vec<A> = tail
-                .into_iter()
-                .chain([w, A::P(out.ptr), A::P(qx), A::P(ds), n, eps])
-                .collect();
-            self.dev.launch(name, (x.rows as u32, 1), threads, &args);
+        self.dev.launch(&name, (x.rows as u32, 1), threads, &args);
+        if q8 {
             *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some((out.ptr, x.rows, x.cols, self.dev.seq.load(Ordering::Relaxed)));
-            return;
         }
-        let (name, head) = match add {
-            Some(y) => ("add_rms_norm", vec![A::P(x.ptr), y]),
-            None => ("rms_norm", vec![A::P(x.ptr)]),
-        };
-        let args: Vec<A> = head.into_iter().chain([w, A::P(out.ptr), n, eps]).collect();
-        self.dev.launch(name, (x.rows as u32, 1), threads, &args);
     }
 
     /// Rope of `x` (and `y`, in the same launch).
