@@ -2,6 +2,10 @@
 //! (`tools/llama-bench/llama-bench.cpp`): `ppN` feeds N tokens in one batch into an empty cache,
 //! `tgN` decodes N tokens one at a time from an empty cache; each test runs once to warm up, then
 //! `-r` times; the table shows mean ± sample standard deviation of tokens per second.
+//! `--parallel B,…` measures batched decoding as llama.cpp's `llama-batched-bench`
+//! (`tools/batched-bench/batched-bench.cpp`) does: B sequences each get a prompt of `-p` tokens,
+//! then all B decode `-n` tokens together, one row each per step; `ppP xB` is the prompts' tokens
+//! per second, `tgN xB` the aggregate decode tokens per second (B·N over the decode time).
 
 use super::runtime::{ModelArgs, ModelJob};
 use crate::error::{CliError, CliResult};
@@ -28,6 +32,10 @@ pub struct BenchArgs {
     /// Tokens per forward step while processing the prompt.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch: usize,
+    /// Concurrent sequences for batched tests (comma-separated, as llama-batched-bench's -npl):
+    /// each gets a prompt of each -p length, then all decode each -n length together.
+    #[arg(long, value_delimiter = ',')]
+    pub parallel: Vec<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -36,12 +44,19 @@ pub struct BenchArgs {
 struct Row {
     test: String,
     n: usize,
+    /// Concurrent sequences (1 for the single-sequence tests).
+    seqs: usize,
     samples: Vec<f64>,
 }
 
 pub fn run(args: BenchArgs) -> CliResult {
     if args.reps == 0 {
         return Err(CliError::input("-r must be at least 1"));
+    }
+    if args.parallel.contains(&0) {
+        return Err(CliError::input(
+            "--parallel: each count of sequences must be at least 1",
+        ));
     }
     args.model.run(Bench(&args))
 }
@@ -77,7 +92,10 @@ fn bench<B: Backend>(args: &BenchArgs, cpu: &B, m: LoadedModel<B>) -> CliResult 
     };
     let bos = m.tokenizer.bos().unwrap_or(0);
     let mut rows = Vec::new();
-    for &n in args.n_prompt.iter().filter(|&&n| n > 0) {
+    if !args.parallel.is_empty() {
+        rows = batched(args, &m, &mut rand_tok, bos)?;
+    }
+    for &n in args.n_prompt.iter().filter(|&&n| n > 0 && args.parallel.is_empty()) {
         let mut samples = Vec::new();
         for rep in 0..=args.reps {
             let mut toks: Vec<u32> = (0..n).map(|_| rand_tok()).collect();
@@ -106,10 +124,11 @@ fn bench<B: Backend>(args: &BenchArgs, cpu: &B, m: LoadedModel<B>) -> CliResult 
         rows.push(Row {
             test: format!("pp{n}"),
             n,
+            seqs: 1,
             samples,
         });
     }
-    for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+    for &n in args.n_gen.iter().filter(|&&n| n > 0 && args.parallel.is_empty()) {
         let mut samples = Vec::new();
         for rep in 0..=args.reps {
             let t = Instant::now();
@@ -133,6 +152,7 @@ fn bench<B: Backend>(args: &BenchArgs, cpu: &B, m: LoadedModel<B>) -> CliResult 
         rows.push(Row {
             test: format!("tg{n}"),
             n,
+            seqs: 1,
             samples,
         });
     }
@@ -154,6 +174,7 @@ fn bench<B: Backend>(args: &BenchArgs, cpu: &B, m: LoadedModel<B>) -> CliResult 
                     "type_k": format!("{:?}", args.model.kv_type).to_lowercase(),
                     "test": r.test,
                     "n_tokens": r.n,
+                    "n_parallel": r.seqs,
                     "avg_ts": mean,
                     "stddev_ts": sd,
                     "samples_ts": r.samples,
@@ -175,6 +196,93 @@ fn bench<B: Backend>(args: &BenchArgs, cpu: &B, m: LoadedModel<B>) -> CliResult 
         );
     }
     Ok(())
+}
+
+/// The `--parallel` tests: for each count B, prompt length P and decode length N, B sequences
+/// (caches of P + N positions) are prefilled one after the other in chunks of `-b`, then decode N
+/// steps of B rows (greedy, each from its own logits). One warm-up run, then `-r`.
+fn batched<B: Backend>(
+    args: &BenchArgs,
+    m: &LoadedModel<B>,
+    rand_tok: &mut impl FnMut() -> u32,
+    bos: u32,
+) -> Result<Vec<Row>, CliError> {
+    let model = &m.model;
+    let batch = args.batch.max(1);
+    let mut rows = Vec::new();
+    for &b in &args.parallel {
+        for &p in args.n_prompt.iter().filter(|&&p| p > 0) {
+            for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+                let mut kvs = (0..b)
+                    .map(|_| model.new_kv(p + n, args.model.kv_type))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut scratch = model.scratch(batch.max(b));
+                let (mut pp, mut tg) = (Vec::new(), Vec::new());
+                for rep in 0..=args.reps {
+                    let t = Instant::now();
+                    let mut last = Vec::with_capacity(b);
+                    for kv in kvs.iter_mut() {
+                        let mut toks: Vec<u32> = (0..p).map(|_| rand_tok()).collect();
+                        toks[0] = bos;
+                        let mut l = Vec::new();
+                        for (i, chunk) in toks.chunks(batch).enumerate() {
+                            let logits = if (i + 1) * batch >= p {
+                                Logits::Last
+                            } else {
+                                Logits::None
+                            };
+                            l = model.forward(
+                                &mut scratch,
+                                &mut [SeqStep {
+                                    kv,
+                                    tokens: chunk,
+                                    pos0: i * batch,
+                                    logits,
+                                }],
+                            )?;
+                        }
+                        last.push([l.first().map_or(bos, |l| engine::sampler::argmax(l))]);
+                    }
+                    let t_pp = t.elapsed().as_secs_f64();
+                    let t = Instant::now();
+                    for step in 0..n {
+                        let mut seqs: Vec<SeqStep<'_, B>> = kvs
+                            .iter_mut()
+                            .zip(&last)
+                            .map(|(kv, tok)| SeqStep {
+                                kv,
+                                tokens: tok,
+                                pos0: p + step,
+                                logits: Logits::Last,
+                            })
+                            .collect();
+                        let l = model.forward(&mut scratch, &mut seqs)?;
+                        drop(seqs);
+                        for (tok, l) in last.iter_mut().zip(&l) {
+                            tok[0] = engine::sampler::argmax(l);
+                        }
+                    }
+                    if rep > 0 {
+                        pp.push((b * p) as f64 / t_pp);
+                        tg.push((b * n) as f64 / t.elapsed().as_secs_f64());
+                    }
+                }
+                rows.push(Row {
+                    test: format!("pp{p} x{b}"),
+                    n: p,
+                    seqs: b,
+                    samples: pp,
+                });
+                rows.push(Row {
+                    test: format!("tg{n} x{b}"),
+                    n,
+                    seqs: b,
+                    samples: tg,
+                });
+            }
+        }
+    }
+    Ok(rows)
 }
 
 fn model_label<B: Backend>(m: &LoadedModel<B>) -> String {
