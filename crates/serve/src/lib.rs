@@ -63,8 +63,9 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// Sequences decoded together per model (continuous batching slots).
     pub parallel: usize,
-    /// Most prompt tokens prefilled per step.
-    pub prefill_chunk: usize,
+    /// Most prompt tokens prefilled per step (`None`: the backend's default,
+    /// `Backend::prefill_chunk`).
+    pub prefill_chunk: Option<usize>,
     /// Origins allowed by CORS (`*` for any); empty: no CORS headers.
     pub cors_origins: Vec<String>,
     /// KV memory shared by a model's slots and prefix cache (default: parallel × ctx positions).

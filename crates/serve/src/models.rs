@@ -329,7 +329,10 @@ fn load_one<B: Backend>(state: &AppState, backend: &Arc<B>, path: &std::path::Pa
         parallel: state.cfg.parallel,
         n_ctx,
         queue_capacity: state.cfg.queue_capacity,
-        prefill_chunk: state.cfg.prefill_chunk,
+        prefill_chunk: state
+            .cfg
+            .prefill_chunk
+            .unwrap_or_else(|| engine::backend::Backend::prefill_chunk(m.model.backend().as_ref())),
         kv_budget,
         seed: state.cfg.seed,
     };

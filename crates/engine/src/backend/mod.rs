@@ -155,6 +155,13 @@ pub trait Backend: Send + Sync + 'static {
     fn name(&self) -> String;
     /// Host worker threads (what `llama-bench` reports as `n_threads`).
     fn threads(&self) -> usize;
+    /// The prompt tokens a server prefills per step by default: on the CPU a step's time grows
+    /// with its tokens, so short chunks keep the other streams' decoding going; a GPU takes long
+    /// chunks at little more per token (its matrix products fill up), and fewer steps shorten
+    /// the time to first token of many concurrent prompts.
+    fn prefill_chunk(&self) -> usize {
+        256
+    }
     /// Run `f` (a forward step) on this backend's workers.
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R;
 

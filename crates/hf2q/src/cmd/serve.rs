@@ -51,9 +51,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
     /// Most prompt tokens prefilled per step, interleaved with the decode steps of active streams
-    /// (`-b` / `--batch-size`, llama-server's name, is the same).
-    #[arg(long, short = 'b', visible_alias = "batch-size", default_value_t = 256)]
-    pub prefill_chunk: usize,
+    /// (`-b` / `--batch-size`, llama-server's name, is the same) [default: 256 on the CPU, 512 on
+    /// a GPU]
+    #[arg(long, short = 'b', visible_alias = "batch-size")]
+    pub prefill_chunk: Option<usize>,
     /// The sampling seed of requests that give none (default: a random one per request).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -189,7 +190,7 @@ pub fn run(mut args: ServeArgs) -> CliResult {
             *m = from_hub(&repo, quant.as_deref())?;
         }
     }
-    if args.parallel == 0 || args.prefill_chunk == 0 {
+    if args.parallel == 0 || args.prefill_chunk == Some(0) {
         return Err(CliError::input("--parallel and --prefill-chunk must be at least 1"));
     }
     if args.max_connections == 0 || args.embed_max_inputs == 0 || args.embed_max_tokens == 0 {
