@@ -49,6 +49,9 @@ struct Recorder {
     arena_off: usize,
     /// Allocations dropped while launches that may use them were still recorded.
     graveyard: Vec<Box<dyn Send>>,
+    /// Arenas replaced during the current step: the step's earlier uploads (its tables, read by
+    /// every layer's launches) stay there until the step ends.
+    old_arenas: Vec<CudaSlice<u8>>,
 }
 
 // SAFETY: the graph handles are used under the recorder's mutex only.
@@ -57,7 +60,7 @@ unsafe impl Send for Recorder {}
 /// Graphs kept per device (each a decode shape of the batch).
 const MAX_GRAPHS: usize = 16;
 /// First arena size in bytes (grown by doubling).
-const ARENA_BYTES: usize = 1 << 20;
+const ARENA_BYTES: usize = 8 << 20;
 
 /// A grow-only f16 / bf16 scratch buffer.
 pub(super) type HalfScratch = Option<CudaSlice<u16>>;
@@ -81,6 +84,8 @@ pub struct Dev {
     pub(super) scratch: Mutex<(HalfScratch, HalfScratch)>,
     /// Activation rows quantized to q8_1 for the integer matrix-vector kernels (grow-only).
     pub(super) q8: Mutex<Option<CudaSlice<u8>>>,
+    /// Split-K attention's partial outputs, maxima and sums (grow-only).
+    pub(super) attn_part: Mutex<Option<CudaSlice<f32>>>,
     /// Launches (and host writes) so far: a value recorded after a launch says whether anything
     /// ran since.
     pub(super) seq: std::sync::atomic::AtomicU64,
@@ -204,10 +209,12 @@ impl Dev {
                 arena: None,
                 arena_off: 0,
                 graveyard: Vec::new(),
+                old_arenas: Vec::new(),
             }),
             graphs: std::env::var("HF2Q_CUDA_GRAPHS").map_or(true, |v| v != "0"),
             scratch: Mutex::new((None, None)),
             q8: Mutex::new(None),
+            attn_part: Mutex::new(None),
             seq: std::sync::atomic::AtomicU64::new(0),
         })
     }
@@ -243,7 +250,7 @@ impl Dev {
             // SAFETY: written by the uploads before any launch reads it.
             let fresh = unsafe { self.stream.alloc::<u8>(size) }.unwrap_or_else(|e| self.fail("the upload arena", e));
             if let Some(old) = rec.arena.replace(fresh) {
-                rec.graveyard.push(Box::new(old));
+                rec.old_arenas.push(old);
             }
             rec.arena_off = 0;
         }
@@ -357,7 +364,10 @@ impl Dev {
     /// stream, so in-flight launches still read the previous step's data.
     pub(super) fn new_step(&self) {
         self.flush();
-        self.rec.lock().unwrap_or_else(|e| e.into_inner()).arena_off = 0;
+        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
+        rec.arena_off = 0;
+        // (Freed in stream order, after the launches issued above.)
+        rec.old_arenas.clear();
     }
 
     /// Issue the recorded launches: as a cached graph when the same run was issued before, captured
@@ -512,10 +522,18 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             }
             v
         }
-        "attention" => ["store_kv", "attn_f16", "attn_q8_0", "encoder_attn"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        "attention" => [
+            "store_kv",
+            "attn_f16",
+            "attn_q8_0",
+            "attn_split_f16",
+            "attn_split_q8_0",
+            "attn_combine",
+            "encoder_attn",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
         _ => Vec::new(),
     }
 }

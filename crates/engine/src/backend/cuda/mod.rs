@@ -88,6 +88,12 @@ const DECODE_CHUNK: usize = 64 << 20;
 
 /// The kernels' widest head (attention keeps a head in registers).
 const MAX_HEAD_DIM: usize = 512;
+/// Split-K attention (`kernels/attention.cu`): at most this many splits of a row's keys, query
+/// heads per KV head, and rows of a sequence in the step (decode rows; longer runs go through the
+/// one-block-per-head kernel).
+const ATTN_SPLIT_MAX: usize = 32;
+const ATTN_SPLIT_G: usize = 8;
+const ATTN_SPLIT_ROWS: usize = 8;
 
 /// The kernels' name for a weight type (`kernels/quant.cuh`).
 fn ty_name(ty: GgmlType) -> &'static str {
@@ -228,6 +234,9 @@ pub struct CudaStep {
     ptab: u64,
     args: StepArgs,
     rope: Mutex<Vec<(Rope, u64)>>,
+    /// Each row's index among the split-K attention rows (-1: not one) on the device, and their
+    /// count; made by the step's first attention.
+    split: Mutex<Option<(u64, usize)>>,
 }
 
 impl Backend for Cuda {
@@ -239,6 +248,12 @@ impl Backend for Cuda {
 
     fn name(&self) -> String {
         format!("cuda:{} ({})", self.dev.ordinal, self.dev.name)
+    }
+
+    fn prefill_chunk(&self) -> usize {
+        // Measured on an H200 (bench/runs/2026-12-02-h200/cuda-batched): 512 gives 16 streams of
+        // 512-token prompts a lower time to first token than llama-server's.
+        512
     }
 
     fn threads(&self) -> usize {
@@ -446,6 +461,7 @@ impl Backend for Cuda {
             ptab,
             args,
             rope: Mutex::new(Vec::new()),
+            split: Mutex::new(None),
         })
     }
 
@@ -640,31 +656,72 @@ impl Backend for Cuda {
         out.shape_from(q.rows, &q.runs, l.n_head * l.head_dim);
         let (ko, vo) = layout.offsets[l.layer];
         let (kb, vb) = layout.row_bytes[l.layer];
-        let name = match layout.ty {
-            KvType::F16 => "attn_f16",
-            KvType::Q8_0 => "attn_q8_0",
+        let ty = match layout.ty {
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
         };
-        self.dev.launch(
-            name,
-            (q.rows as u32, l.n_head as u32),
-            128,
-            &[
-                A::S(step.args),
-                A::P(q.ptr),
-                A::P(out.ptr),
-                A::I(q.cols as i32),
-                A::I(l.head_dim as i32),
-                A::I(l.n_head as i32),
-                A::I(l.n_kv_head as i32),
-                A::F(l.scale),
-                A::I(l.window.unwrap_or(0) as i32),
-                A::I(l.causal as i32),
-                A::P(ko as u64),
-                A::P(vo as u64),
-                A::I(kb as i32),
-                A::I(vb as i32),
-            ],
-        );
+        // Rows of sequences with few rows in the step (decode) through split-K attention, when
+        // the kernel takes the layer's shape.
+        let g = l.n_head / l.n_kv_head.max(1);
+        let fits = l.n_head.is_multiple_of(l.n_kv_head.max(1))
+            && g <= ATTN_SPLIT_G
+            && l.head_dim.is_multiple_of(4)
+            && (ko | vo).is_multiple_of(8);
+        let (sidx, n_split) = if fits { self.split_rows(step) } else { (0, 0) };
+        let common = [
+            A::I(q.cols as i32),
+            A::I(l.head_dim as i32),
+            A::I(l.n_head as i32),
+            A::I(l.n_kv_head as i32),
+            A::F(l.scale),
+            A::I(l.window.unwrap_or(0) as i32),
+            A::I(l.causal as i32),
+            A::P(ko as u64),
+            A::P(vo as u64),
+            A::I(kb as i32),
+            A::I(vb as i32),
+        ];
+        if n_split > 0 {
+            let parts = n_split * l.n_head * ATTN_SPLIT_MAX;
+            let po = self.attn_scratch(parts * (l.head_dim + 2));
+            let pml = po + 4 * (parts * l.head_dim) as u64;
+            let args: Vec<A> = [A::S(step.args), A::P(q.ptr), A::P(po), A::P(pml), A::P(sidx)]
+                .into_iter()
+                .chain(common)
+                .collect();
+            self.dev.launch(
+                &format!("attn_split_{ty}"),
+                (q.rows as u32, (l.n_kv_head * ATTN_SPLIT_MAX) as u32),
+                128,
+                &args,
+            );
+            self.dev.launch(
+                "attn_combine",
+                (q.rows as u32, l.n_head as u32),
+                128,
+                &[
+                    A::S(step.args),
+                    A::P(po),
+                    A::P(pml),
+                    A::P(sidx),
+                    A::P(out.ptr),
+                    A::I(out.cols as i32),
+                    A::I(l.head_dim as i32),
+                    A::I(l.n_head as i32),
+                    A::I(l.window.unwrap_or(0) as i32),
+                    A::I(l.causal as i32),
+                ],
+            );
+            if n_split == q.rows {
+                return;
+            }
+        }
+        let args: Vec<A> = [A::S(step.args), A::P(q.ptr), A::P(out.ptr), A::P(sidx)]
+            .into_iter()
+            .chain(common)
+            .collect();
+        self.dev
+            .launch(&format!("attn_{ty}"), (q.rows as u32, l.n_head as u32), 128, &args);
     }
 
     fn encoder_attention(
@@ -824,8 +881,8 @@ impl Cuda {
         }
         let segments = super::run_segments(&x.runs, t);
         // Sequences of many rows through cuBLAS, each on its own; the rows of the others (decode
-        // steps) together, eight at a time: the matrix-vector kernels compute every row the same
-        // way whatever else shares the launch.
+        // steps) together, up to eight per matrix-vector launch: these kernels compute every row
+        // the same way whatever else shares the launch.
         let mut small: Vec<(usize, usize)> = Vec::new();
         for (s0, len) in segments {
             if len >= GEMM_MIN_ROWS && self.dev.blas.is_some() {
@@ -852,8 +909,10 @@ impl Cuda {
             (qx, ds)
         });
         for (s0, len) in small {
-            for r0 in (s0..s0 + len).step_by(8) {
-                let rows = (s0 + len - r0).min(8);
+            let mut r0 = s0;
+            while r0 < s0 + len {
+                let left = s0 + len - r0;
+                let rows = left.min(8);
                 // Weights of one type and kernel go up to three to a launch.
                 let mut done = vec![false; ws.len()];
                 for i in 0..ws.len() {
@@ -880,6 +939,7 @@ impl Cuda {
                         }
                     }
                 }
+                r0 += rows;
             }
         }
     }
@@ -1005,6 +1065,47 @@ impl Cuda {
 
     /// The q8_1 scratch laid out for `rows` activation rows of `n` values: the int8 values
     /// (`rows × n`), then each block's (d, d·Σq); returns the two addresses.
+    /// The step's split-K attention rows (`attention`): rows of sequences of at most
+    /// `ATTN_SPLIT_ROWS` rows, numbered in order (-1 for the others) on the device, and their
+    /// count; made once per step.
+    fn split_rows(&self, step: &CudaStep) -> (u64, usize) {
+        let mut memo = step.split.lock().unwrap_or_else(|e| e.into_inner());
+        *memo.get_or_insert_with(|| {
+            let mut idx = Vec::with_capacity(step.plan.positions.len());
+            let mut n = 0i32;
+            for s in &step.plan.seqs {
+                for _ in 0..s.rows {
+                    if s.rows <= ATTN_SPLIT_ROWS {
+                        idx.push(n);
+                        n += 1;
+                    } else {
+                        idx.push(-1);
+                    }
+                }
+            }
+            if n == 0 {
+                (0, 0)
+            } else {
+                (self.dev.upload(&idx), n as usize)
+            }
+        })
+    }
+
+    /// At least `len` f32 of split-K attention scratch (grow-only).
+    fn attn_scratch(&self, len: usize) -> u64 {
+        let mut part = self.dev.attn_part.lock().unwrap_or_else(|e| e.into_inner());
+        if part.as_ref().is_none_or(|b| b.len() < len) {
+            // Launches recorded so far may read the old buffer: issue them before it is freed.
+            self.dev.flush();
+            // SAFETY: written by attn_split before attn_combine reads it.
+            *part = Some(
+                unsafe { self.dev.stream.alloc::<f32>(len.next_power_of_two()) }
+                    .unwrap_or_else(|e| self.dev.fail("attention scratch", e)),
+            );
+        }
+        self.dev.ptr(part.as_ref().expect("allocated"))
+    }
+
     fn q8_scratch(&self, rows: usize, n: usize) -> (u64, u64) {
         let count = rows * n;
         let need = count.div_ceil(16) * 16 + count / 32 * 8;

@@ -54,16 +54,24 @@ extern "C" __global__ void store_kv(Step s, const float* k, const float* v, int 
     }
 }
 
+// The keys row r attends to: lo ..= hi.
+__device__ __forceinline__ void key_range(const Step& s, int r, int window, int causal, int* lo, int* hi) {
+    int seq = s.row_seq[r], pos = s.row_pos[r];
+    *hi = causal ? pos : s.seq_pos0[seq] + s.seq_rows[seq] - 1;
+    *lo = (causal && window > 0) ? max(0, pos - window + 1) : 0;
+}
+
 // Softmax attention of one query row and head over its sequence's cache (keys lo ..= hi), f32
 // throughout: four warps take every fourth key, each keeps a running max, sum and output
-// (online softmax), then the warps are merged. Grid (rows, heads), 128 threads.
+// (online softmax), then the warps are merged. Grid (rows, heads), 128 threads. Rows with a split
+// index (sidx[r] >= 0) are attn_split's.
 template <int KT>
-__device__ void attn_t(Step s, const float* q, float* out, int cols, int hd, int n_head, int n_kv, float scale,
+__device__ void attn_t(Step s, const float* q, float* out, const int* sidx, int cols, int hd, int n_head, int n_kv, float scale,
                        int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
     int r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    int seq = s.row_seq[r], pos = s.row_pos[r];
-    int hi = causal ? pos : s.seq_pos0[seq] + s.seq_rows[seq] - 1;
-    int lo = (causal && window > 0) ? max(0, pos - window + 1) : 0;
+    if (sidx && sidx[r] >= 0) return;
+    int seq = s.row_seq[r], lo, hi;
+    key_range(s, r, window, causal, &lo, &hi);
     int kh = h / (n_head / n_kv);
     const int NPL = MAX_HD / 32;
     float qv[NPL], acc[NPL];
@@ -113,13 +121,170 @@ __device__ void attn_t(Step s, const float* q, float* out, int cols, int hd, int
     for (int d = threadIdx.x; d < hd; d += blockDim.x) o[d] = (so[0][d] + so[1][d] + so[2][d] + so[3][d]) / L;
 }
 
-extern "C" __global__ void attn_f16(Step s, const float* q, float* out, int cols, int hd, int n_head, int n_kv, float scale,
+extern "C" __global__ void attn_f16(Step s, const float* q, float* out, const int* sidx, int cols, int hd, int n_head, int n_kv, float scale,
                                     int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
-    attn_t<KV_F16>(s, q, out, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
+    attn_t<KV_F16>(s, q, out, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
 }
-extern "C" __global__ void attn_q8_0(Step s, const float* q, float* out, int cols, int hd, int n_head, int n_kv, float scale,
+extern "C" __global__ void attn_q8_0(Step s, const float* q, float* out, const int* sidx, int cols, int hd, int n_head, int n_kv, float scale,
                                      int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
-    attn_t<KV_Q8_0>(s, q, out, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
+    attn_t<KV_Q8_0>(s, q, out, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
+}
+
+// ---- Split-K attention for decode rows (rows of sequences with few rows in the step): a row's
+// keys are cut into at most SPLIT_MAX splits of whole pages, the split's length depending only on
+// the row's key count (so a row's result does not depend on the batch). One block per (row, KV
+// head, split) takes the G = n_head / n_kv query heads that read that KV head (each K and V value
+// loaded once for all G), a page of keys at a time: scores (a warp per key, four values a lane),
+// then the page's softmax terms per head (online softmax across pages), then V (a thread per
+// value of the head). Each block writes its output, max and sum; attn_combine merges the splits
+// in order.
+#define SPLIT_MAX 32
+#define SPLIT_G 8
+
+__device__ __forceinline__ int split_len(int nk) {
+    return max(PAGE, ((nk + SPLIT_MAX - 1) / SPLIT_MAX + PAGE - 1) / PAGE * PAGE);
+}
+
+// Values d .. d+3 of a cache row (d a multiple of 4).
+template <int KT> __device__ __forceinline__ void kv_get4(const u8* row, int d, float v[4]) {
+    if (KT == KV_F16) {
+        uint2 u = *(const uint2*)(row + 2 * d);
+        v[0] = h2f(u.x & 0xFFFF); v[1] = h2f(u.x >> 16); v[2] = h2f(u.y & 0xFFFF); v[3] = h2f(u.y >> 16);
+        return;
+    }
+    const u8* b = row + (d / 32) * 34;
+    float sc = h2f(ld16(b));
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = sc * (float)(i8)b[2 + d % 32 + i];
+}
+
+template <int KT>
+__device__ void attn_split_t(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head, int n_kv,
+                             float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+    int r = blockIdx.x, kh = blockIdx.y / SPLIT_MAX, j = blockIdx.y % SPLIT_MAX;
+    int idx = sidx[r];
+    if (idx < 0) return;
+    int seq = s.row_seq[r], lo, hi;
+    key_range(s, r, window, causal, &lo, &hi);
+    int nk = hi - lo + 1, len = split_len(nk);
+    if (j * len >= nk) return;
+    int a = lo + j * len, b = min(hi, a + len - 1);
+    int G = n_head / n_kv, h0 = kh * G;
+    int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    __shared__ float qs[SPLIT_G * MAX_HD];
+    __shared__ float sc[SPLIT_G][PAGE];
+    __shared__ float ms[SPLIT_G], ls[SPLIT_G], cs[SPLIT_G];
+    // The G heads' queries are consecutive in the row.
+    for (int i = tid; i < G * hd; i += blockDim.x) qs[i] = q[(u64)r * cols + (u64)h0 * hd + i];
+    if (tid < G) { ms[tid] = -INFINITY; ls[tid] = 0.f; }
+    const int NV = MAX_HD / 128;
+    float acc[SPLIT_G][NV];
+#pragma unroll
+    for (int g = 0; g < SPLIT_G; g++)
+#pragma unroll
+        for (int i = 0; i < NV; i++) acc[g][i] = 0.f;
+    __syncthreads();
+    for (int t0 = a; t0 <= b; t0 += PAGE) {
+        int nt = min(PAGE, b - t0 + 1);
+        for (int k = w; k < nt; k += 4) {
+            const u8* kr = kv_row(s, seq, t0 + k, k_off, k_rb);
+            float part[SPLIT_G];
+#pragma unroll
+            for (int g = 0; g < SPLIT_G; g++) part[g] = 0.f;
+            for (int d = lane * 4; d < hd; d += 128) {
+                float kv[4];
+                kv_get4<KT>(kr, kh * hd + d, kv);
+#pragma unroll
+                for (int g = 0; g < SPLIT_G; g++) {
+                    if (g < G) {
+                        const float* qg = qs + g * hd + d;
+                        part[g] += qg[0] * kv[0] + qg[1] * kv[1] + qg[2] * kv[2] + qg[3] * kv[3];
+                    }
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < SPLIT_G; g++) {
+                if (g < G) {
+                    float v = warp_sum(part[g]);
+                    if (lane == 0) sc[g][k] = v * scale;
+                }
+            }
+        }
+        __syncthreads();
+        for (int g = w; g < G; g += 4) {
+            float s0 = lane < nt ? sc[g][lane] : -INFINITY, s1 = lane + 32 < nt ? sc[g][lane + 32] : -INFINITY;
+            float mo = ms[g], mn = fmaxf(mo, warp_max(fmaxf(s0, s1)));
+            float p0 = lane < nt ? expf(s0 - mn) : 0.f, p1 = lane + 32 < nt ? expf(s1 - mn) : 0.f;
+            sc[g][lane] = p0;
+            sc[g][lane + 32] = p1;
+            float sum = warp_sum(p0 + p1);
+            if (lane == 0) {
+                float c = expf(mo - mn);
+                cs[g] = c;
+                ls[g] = ls[g] * c + sum;
+                ms[g] = mn;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            int d = tid + 128 * i;
+            if (d < hd) {
+#pragma unroll
+                for (int g = 0; g < SPLIT_G; g++)
+                    if (g < G) acc[g][i] *= cs[g];
+                for (int k = 0; k < nt; k++) {
+                    float v = kv_get<KT>(kv_row(s, seq, t0 + k, v_off, v_rb), kh * hd + d);
+#pragma unroll
+                    for (int g = 0; g < SPLIT_G; g++)
+                        if (g < G) acc[g][i] += sc[g][k] * v;
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int g = 0; g < SPLIT_G; g++) {
+        if (g < G) {
+            u64 P = ((u64)idx * n_head + h0 + g) * SPLIT_MAX + j;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                int d = tid + 128 * i;
+                if (d < hd) po[P * hd + d] = acc[g][i];
+            }
+            if (tid == 0) { pml[2 * P] = ms[g]; pml[2 * P + 1] = ls[g]; }
+        }
+    }
+}
+
+extern "C" __global__ void attn_split_f16(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head,
+                                          int n_kv, float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+    attn_split_t<KV_F16>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
+}
+extern "C" __global__ void attn_split_q8_0(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head,
+                                           int n_kv, float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+    attn_split_t<KV_Q8_0>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
+}
+
+// The splits of a row and head merged, in split order. Grid (rows, heads), 128 threads.
+extern "C" __global__ void attn_combine(Step s, const float* po, const float* pml, const int* sidx, float* out, int cols, int hd,
+                                        int n_head, int window, int causal) {
+    int r = blockIdx.x, h = blockIdx.y;
+    int idx = sidx[r];
+    if (idx < 0) return;
+    int lo, hi;
+    key_range(s, r, window, causal, &lo, &hi);
+    int nk = hi - lo + 1, len = split_len(nk), ns = (nk + len - 1) / len;
+    u64 P0 = ((u64)idx * n_head + h) * SPLIT_MAX;
+    float M = -INFINITY;
+    for (int j = 0; j < ns; j++) M = fmaxf(M, pml[2 * (P0 + j)]);
+    float L = 0.f;
+    for (int j = 0; j < ns; j++) L += pml[2 * (P0 + j) + 1] * expf(pml[2 * (P0 + j)] - M);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.f;
+        for (int j = 0; j < ns; j++) o += po[(P0 + j) * hd + d] * expf(pml[2 * (P0 + j)] - M);
+        out[(u64)r * cols + (u64)h * hd + d] = o / L;
+    }
 }
 
 // Bidirectional attention over f32 Q/K/V rows (encoders): row r attends to rows
