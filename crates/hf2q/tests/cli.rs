@@ -375,6 +375,55 @@ fn closed_pipe_ends_quietly() {
     }
 }
 
+/// `bench --parallel` runs llama-batched-bench's test: per count B a prompt row and a decode row
+/// (aggregate tokens/s), in JSON with `n_parallel`; a count of 0 is refused.
+#[test]
+fn bench_parallel_reports_batched_rows() {
+    let m = smollm2();
+    let m = m.to_str().unwrap();
+    let o = hf2q(&[
+        "bench",
+        "-m",
+        m,
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "-t",
+        "2",
+        "--parallel",
+        "1,3",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).expect("bench --json prints JSON");
+    let got: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["test"].as_str().unwrap_or("").to_string(),
+                r["n_parallel"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let want = [("pp16 x1", 1), ("tg4 x1", 1), ("pp16 x3", 3), ("tg4 x3", 3)];
+    assert_eq!(
+        got,
+        want.iter().map(|&(t, b)| (t.to_string(), b)).collect::<Vec<_>>(),
+        "{rows:?}"
+    );
+    for r in &rows {
+        assert!(r["avg_ts"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+    }
+    let o = hf2q(&["bench", "-m", m, "--parallel", "0"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("--parallel"), "{err}");
+}
+
 /// `--device cuda` without a GPU is a clear error (exit 3) naming what is missing, for a command
 /// and for the server, before anything loads.
 #[test]
