@@ -70,6 +70,14 @@ wait_builds() {
 stash() {
   mkdir -p /tmp/stash && for d in stashA stashB; do [ -d $D/$d ] && cp $D/$d/* /tmp/stash/; done; ls /tmp/stash
 }
+batched() {
+  # llama-batched-bench and hf2q bench --parallel on the 8B Q4_K_M (512-token prompts, 128 steps).
+  m=$W/l8b.q4_k_m.gguf
+  /tmp/lc/b/bin/llama-batched-bench -m $m -ngl 99 -fa on -c 45056 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,4,16,64 \
+    > $OUT/llama-batched-bench.txt 2>&1
+  grep -E "^\|" $OUT/llama-batched-bench.txt
+  $H bench -m $m --device cuda -p 512 -n 128 -r 1 --parallel 1,4,16,64 2>&1 | tee -a $OUT/hf2q-batched.txt | grep " x"
+}
 serve_pair() {
   # serve_pair N [hf2q serve options]: llama-server then hf2q serve, N streams (serve_bench.py).
   local n=$1; shift
@@ -87,22 +95,11 @@ serve_pair() {
   tail -n 3 /tmp/hs.log >> $OUT/serve-hf2q-log.txt
 }
 case $phase in
-u1)
-  # Second round: as s1 (op tests with split-K attention, fixtures), the background builds.
-  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
-  bg_builds
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked"
-  HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "batched|incremental|test result|panicked"
-  ;;
 u2)
-  # Batched decoding against llama-batched-bench, and batch-1 decode against llama-bench.
+  # Second round (u1 is s1): batched decoding against llama-batched-bench, and batch-1 decode
+  # against llama-bench.
   wait_builds
-  m=$W/l8b.q4_k_m.gguf
-  /tmp/lc/b/bin/llama-batched-bench -m $m -ngl 99 -fa on -c 45056 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,4,16,64 \
-    > $OUT/llama-batched-bench.txt 2>&1
-  grep -E "^\|" $OUT/llama-batched-bench.txt
-  $H bench -m $m --device cuda -p 512 -n 128 -r 1 --parallel 1,4,16,64 2>&1 | tee -a $OUT/hf2q-batched.txt | grep " x"
+  batched
   for q in q4_k_m q8_0 bf16; do
     $H bench -m $W/l8b.$q.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | tail -n 1 | tee -a $OUT/hf2q-bench-tg.txt
     /tmp/lc/b/bin/llama-bench -m $W/l8b.$q.gguf -ngl 99 -fa 1 -p 0 -n 128 -r 3 2>&1 | grep -E "^\|" | tail -n 1 | tee -a $OUT/llama-bench-tg.txt
@@ -117,7 +114,7 @@ u3)
   serve_pair 64
   SKIP_LLAMA=1 serve_pair 64 -b 512
   ;;
-s1)
+s1|u1)
   nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
   nvidia-smi -q > $OUT/nvidia-smi-q.txt
   bg_builds
@@ -130,11 +127,7 @@ s1)
 s2)
   stash
   wait_builds
-  m=$W/l8b.q4_k_m.gguf
-  /tmp/lc/b/bin/llama-batched-bench -m $m -ngl 99 -fa on -c 45056 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,4,16,64 \
-    > $OUT/llama-batched-bench.txt 2>&1
-  grep -E "^\|" $OUT/llama-batched-bench.txt
-  $H bench -m $m --device cuda -p 512 -n 128 -r 1 --parallel 1,4,16,64 2>&1 | tee -a $OUT/hf2q-batched.txt | grep " x"
+  batched
   for q in q4_k_m q8_0 bf16; do
     $H bench -m $W/l8b.$q.gguf --device cuda -p 512 -n 128 -r 3 --json > $OUT/hf2q-bench-$q.json 2> /dev/null
     /tmp/lc/b/bin/llama-bench -m $W/l8b.$q.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o json > $OUT/llama-bench-$q.json 2> /dev/null
@@ -147,17 +140,8 @@ for f in sys.argv[1:]:
   ;;
 s3)
   stash
-  B=/tmp/lc/b/bin; m=$W/l8b.q4_k_m.gguf
-  for n in 16 64; do
-    $B/llama-server -m $m -ngl 99 -fa on -np $n -c $((n * 704)) --port 8081 > /tmp/ls.log 2>&1 &
-    for i in $(seq 1 120); do curl -sf localhost:8081/health > /dev/null && break; sleep 1; done
-    python3 bench/cuda/serve_bench.py http://127.0.0.1:8081 $n 512 128 128256 | tee -a $OUT/serve.jsonl
-    kill %1; wait
-    $H serve -m $m --device cuda --parallel $n -c 704 --port 8082 > /tmp/hs.log 2>&1 &
-    for i in $(seq 1 120); do curl -sf localhost:8082/readyz > /dev/null && break; sleep 1; done
-    python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 $n 512 128 128256 | tee -a $OUT/serve.jsonl
-    kill %1; wait
-  done
+  serve_pair 16
+  serve_pair 64
   M=/tmp/smollm2 && mkdir -p $M
   cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
   sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
@@ -262,17 +246,9 @@ PY
   done
   ;;
 serve)
-  B=/tmp/lc/b/bin; m=$W/l8b.q4_k_m.gguf
-  for n in 16 64; do
-    $B/llama-server -m $m -ngl 99 -fa on -np $n -c $((n * 704)) --port 8081 > /tmp/ls.log 2>&1 &
-    for i in $(seq 1 120); do curl -sf localhost:8081/health > /dev/null && break; sleep 1; done
-    python3 bench/cuda/serve_bench.py http://127.0.0.1:8081 $n 512 128 128256 | tee -a $OUT/serve.jsonl
-    kill %1; wait
-    $D/hf2q serve -m $m --device cuda --parallel $n -c 704 --port 8082 > /tmp/hs.log 2>&1 &
-    for i in $(seq 1 120); do curl -sf localhost:8082/readyz > /dev/null && break; sleep 1; done
-    python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 $n 512 128 128256 | tee -a $OUT/serve.jsonl
-    kill %1; wait
-  done
+  # (The binary carried in this call.)
+  H=$D/hf2q serve_pair 16
+  H=$D/hf2q serve_pair 64
   ;;
 moe_start)
   # The Qwen3-30B-A3B-shaped model (61 GB of bf16, made in /dev/shm: the disk holds the 8B files)

@@ -12,7 +12,7 @@ use crate::error::{CliError, CliResult};
 use clap::Args;
 use engine::backend::Backend;
 use engine::generate::LoadedModel;
-use engine::model::{Logits, SeqStep};
+use engine::model::{Logits, Scratch, SeqStep};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -70,92 +70,28 @@ impl ModelJob for Bench<'_> {
 }
 
 fn bench<B: Backend>(args: &BenchArgs, cpu: &B, m: LoadedModel<B>) -> CliResult {
-    let model = &m.model;
-    let p = model.info();
-    let n_vocab = p.n_vocab as u32;
-    let max_ctx = args
-        .n_prompt
-        .iter()
-        .chain(&args.n_gen)
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let mut kv = model.new_kv(max_ctx, args.model.kv_type)?;
-    let batch = args.batch.max(1);
-    let mut scratch = model.scratch(batch);
+    let n_vocab = m.model.info().n_vocab as u64;
+    let bos = m.tokenizer.bos().unwrap_or(0);
     // llama-bench feeds random tokens (after a BOS); a fixed LCG keeps runs comparable.
     let mut seed = 0x2545F4914F6CDD1Du64;
-    let mut rand_tok = move || {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-        ((seed >> 33) % n_vocab as u64) as u32
+    let mut prompt = move |n: usize| -> Vec<u32> {
+        let mut toks: Vec<u32> = (0..n)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                ((seed >> 33) % n_vocab) as u32
+            })
+            .collect();
+        if let Some(t) = toks.first_mut() {
+            *t = bos;
+        }
+        toks
     };
-    let bos = m.tokenizer.bos().unwrap_or(0);
-    let mut rows = Vec::new();
-    if !args.parallel.is_empty() {
-        rows = batched(args, &m, &mut rand_tok, bos)?;
-    }
-    for &n in args.n_prompt.iter().filter(|&&n| n > 0 && args.parallel.is_empty()) {
-        let mut samples = Vec::new();
-        for rep in 0..=args.reps {
-            let mut toks: Vec<u32> = (0..n).map(|_| rand_tok()).collect();
-            toks[0] = bos;
-            let t = Instant::now();
-            for (i, chunk) in toks.chunks(batch).enumerate() {
-                let logits = if (i + 1) * batch >= n {
-                    Logits::Last
-                } else {
-                    Logits::None
-                };
-                model.forward(
-                    &mut scratch,
-                    &mut [SeqStep {
-                        kv: &mut kv,
-                        tokens: chunk,
-                        pos0: i * batch,
-                        logits,
-                    }],
-                )?;
-            }
-            if rep > 0 {
-                samples.push(n as f64 / t.elapsed().as_secs_f64());
-            }
-        }
-        rows.push(Row {
-            test: format!("pp{n}"),
-            n,
-            seqs: 1,
-            samples,
-        });
-    }
-    for &n in args.n_gen.iter().filter(|&&n| n > 0 && args.parallel.is_empty()) {
-        let mut samples = Vec::new();
-        for rep in 0..=args.reps {
-            let t = Instant::now();
-            let mut tok = bos;
-            for pos in 0..n {
-                let l = model.forward(
-                    &mut scratch,
-                    &mut [SeqStep {
-                        kv: &mut kv,
-                        tokens: &[tok],
-                        pos0: pos,
-                        logits: Logits::Last,
-                    }],
-                )?;
-                tok = engine::sampler::argmax(&l[0]);
-            }
-            if rep > 0 {
-                samples.push(n as f64 / t.elapsed().as_secs_f64());
-            }
-        }
-        rows.push(Row {
-            test: format!("tg{n}"),
-            n,
-            seqs: 1,
-            samples,
-        });
-    }
+    let rows = if args.parallel.is_empty() {
+        single(args, &m, &mut prompt, bos)?
+    } else {
+        batched(args, &m, &mut prompt)?
+    };
+    let batch = args.batch.max(1);
     let file_size = std::fs::metadata(&args.model.model).map(|md| md.len()).unwrap_or(0);
     let name = model_label(&m);
     let backend = cpu.name();
@@ -198,14 +134,113 @@ fn bench<B: Backend>(args: &BenchArgs, cpu: &B, m: LoadedModel<B>) -> CliResult 
     Ok(())
 }
 
+/// `toks` fed into `kv` from position 0 in chunks of `batch` tokens; the last token's logits.
+fn prefill<B: Backend>(
+    m: &LoadedModel<B>,
+    scratch: &mut Scratch,
+    kv: &mut B::Kv,
+    toks: &[u32],
+    batch: usize,
+) -> Result<Vec<f32>, CliError> {
+    let mut last = Vec::new();
+    for (i, chunk) in toks.chunks(batch).enumerate() {
+        let logits = if (i + 1) * batch >= toks.len() {
+            Logits::Last
+        } else {
+            Logits::None
+        };
+        let mut l = m.model.forward(
+            scratch,
+            &mut [SeqStep {
+                kv: &mut *kv,
+                tokens: chunk,
+                pos0: i * batch,
+                logits,
+            }],
+        )?;
+        if let Some(l) = l.pop() {
+            last = l;
+        }
+    }
+    Ok(last)
+}
+
+/// llama-bench's tests: `ppN` (N tokens into an empty cache) and `tgN` (N tokens decoded one at a
+/// time from an empty cache).
+fn single<B: Backend>(
+    args: &BenchArgs,
+    m: &LoadedModel<B>,
+    prompt: &mut impl FnMut(usize) -> Vec<u32>,
+    bos: u32,
+) -> Result<Vec<Row>, CliError> {
+    let model = &m.model;
+    let max_ctx = args
+        .n_prompt
+        .iter()
+        .chain(&args.n_gen)
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let mut kv = model.new_kv(max_ctx, args.model.kv_type)?;
+    let batch = args.batch.max(1);
+    let mut scratch = model.scratch(batch);
+    let mut rows = Vec::new();
+    for &n in args.n_prompt.iter().filter(|&&n| n > 0) {
+        let mut samples = Vec::new();
+        for rep in 0..=args.reps {
+            let toks = prompt(n);
+            let t = Instant::now();
+            prefill(m, &mut scratch, &mut kv, &toks, batch)?;
+            if rep > 0 {
+                samples.push(n as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+        rows.push(Row {
+            test: format!("pp{n}"),
+            n,
+            seqs: 1,
+            samples,
+        });
+    }
+    for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+        let mut samples = Vec::new();
+        for rep in 0..=args.reps {
+            let t = Instant::now();
+            let mut tok = bos;
+            for pos in 0..n {
+                let l = model.forward(
+                    &mut scratch,
+                    &mut [SeqStep {
+                        kv: &mut kv,
+                        tokens: &[tok],
+                        pos0: pos,
+                        logits: Logits::Last,
+                    }],
+                )?;
+                tok = engine::sampler::argmax(&l[0]);
+            }
+            if rep > 0 {
+                samples.push(n as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+        rows.push(Row {
+            test: format!("tg{n}"),
+            n,
+            seqs: 1,
+            samples,
+        });
+    }
+    Ok(rows)
+}
+
 /// The `--parallel` tests: for each count B, prompt length P and decode length N, B sequences
 /// (caches of P + N positions) are prefilled one after the other in chunks of `-b`, then decode N
 /// steps of B rows (greedy, each from its own logits). One warm-up run, then `-r`.
 fn batched<B: Backend>(
     args: &BenchArgs,
     m: &LoadedModel<B>,
-    rand_tok: &mut impl FnMut() -> u32,
-    bos: u32,
+    prompt: &mut impl FnMut(usize) -> Vec<u32>,
 ) -> Result<Vec<Row>, CliError> {
     let model = &m.model;
     let batch = args.batch.max(1);
@@ -219,29 +254,12 @@ fn batched<B: Backend>(
                 let mut scratch = model.scratch(batch.max(b));
                 let (mut pp, mut tg) = (Vec::new(), Vec::new());
                 for rep in 0..=args.reps {
+                    let prompts: Vec<Vec<u32>> = (0..b).map(|_| prompt(p)).collect();
                     let t = Instant::now();
                     let mut last = Vec::with_capacity(b);
-                    for kv in kvs.iter_mut() {
-                        let mut toks: Vec<u32> = (0..p).map(|_| rand_tok()).collect();
-                        toks[0] = bos;
-                        let mut l = Vec::new();
-                        for (i, chunk) in toks.chunks(batch).enumerate() {
-                            let logits = if (i + 1) * batch >= p {
-                                Logits::Last
-                            } else {
-                                Logits::None
-                            };
-                            l = model.forward(
-                                &mut scratch,
-                                &mut [SeqStep {
-                                    kv,
-                                    tokens: chunk,
-                                    pos0: i * batch,
-                                    logits,
-                                }],
-                            )?;
-                        }
-                        last.push([l.first().map_or(bos, |l| engine::sampler::argmax(l))]);
+                    for (kv, toks) in kvs.iter_mut().zip(&prompts) {
+                        let l = prefill(m, &mut scratch, kv, toks, batch)?;
+                        last.push([engine::sampler::argmax(&l)]);
                     }
                     let t_pp = t.elapsed().as_secs_f64();
                     let t = Instant::now();

@@ -683,7 +683,8 @@ impl Backend for Cuda {
         ];
         if n_split > 0 {
             let parts = n_split * l.n_head * ATTN_SPLIT_MAX;
-            let po = self.attn_scratch(parts * (l.head_dim + 2));
+            let need = parts * (l.head_dim + 2);
+            let po = self.grown(&self.dev.attn_part, need, need.next_power_of_two(), "attention scratch");
             let pml = po + 4 * (parts * l.head_dim) as u64;
             let args: Vec<A> = [A::S(step.args), A::P(q.ptr), A::P(po), A::P(pml), A::P(sidx)]
                 .into_iter()
@@ -1091,35 +1092,31 @@ impl Cuda {
         })
     }
 
-    /// At least `len` f32 of split-K attention scratch (grow-only).
-    fn attn_scratch(&self, len: usize) -> u64 {
-        let mut part = self.dev.attn_part.lock().unwrap_or_else(|e| e.into_inner());
-        if part.as_ref().is_none_or(|b| b.len() < len) {
-            // Launches recorded so far may read the old buffer: issue them before it is freed.
+    /// The device address of a grow-only scratch buffer of at least `need` elements (`size` when
+    /// it has to grow); its contents are written by the kernels that use it before they read it.
+    fn grown<T: cudarc::driver::DeviceRepr>(
+        &self,
+        slot: &Mutex<Option<CudaSlice<T>>>,
+        need: usize,
+        size: usize,
+        what: &str,
+    ) -> u64 {
+        let mut buf = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if buf.as_ref().is_none_or(|b| b.len() < need) {
+            // Launches recorded so far may read the old buffer: issue them before it is freed
+            // (the free is ordered on the stream after them).
             self.dev.flush();
-            // SAFETY: written by attn_split before attn_combine reads it.
-            *part = Some(
-                unsafe { self.dev.stream.alloc::<f32>(len.next_power_of_two()) }
-                    .unwrap_or_else(|e| self.dev.fail("attention scratch", e)),
-            );
+            // SAFETY: written by the kernels that use it before any of them reads it.
+            *buf =
+                Some(unsafe { self.dev.stream.alloc::<T>(size.max(need)) }.unwrap_or_else(|e| self.dev.fail(what, e)));
         }
-        self.dev.ptr(part.as_ref().expect("allocated"))
+        self.dev.ptr(buf.as_ref().expect("allocated"))
     }
 
     fn q8_scratch(&self, rows: usize, n: usize) -> (u64, u64) {
         let count = rows * n;
         let need = count.div_ceil(16) * 16 + count / 32 * 8;
-        let mut q8 = self.dev.q8.lock().unwrap_or_else(|e| e.into_inner());
-        if q8.as_ref().is_none_or(|b| b.len() < need) {
-            // Launches recorded so far may read the old buffer: issue them before it is freed
-            // (the free is ordered on the stream after them).
-            self.dev.flush();
-            let size = need.max(Q8_FUSE_ROWS * 16384 * 5 / 4);
-            // SAFETY: written by the quantizing kernels before any kernel reads it.
-            *q8 =
-                Some(unsafe { self.dev.stream.alloc::<u8>(size) }.unwrap_or_else(|e| self.dev.fail("q8_1 scratch", e)));
-        }
-        let base = self.dev.ptr(q8.as_ref().expect("allocated"));
+        let base = self.grown(&self.dev.q8, need, Q8_FUSE_ROWS * 16384 * 5 / 4, "q8_1 scratch");
         (base, base + count.div_ceil(16) as u64 * 16)
     }
 

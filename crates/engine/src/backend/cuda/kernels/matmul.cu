@@ -1,17 +1,17 @@
 // Quantized matrix times a few activation rows (decode and small batches): out = x · Wᵀ with W in
 // its GGUF type, x f32 (t rows of n, t <= R), out (t, m). One to four warps per output row: lanes
 // take eight consecutive values at a time, decode them once and multiply them into every
-// activation row; f32 sums, reduced across the warps. A warp may take C output rows (C > 1: each
-// activation value loaded serves C weights), instantiated only with C = 1 for now: 16- and 32-row
-// tiles with C = 4 / 2 measured slower than 8-row launches on an H200 (bench/runs/2026-12-02-h200/
-// cuda-batched). Every output
-// (row, column) is computed by the same operations in the same order whatever R, C and t are —
-// each lane sums its chunks in order, then the warp's lanes, then the row's warps; the float
-// operations are spelled out (`__fmaf_rn`, `__fadd_rn`: no contraction left to the compiler) —
-// so a decode row's product does not depend on how many rows share the launch.
+// activation row; f32 sums, reduced across the warps. Every output (row, column) is computed by
+// the same operations in the same order whatever R and t are — each lane sums its chunks in
+// order, then the warp's lanes, then the row's warps; the float operations are spelled out
+// (`__fmaf_rn`, `__fadd_rn`: no contraction left to the compiler) — so a decode row's product does
+// not depend on how many rows share the launch. (Tiles of 16 / 32 rows giving a warp 4 / 2 output
+// rows measured slower than 8-row launches on an H200: bench/runs/2026-12-02-h200/cuda-batched.)
 
-// Eight weights times eight activations, in one fixed order.
-__device__ __forceinline__ float dot8(const float w[8], float4 a, float4 b) {
+// Eight weights times eight activations (16-byte aligned), in one fixed order.
+__device__ __forceinline__ float dot8(const float w[8], const float* x) {
+    const float4* xp = (const float4*)x;
+    float4 a = xp[0], b = xp[1];
     float s = __fmul_rn(w[0], a.x);
     s = __fmaf_rn(w[1], a.y, s);
     s = __fmaf_rn(w[2], a.z, s);
@@ -21,73 +21,56 @@ __device__ __forceinline__ float dot8(const float w[8], float4 a, float4 b) {
     s = __fmaf_rn(w[6], b.z, s);
     return __fmaf_rn(w[7], b.w, s);
 }
-__device__ __forceinline__ float dot8x(const float w[8], const float* x) {
-    const float4* xp = (const float4*)x;
-    return dot8(w, xp[0], xp[1]);
-}
 
-// The warp sums of C·R outputs (acc[c·R + r]: column o0 + c, row r) of one output group's `wpr`
-// warps (consecutive in the block) added and written.
-template <int R, int C>
-__device__ __forceinline__ void row_out(float acc[C * R], float red[4][C * R], int wib, int lane, int o0, int part, int wpr, float* out, int m, int t) {
+// The warp sums of one output row's `wpr` warps (consecutive in the block) added and written.
+template <int R>
+__device__ __forceinline__ void row_out(float acc[R], float red[4][R], int wib, int lane, int o, int part, int wpr, float* out, int m, int t) {
 #pragma unroll
-    for (int i = 0; i < C * R; i++) acc[i] = warp_sum(acc[i]);
+    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
     if (wpr == 1) {
-        if (lane == 0) {
+        if (lane == 0 && o < m) {
 #pragma unroll
-            for (int c = 0; c < C; c++)
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (r < t && o0 + c < m) out[(u64)r * m + o0 + c] = acc[c * R + r];
+            for (int r = 0; r < R; r++)
+                if (r < t) out[(u64)r * m + o] = acc[r];
         }
         return;
     }
     if (lane == 0) {
 #pragma unroll
-        for (int i = 0; i < C * R; i++) red[wib][i] = acc[i];
+        for (int r = 0; r < R; r++) red[wib][r] = acc[r];
     }
     __syncthreads();
-    if (lane == 0 && part == 0) {
+    if (lane == 0 && part == 0 && o < m) {
 #pragma unroll
-        for (int c = 0; c < C; c++)
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                float s = 0.f;
-                for (int k = 0; k < wpr; k++) s = __fadd_rn(s, red[wib + k][c * R + r]);
-                if (r < t && o0 + c < m) out[(u64)r * m + o0 + c] = s;
-            }
+        for (int r = 0; r < R; r++) {
+            float s = 0.f;
+            for (int k = 0; k < wpr; k++) s = __fadd_rn(s, red[wib + k][r]);
+            if (r < t) out[(u64)r * m + o] = s;
+        }
     }
 }
 
-// `wpr` warps per output group (1, 2 or 4: a matrix of few rows spread over more warps), each a
-// share of the row's 256-value chunks, summed through shared memory; four warps per block. A
-// group is C consecutive output rows.
-template <int TY, int R, int C>
+// `wpr` warps per output row (1, 2 or 4: a matrix of few rows spread over more warps), each a
+// share of the row's 256-value chunks, summed through shared memory; four warps per block.
+template <int TY, int R>
 __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float* out, int n, int m, int t, int wpr) {
-    __shared__ float red[4][C * R];
+    __shared__ float red[4][R];
     int wib = threadIdx.x / 32, lane = threadIdx.x & 31;
     int warp = blk * 4 + wib;
-    int o0 = (warp / wpr) * C, part = warp % wpr;
-    float acc[C * R];
+    int o = warp / wpr, part = warp % wpr;
+    float acc[R];
 #pragma unroll
-    for (int i = 0; i < C * R; i++) acc[i] = 0.f;
-    if (o0 < m) {
-        const u8* row = W + (u64)o0 * row_bytes;
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    if (o < m) {
+        const u8* row = W + (u64)o * row_bytes;
         if (Blk<TY>::QK == 1 && (n % 8) != 0) {
             for (int j = part * 32 + lane; j < n; j += 32 * wpr) {
-                float w[C];
+                float w = deq1<TY>(row, j);
 #pragma unroll
-                for (int c = 0; c < C; c++) w[c] = o0 + c < m ? deq1<TY>(row + c * row_bytes, j) : 0.f;
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (r < t) {
-                        float xv = x[(u64)r * n + j];
-#pragma unroll
-                        for (int c = 0; c < C; c++) acc[c * R + r] = __fmaf_rn(w[c], xv, acc[c * R + r]);
-                    }
-                }
+                for (int r = 0; r < R; r++)
+                    if (r < t) acc[r] = __fmaf_rn(w, x[(u64)r * n + j], acc[r]);
             }
-        } else if (C == 1) {
+        } else {
             int S = 256 * wpr;
             int j = part * 256 + lane * 8;
             // Four chunks per step, all decoded (their loads in flight) before the products: one
@@ -100,7 +83,7 @@ __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float
                 for (int u = 0; u < 4; u++) {
 #pragma unroll
                     for (int r = 0; r < R; r++) {
-                        if (r < t) acc[r] = __fadd_rn(acc[r], dot8x(w[u], x + (u64)r * n + j + S * u));
+                        if (r < t) acc[r] = __fadd_rn(acc[r], dot8(w[u], x + (u64)r * n + j + S * u));
                     }
                 }
             }
@@ -109,31 +92,12 @@ __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float
                 deq8<TY>(row, j, w);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    if (r < t) acc[r] = __fadd_rn(acc[r], dot8x(w, x + (u64)r * n + j));
-                }
-            }
-        } else {
-            int S = 256 * wpr;
-            for (int j = part * 256 + lane * 8; j < n; j += S) {
-                float w[C][8];
-#pragma unroll
-                for (int c = 0; c < C; c++) {
-                    if (o0 + c < m) deq8<TY>(row + c * row_bytes, j, w[c]);
-                }
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (r < t) {
-                        const float4* xp = (const float4*)(x + (u64)r * n + j);
-                        float4 a = xp[0], b = xp[1];
-#pragma unroll
-                        for (int c = 0; c < C; c++)
-                            if (o0 + c < m) acc[c * R + r] = __fadd_rn(acc[c * R + r], dot8(w[c], a, b));
-                    }
+                    if (r < t) acc[r] = __fadd_rn(acc[r], dot8(w, x + (u64)r * n + j));
                 }
             }
         }
     }
-    row_out<R, C>(acc, red, wib, lane, o0, part, wpr, out, m, t);
+    row_out<R>(acc, red, wib, lane, o, part, wpr, out, m, t);
 }
 
 // The name is pasted here, where the type's macro is not expanded (mmv_TY_Q4_K_8 ...). The `3`
@@ -142,16 +106,16 @@ __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float
 // third's; each output row computed exactly as its weight's own launch computes it.
 #define MMV(NAME, TY, R) \
     extern "C" __global__ void NAME##_##R(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr) { \
-        mmv_t<TY, R, 1>(blockIdx.x, W, rb, x, out, n, m, t, wpr); \
+        mmv_t<TY, R>(blockIdx.x, W, rb, x, out, n, m, t, wpr); \
     } \
     extern "C" __global__ void NAME##3_##R(const float* x, int n, int t, \
         const u8* W0, u64 rb0, float* o0, int m0, int wpr0, int nb0, \
         const u8* W1, u64 rb1, float* o1, int m1, int wpr1, int nb1, \
         const u8* W2, u64 rb2, float* o2, int m2, int wpr2) { \
         int b = blockIdx.x; \
-        if (b < nb0) mmv_t<TY, R, 1>(b, W0, rb0, x, o0, n, m0, t, wpr0); \
-        else if ((b -= nb0) < nb1) mmv_t<TY, R, 1>(b, W1, rb1, x, o1, n, m1, t, wpr1); \
-        else mmv_t<TY, R, 1>(b - nb1, W2, rb2, x, o2, n, m2, t, wpr2); \
+        if (b < nb0) mmv_t<TY, R>(b, W0, rb0, x, o0, n, m0, t, wpr0); \
+        else if ((b -= nb0) < nb1) mmv_t<TY, R>(b, W1, rb1, x, o1, n, m1, t, wpr1); \
+        else mmv_t<TY, R>(b - nb1, W2, rb2, x, o2, n, m2, t, wpr2); \
     }
 #define MMV_ALL(TY) MMV(mmv_##TY, TY, 1) MMV(mmv_##TY, TY, 2) MMV(mmv_##TY, TY, 4) MMV(mmv_##TY, TY, 8)
 FOR_EACH_TYPE(MMV_ALL)
@@ -189,7 +153,7 @@ __device__ __forceinline__ int sum16(int4 a) {
 __device__ __forceinline__ float i2f(int i) { return __fsub_rn(__int_as_float(0x4B400000 + i), 12582912.f); }
 
 // Per weight type: the lane's share of block `ib` of a weight row (`load`), the activation values
-// it meets in row r (`act`), and their product (`dot`), the same operations in every kernel.
+// it meets in row r (`act`), and their product (`dot`), with every float operation spelled out.
 template <int TY> struct VQ;
 
 // Q4_K: a lane takes 16 bytes of a block's nibbles (32 values: 16 of sub-block 2jj from the low
@@ -288,71 +252,60 @@ template <> struct VQ<TY_Q8_0> {
     __device__ __forceinline__ float dot(const Act& x) const { return __fmul_rn(__fmul_rn(x.e, d), i2f(dot16(w, x.a))); }
 };
 
-// out (t, m) = x · Wᵀ from q8_1 activations: `wpr` warps per output group of C rows (1, 2 or 4:
-// small matrices spread over more warps), each warp a share of the row's blocks; four warps per
-// block.
-template <int TY, int R, int C>
+// out (t, m) = x · Wᵀ from q8_1 activations: `wpr` warps per output row (1, 2 or 4: small
+// matrices spread over more warps), each warp a share of the row's blocks; four warps per block.
+template <int TY, int R>
 __device__ void mmvq_t(int blk, const u8* W, u64 rb, const i8* qx, const float2* ds, float* out, int n, int m, int t, int wpr) {
     typedef VQ<TY> Q;
-    __shared__ float red[4][C * R];
+    __shared__ float red[4][R];
     int wib = threadIdx.x / 32, lane = threadIdx.x & 31;
     int warp = blk * 4 + wib;
-    int o0 = (warp / wpr) * C, part = warp % wpr;
+    int o = warp / wpr, part = warp % wpr;
     const int per = WARP / Q::LPB;  // blocks per warp step
-    float acc[C * R];
+    float acc[R];
 #pragma unroll
-    for (int i = 0; i < C * R; i++) acc[i] = 0.f;
-    if (o0 < m) {
-        const u8* row = W + (u64)o0 * rb;
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    if (o < m) {
+        const u8* row = W + (u64)o * rb;
         int nb = n / Q::QK;
         int ib = part * per + lane / Q::LPB;
         int step = per * wpr;
-        if (C == 1) {
-            // Two steps at a time: their loads in flight together.
-            for (; ib + step < nb; ib += 2 * step) {
-                Q w0, w1;
-                w0.load(row, ib, lane);
-                w1.load(row, ib + step, lane);
+        // Two steps at a time: their loads in flight together.
+        for (; ib + step < nb; ib += 2 * step) {
+            Q w0, w1;
+            w0.load(row, ib, lane);
+            w1.load(row, ib + step, lane);
 #pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (r < t) acc[r] = __fadd_rn(acc[r], w0.dot(w0.act(qx, ds, r, n)));
+            for (int r = 0; r < R; r++)
+                if (r < t) acc[r] = __fadd_rn(acc[r], w0.dot(w0.act(qx, ds, r, n)));
 #pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (r < t) acc[r] = __fadd_rn(acc[r], w1.dot(w1.act(qx, ds, r, n)));
-            }
+            for (int r = 0; r < R; r++)
+                if (r < t) acc[r] = __fadd_rn(acc[r], w1.dot(w1.act(qx, ds, r, n)));
         }
-        for (; ib < nb; ib += step) {
-            Q w[C];
+        if (ib < nb) {
+            Q w;
+            w.load(row, ib, lane);
 #pragma unroll
-            for (int c = 0; c < C; c++)
-                if (o0 + c < m) w[c].load(row + c * rb, ib, lane);
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                if (r < t) {
-                    typename Q::Act x = w[0].act(qx, ds, r, n);
-#pragma unroll
-                    for (int c = 0; c < C; c++)
-                        if (o0 + c < m) acc[c * R + r] = __fadd_rn(acc[c * R + r], w[c].dot(x));
-                }
-            }
+            for (int r = 0; r < R; r++)
+                if (r < t) acc[r] = __fadd_rn(acc[r], w.dot(w.act(qx, ds, r, n)));
         }
     }
-    row_out<R, C>(acc, red, wib, lane, o0, part, wpr, out, m, t);
+    row_out<R>(acc, red, wib, lane, o, part, wpr, out, m, t);
 }
 
 // Named as mmv's are (the type's name pasted before its macro is expanded); `3` as mmv's.
 #define MMVQ(NAME, TY, R) \
     extern "C" __global__ void NAME##_##R(const u8* W, u64 rb, const i8* qx, const float2* ds, float* out, int n, int m, int t, int wpr) { \
-        mmvq_t<TY, R, 1>(blockIdx.x, W, rb, qx, ds, out, n, m, t, wpr); \
+        mmvq_t<TY, R>(blockIdx.x, W, rb, qx, ds, out, n, m, t, wpr); \
     } \
     extern "C" __global__ void NAME##3_##R(const i8* qx, const float2* ds, int n, int t, \
         const u8* W0, u64 rb0, float* o0, int m0, int wpr0, int nb0, \
         const u8* W1, u64 rb1, float* o1, int m1, int wpr1, int nb1, \
         const u8* W2, u64 rb2, float* o2, int m2, int wpr2) { \
         int b = blockIdx.x; \
-        if (b < nb0) mmvq_t<TY, R, 1>(b, W0, rb0, qx, ds, o0, n, m0, t, wpr0); \
-        else if ((b -= nb0) < nb1) mmvq_t<TY, R, 1>(b, W1, rb1, qx, ds, o1, n, m1, t, wpr1); \
-        else mmvq_t<TY, R, 1>(b - nb1, W2, rb2, qx, ds, o2, n, m2, t, wpr2); \
+        if (b < nb0) mmvq_t<TY, R>(b, W0, rb0, qx, ds, o0, n, m0, t, wpr0); \
+        else if ((b -= nb0) < nb1) mmvq_t<TY, R>(b, W1, rb1, qx, ds, o1, n, m1, t, wpr1); \
+        else mmvq_t<TY, R>(b - nb1, W2, rb2, qx, ds, o2, n, m2, t, wpr2); \
     }
 #define MMVQ_ALL(TY) MMVQ(mmvq_##TY, TY, 1) MMVQ(mmvq_##TY, TY, 2) MMVQ(mmvq_##TY, TY, 4) MMVQ(mmvq_##TY, TY, 8)
 MMVQ_ALL(TY_Q4_K)
