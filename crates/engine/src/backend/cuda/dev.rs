@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 pub(super) struct Kernels {
     pub(super) by_name: HashMap<String, usize>,
     pub(super) funcs: Vec<CudaFunction>,
+    names: Vec<String>,
     _modules: Vec<Arc<CudaModule>>,
 }
 
@@ -65,6 +66,14 @@ const ARENA_BYTES: usize = 8 << 20;
 /// A grow-only f16 / bf16 scratch buffer.
 pub(super) type HalfScratch = Option<CudaSlice<u16>>;
 
+/// A page-locked host buffer (`cuMemAllocHost`), grow-only.
+pub(super) struct Pinned {
+    ptr: *mut u8,
+    len: usize,
+}
+// SAFETY: host memory owned by the device object, used under its mutex only.
+unsafe impl Send for Pinned {}
+
 /// The device, its stream and kernels, shared by the backend, its buffers and its KV pools.
 pub struct Dev {
     pub(super) ctx: Arc<CudaContext>,
@@ -72,6 +81,8 @@ pub struct Dev {
     pub(super) kernels: Kernels,
     pub(super) name: String,
     pub(super) ordinal: usize,
+    /// Compute capability (major, minor).
+    pub(super) cc: (i32, i32),
     /// How many modules were compiled now (not taken from the disk cache).
     pub(super) compiled: usize,
     /// cuBLAS for products of many rows (None where libcublas is missing: the matrix-vector
@@ -89,6 +100,10 @@ pub struct Dev {
     /// Launches (and host writes) so far: a value recorded after a launch says whether anything
     /// ran since.
     pub(super) seq: std::sync::atomic::AtomicU64,
+    /// Per-kernel timing (`HF2Q_CUDA_PROFILE`).
+    prof: Option<super::prof::Prof>,
+    /// The host side of reads (`read_with`).
+    pinned: Mutex<Pinned>,
 }
 
 /// A step's layout as the kernels read it (`struct Step` in `kernels/attention.cu`).
@@ -166,6 +181,7 @@ impl Dev {
         let name = ctx.name().map_err(|e| err("device name", &e))?;
         let mut by_name = HashMap::new();
         let mut funcs = Vec::new();
+        let mut names = Vec::new();
         let mut modules = Vec::new();
         let mut compiled = 0;
         for (m, src) in compile::MODULES {
@@ -178,7 +194,8 @@ impl Dev {
                 let func = module
                     .load_function(&f)
                     .map_err(|e| err(&format!("kernel {f} of module {m}"), &e))?;
-                by_name.insert(f, funcs.len());
+                by_name.insert(f.clone(), funcs.len());
+                names.push(f);
                 funcs.push(func);
             }
             modules.push(module);
@@ -196,10 +213,12 @@ impl Dev {
             kernels: Kernels {
                 by_name,
                 funcs,
+                names,
                 _modules: modules,
             },
             name: format!("{name} (sm_{}{})", cc.0, cc.1),
             ordinal,
+            cc,
             compiled,
             blas,
             rec: Mutex::new(Recorder {
@@ -216,6 +235,11 @@ impl Dev {
             q8: Mutex::new(None),
             attn_part: Mutex::new(None),
             seq: std::sync::atomic::AtomicU64::new(0),
+            prof: super::prof::Prof::from_env(),
+            pinned: Mutex::new(Pinned {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+            }),
         })
     }
 
@@ -294,18 +318,56 @@ impl Dev {
     }
 
     pub(super) fn read_bytes(&self, ptr: u64, bytes: usize) -> Vec<u8> {
+        self.read_with(ptr, bytes, |b| b.to_vec())
+    }
+
+    /// `f` of `bytes` of device memory at `ptr`, copied through a pinned host buffer kept for the
+    /// next read (a step's logits: DMA at the bus's speed, no fresh pages to fault in each step);
+    /// through pageable memory where pinned memory cannot be had.
+    pub(super) fn read_with<R>(&self, ptr: u64, bytes: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         self.flush();
-        let mut out = vec![0u8; bytes];
-        if bytes > 0 {
-            // SAFETY: `ptr .. + bytes` is device memory of this context; `out` has `bytes`.
-            let rc =
-                unsafe { sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, ptr, bytes, self.stream.cu_stream()) };
-            if rc != sys::CUresult::CUDA_SUCCESS {
-                self.fail("reading device memory", format!("{rc:?}"));
+        if bytes == 0 {
+            return f(&[]);
+        }
+        let mut pin = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        if pin.len < bytes {
+            let mut p = std::ptr::null_mut();
+            // SAFETY: the old buffer is idle (every read waits for its copy); a fresh allocation
+            // of `bytes.next_power_of_two()` bytes replaces it.
+            unsafe {
+                if !pin.ptr.is_null() {
+                    sys::cuMemFreeHost(pin.ptr as *mut _);
+                }
+                let len = bytes.next_power_of_two();
+                *pin = if sys::cuMemAllocHost_v2(&mut p, len) == sys::CUresult::CUDA_SUCCESS {
+                    Pinned { ptr: p as *mut u8, len }
+                } else {
+                    Pinned {
+                        ptr: std::ptr::null_mut(),
+                        len: 0,
+                    }
+                };
             }
         }
+        let mut pageable = if pin.ptr.is_null() {
+            vec![0u8; bytes]
+        } else {
+            Vec::new()
+        };
+        let dst = if pin.ptr.is_null() {
+            pageable.as_mut_ptr()
+        } else {
+            pin.ptr
+        };
+        // SAFETY: `ptr .. + bytes` is device memory of this context; `dst` has `bytes`.
+        let rc = unsafe { sys::cuMemcpyDtoHAsync_v2(dst as *mut _, ptr, bytes, self.stream.cu_stream()) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            self.fail("reading device memory", format!("{rc:?}"));
+        }
         self.sync();
-        out
+        // SAFETY: the copy into `dst` (`bytes` long) is complete; the buffer is ours while the
+        // lock is held.
+        f(unsafe { std::slice::from_raw_parts(dst, bytes) })
     }
 
     pub(super) fn write_bytes(&self, ptr: u64, data: &[u8]) {
@@ -317,6 +379,14 @@ impl Dev {
             unsafe { sys::cuMemcpyHtoDAsync_v2(ptr, data.as_ptr() as *const _, data.len(), self.stream.cu_stream()) };
         if rc != sys::CUresult::CUDA_SUCCESS {
             self.fail("writing device memory", format!("{rc:?}"));
+        }
+    }
+
+    /// Run `f`, which enqueues work on the stream itself (cuBLAS), timed as `name` when profiling.
+    pub(super) fn timed(&self, name: &str, f: impl FnOnce()) {
+        match &self.prof {
+            Some(p) => p.time(&self.ctx, &self.stream, name, f),
+            None => f(),
         }
     }
 
@@ -364,6 +434,9 @@ impl Dev {
     /// stream, so in-flight launches still read the previous step's data.
     pub(super) fn new_step(&self) {
         self.flush();
+        if let Some(p) = &self.prof {
+            p.new_step();
+        }
         let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
         rec.arena_off = 0;
         // (Freed in stream order, after the launches issued above.)
@@ -379,6 +452,17 @@ impl Dev {
             return;
         }
         let pending = std::mem::take(&mut rec.pending);
+        if let Some(p) = self.prof.as_ref().filter(|p| p.on()) {
+            for l in &pending {
+                p.time(&self.ctx, &self.stream, &self.kernels.names[l.f], || self.issue(l));
+            }
+            self.stream
+                .synchronize()
+                .unwrap_or_else(|e| self.fail("a kernel (seen at synchronize)", e));
+            p.collect();
+            rec.graveyard.clear();
+            return;
+        }
         let hash = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -465,6 +549,16 @@ impl Dev {
 
 impl Drop for Dev {
     fn drop(&mut self) {
+        if let Some(p) = &self.prof {
+            let _ = self.stream.synchronize();
+            p.report();
+        }
+        let pin = self.pinned.get_mut().unwrap_or_else(|e| e.into_inner());
+        if !pin.ptr.is_null() {
+            let _ = self.stream.synchronize();
+            // SAFETY: allocated by cuMemAllocHost; no copy into it is pending.
+            unsafe { sys::cuMemFreeHost(pin.ptr as *mut _) };
+        }
         let rec = self.rec.get_mut().unwrap_or_else(|e| e.into_inner());
         for g in rec.graphs.drain(..) {
             // SAFETY: instantiated by this device; nothing launches it any more.
@@ -529,6 +623,8 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             "attn_split_f16",
             "attn_split_q8_0",
             "attn_combine",
+            "attn_fa_f16_64",
+            "attn_fa_f16_128",
             "encoder_attn",
         ]
         .iter()

@@ -9,6 +9,7 @@
 mod compile;
 mod dev;
 mod kv;
+mod prof;
 
 pub use kv::{CudaKv, GpuPage};
 
@@ -237,6 +238,9 @@ pub struct CudaStep {
     /// Each row's index among the split-K attention rows (-1: not one) on the device, and their
     /// count; made by the step's first attention.
     split: Mutex<Option<(u64, usize)>>,
+    /// Flash attention's tiles (first row, rows) on the device and their count, for the rows
+    /// split-K attention does not take (with / without it): made by the step's first attention.
+    fa_tiles: Mutex<[Option<(u64, usize)>; 2]>,
 }
 
 impl Backend for Cuda {
@@ -462,6 +466,7 @@ impl Backend for Cuda {
             args,
             rope: Mutex::new(Vec::new()),
             split: Mutex::new(None),
+            fa_tiles: Mutex::new([None, None]),
         })
     }
 
@@ -717,6 +722,22 @@ impl Backend for Cuda {
                 return;
             }
         }
+        // The other rows through flash attention (tensor cores) where it takes the layer, else the
+        // one-block-per-head kernel.
+        let fa = self.dev.cc.0 >= 8
+            && layout.ty == KvType::F16
+            && matches!(l.head_dim, 64 | 128)
+            && l.n_head.is_multiple_of(l.n_kv_head.max(1))
+            && (ko | vo | kb | vb).is_multiple_of(16);
+        if fa {
+            let (tiles, n) = self.fa_tiles(step, n_split > 0);
+            let mut args = vec![A::S(step.args), A::P(q.ptr), A::P(out.ptr), A::P(tiles)];
+            args.extend([common[0], common[2], common[3], common[4], common[5], common[6]]);
+            args.extend(&common[7..]);
+            let name = format!("attn_fa_f16_{}", l.head_dim);
+            self.dev.launch(&name, (n as u32, l.n_head as u32), 128, &args);
+            return;
+        }
         let args: Vec<A> = [A::S(step.args), A::P(q.ptr), A::P(out.ptr), A::P(sidx)]
             .into_iter()
             .chain(common)
@@ -842,11 +863,12 @@ impl Backend for Cuda {
 
     fn read(&self, x: &CudaBuf) -> Vec<f32> {
         let n = x.len() as usize;
-        let bytes = self.dev.read_bytes(x.ptr, 4 * n);
-        bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
+        self.dev.read_with(x.ptr, 4 * n, |bytes| {
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
     }
 
     fn write(&self, x: &mut CudaBuf, rows: usize, cols: usize, data: &[f32]) {
@@ -1092,6 +1114,24 @@ impl Cuda {
         })
     }
 
+    /// Flash attention's tiles for the step: up to 64 consecutive rows of one sequence each, over
+    /// the sequences split-K attention leaves (`split`: whether it runs in this layer).
+    fn fa_tiles(&self, step: &CudaStep, split: bool) -> (u64, usize) {
+        let mut memo = step.fa_tiles.lock().unwrap_or_else(|e| e.into_inner());
+        *memo[split as usize].get_or_insert_with(|| {
+            let mut t: Vec<i32> = Vec::new();
+            for s in &step.plan.seqs {
+                if split && s.rows <= ATTN_SPLIT_ROWS {
+                    continue;
+                }
+                for r0 in (0..s.rows).step_by(64) {
+                    t.extend([(s.row0 + r0) as i32, (s.rows - r0).min(64) as i32]);
+                }
+            }
+            (self.dev.upload(&t), t.len() / 2)
+        })
+    }
+
     /// The device address of a grow-only scratch buffer of at least `need` elements (`size` when
     /// it has to grow); its contents are written by the kernels that use it before they read it.
     fn grown<T: cudarc::driver::DeviceRepr>(
@@ -1152,31 +1192,34 @@ impl Cuda {
         let gemm = |a: u64, a_ty: Dt, b: u64, b_ty: Dt, rows: usize, c: u64| {
             // cuBLAS enqueues on the stream itself: the recorded launches (conversions) go first.
             self.dev.flush();
+            let mut r = Ok(());
             // SAFETY: device pointers of the sizes given (weight rows × n, len × n activations,
             // the output's rows with stride m); host scalars in the default pointer mode.
-            let r = unsafe {
-                cudarc::cublas::result::gemm_ex(
-                    *blas.handle(),
-                    Op::CUBLAS_OP_T,
-                    Op::CUBLAS_OP_N,
-                    rows as i32,
-                    len as i32,
-                    n as i32,
-                    &alpha as *const f32 as *const _,
-                    a as *const _,
-                    a_ty,
-                    n as i32,
-                    b as *const _,
-                    b_ty,
-                    n as i32,
-                    &beta as *const f32 as *const _,
-                    c as *mut _,
-                    Dt::CUDA_R_32F,
-                    m as i32,
-                    Compute::CUBLAS_COMPUTE_32F,
-                    cudarc::cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
-                )
-            };
+            self.dev.timed("cublasGemmEx", || {
+                r = unsafe {
+                    cudarc::cublas::result::gemm_ex(
+                        *blas.handle(),
+                        Op::CUBLAS_OP_T,
+                        Op::CUBLAS_OP_N,
+                        rows as i32,
+                        len as i32,
+                        n as i32,
+                        &alpha as *const f32 as *const _,
+                        a as *const _,
+                        a_ty,
+                        n as i32,
+                        b as *const _,
+                        b_ty,
+                        n as i32,
+                        &beta as *const f32 as *const _,
+                        c as *mut _,
+                        Dt::CUDA_R_32F,
+                        m as i32,
+                        Compute::CUBLAS_COMPUTE_32F,
+                        cudarc::cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
+                    )
+                }
+            });
             r.unwrap_or_else(|e| self.dev.fail("cublasGemmEx", format!("{e:?}")));
         };
         if w.dev_ty == GgmlType::F32 {

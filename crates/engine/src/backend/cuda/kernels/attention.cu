@@ -287,6 +287,190 @@ extern "C" __global__ void attn_combine(Step s, const float* po, const float* pm
     }
 }
 
+// ---- Flash attention for runs of query rows (prompt chunks), on the tensor cores (sm_80+), F16
+// caches, heads of 64 or 128 values. One block per (tile of up to 64 consecutive rows of one
+// sequence, query head): four warps of 16 rows, a page (64 keys) of K and V at a time in shared
+// memory. S = Q·Kᵀ and O += P·V with mma.m16n8k16 (f16 inputs, f32 sums): the cache's K and V are
+// f16 already, and Q and P are each split into two f16 terms (hi + lo, ~22 bits), so the products
+// come within f32 rounding of the CPU's f32 path; online softmax in f32 (as FlashAttention-2).
+#define FA_KEYS PAGE
+
+// D = A·B + D for one m16n8k16 tile: A 16×16 f16 (row), B 16×8 f16 (col), f32 sums (sm_80+).
+__device__ __forceinline__ void mma16816(float c[4], const u32 a[4], u32 b0, u32 b1) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// Two f16 (as u32: lo in the low half) of x, y.
+__device__ __forceinline__ u32 h2pack(float x, float y) { return (u32)f2h(x) | ((u32)f2h(y) << 16); }
+// x's f16 value and the f16 of what it leaves (x - hi).
+__device__ __forceinline__ void hilo(float x, float y, u32* hi, u32* lo) {
+    u16 a = f2h(x), b = f2h(y);
+    *hi = (u32)a | ((u32)b << 16);
+    *lo = h2pack(x - h2f(a), y - h2f(b));
+}
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+template <int HD>
+__device__ void fa_t(Step s, const float* q, float* out, const int* tiles, int cols, int n_head, int n_kv, float scale, int window,
+                     int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+#if __CUDA_ARCH__ >= 800
+    const int KS = HD + 8;  // shared row stride in f16 (16 bytes of padding: conflict-free fragments)
+    const int NK = HD / 16, ND = HD / 8;
+    __shared__ __align__(16) u16 ks[FA_KEYS * KS];
+    __shared__ __align__(16) u16 vs[FA_KEYS * KS];
+    int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, tg = lane & 3;
+    int row0 = tiles[2 * blockIdx.x], nrows = tiles[2 * blockIdx.x + 1], h = blockIdx.y;
+    int kh = h / (n_head / n_kv), seq = s.row_seq[row0];
+    // The tile's keys: from the first row's lowest to the last row's highest.
+    int tlo, thi, lo[2], hi[2], tmp;
+    key_range(s, row0, window, causal, &tlo, &tmp);
+    key_range(s, row0 + nrows - 1, window, causal, &tmp, &thi);
+    int rr[2] = {w * 16 + g, w * 16 + g + 8};
+    u32 qh[NK][4], ql[NK][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        if (rr[i] < nrows) key_range(s, row0 + rr[i], window, causal, &lo[i], &hi[i]);
+        else { lo[i] = 0; hi[i] = -1; }
+    }
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float x = 0.f, y = 0.f;
+                if (rr[i] < nrows) {
+                    const float* qr = q + (u64)(row0 + rr[i]) * cols + (u64)h * HD + kk * 16 + half * 8 + 2 * tg;
+                    x = qr[0] * scale;
+                    y = qr[1] * scale;
+                }
+                hilo(x, y, &qh[kk][2 * half + i], &ql[kk][2 * half + i]);
+            }
+        }
+    }
+    float o[ND][4];
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    for (int t0 = tlo / FA_KEYS * FA_KEYS; t0 <= thi; t0 += FA_KEYS) {
+        __syncthreads();
+        // The page's K and V rows of this KV head (zeros outside the tile's keys: never-written
+        // rows may hold NaNs, which a zero weight would not cancel).
+        const u8* kp = kv_row(s, seq, t0, k_off, k_rb) + (u64)kh * HD * 2;
+        const u8* vp = kv_row(s, seq, t0, v_off, v_rb) + (u64)kh * HD * 2;
+        for (int i = tid; i < FA_KEYS * HD / 8; i += blockDim.x) {
+            int r = i / (HD / 8), c = i % (HD / 8);
+            bool in = t0 + r >= tlo && t0 + r <= thi;
+            uint4 z = make_uint4(0, 0, 0, 0);
+            *(uint4*)(ks + r * KS + c * 8) = in ? *(const uint4*)(kp + (u64)r * k_rb + c * 16) : z;
+            *(uint4*)(vs + r * KS + c * 8) = in ? *(const uint4*)(vp + (u64)r * v_rb + c * 16) : z;
+        }
+        __syncthreads();
+        float sc[8][4];
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+            const u16* kr = ks + (nt * 8 + g) * KS + 2 * tg;
+#pragma unroll
+            for (int kk = 0; kk < NK; kk++) {
+                u32 b0 = *(const u32*)(kr + kk * 16), b1 = *(const u32*)(kr + kk * 16 + 8);
+                mma16816(sc[nt], ql[kk], b0, b1);
+                mma16816(sc[nt], qh[kk], b0, b1);
+            }
+        }
+        // Masks, the rows' new maxima (over the four lanes of a row), the weights.
+        float corr[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    int key = t0 + nt * 8 + 2 * tg + j;
+                    float& v = sc[nt][2 * i + j];
+                    if (key < lo[i] || key > hi[i]) v = -INFINITY;
+                    mx = fmaxf(mx, v);
+                }
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mn = fmaxf(m[i], mx);
+            corr[i] = mn == -INFINITY ? 1.f : expf(m[i] - mn);
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    float& v = sc[nt][2 * i + j];
+                    v = v == -INFINITY ? 0.f : expf(v - mn);
+                    sum += v;
+                }
+            }
+            l[i] = l[i] * corr[i] + sum;
+            m[i] = mn;
+        }
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++) {
+            o[nd][0] *= corr[0]; o[nd][1] *= corr[0];
+            o[nd][2] *= corr[1]; o[nd][3] *= corr[1];
+        }
+        // O += P·V, 16 keys at a time: P's fragments from the score tiles, V's through ldmatrix.trans.
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            u32 ph[4], pl[4];
+            hilo(sc[2 * kk][0], sc[2 * kk][1], &ph[0], &pl[0]);
+            hilo(sc[2 * kk][2], sc[2 * kk][3], &ph[1], &pl[1]);
+            hilo(sc[2 * kk + 1][0], sc[2 * kk + 1][1], &ph[2], &pl[2]);
+            hilo(sc[2 * kk + 1][2], sc[2 * kk + 1][3], &ph[3], &pl[3]);
+            // Lanes 0-15 name rows kk*16 + 0..15 at dims nd*8, lanes 16-31 the same rows at nd*8 + 8.
+            const u16* vr = vs + (kk * 16 + (lane & 15)) * KS + (lane >> 4) * 8;
+#pragma unroll
+            for (int nd = 0; nd < ND; nd += 2) {
+                u32 b[4];
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                             : "r"(smem_addr(vr + nd * 8)));
+                mma16816(o[nd], pl, b[0], b[1]);
+                mma16816(o[nd], ph, b[0], b[1]);
+                mma16816(o[nd + 1], pl, b[2], b[3]);
+                mma16816(o[nd + 1], ph, b[2], b[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float L = l[i];
+        L += __shfl_xor_sync(0xffffffffu, L, 1);
+        L += __shfl_xor_sync(0xffffffffu, L, 2);
+        if (rr[i] >= nrows) continue;
+        float* orow = out + (u64)(row0 + rr[i]) * cols + (u64)h * HD + 2 * tg;
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++) {
+            orow[nd * 8] = o[nd][2 * i] / L;
+            orow[nd * 8 + 1] = o[nd][2 * i + 1] / L;
+        }
+    }
+#endif
+}
+
+#define FA(HD) \
+    extern "C" __global__ void attn_fa_f16_##HD(Step s, const float* q, float* out, const int* tiles, int cols, int n_head, int n_kv, \
+                                                float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) { \
+        fa_t<HD>(s, q, out, tiles, cols, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb); \
+    }
+FA(64)
+FA(128)
+
 // Bidirectional attention over f32 Q/K/V rows (encoders): row r attends to rows
 // seq_lo[r] .. seq_hi[r] (exclusive). Grid (rows, heads), 128 threads.
 extern "C" __global__ void encoder_attn(const float* q, const float* k, const float* v, float* out, const int* seq_lo,

@@ -1,0 +1,97 @@
+//! `HF2Q_CUDA_PROFILE=N`: per-kernel GPU times, for finding where a step's time goes on a machine
+//! whose profilers may not read the hardware counters. From the N-th step on (`Dev::new_step`),
+//! every launch and cuBLAS call is bracketed by CUDA events and timed (graphs off, the stream
+//! synchronized at each flush, so host gaps do not count); when the device is dropped the totals
+//! per kernel go to stderr, longest first. Off (no events, no syncs) unless the variable is set.
+
+use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+pub(super) struct Prof {
+    /// First step timed.
+    from: u64,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    steps: u64,
+    /// Events of the launches issued since the last sync, with their names.
+    open: Vec<(String, CudaEvent, CudaEvent)>,
+    /// Per name: launches and milliseconds.
+    total: HashMap<String, (u64, f64)>,
+}
+
+impl Prof {
+    /// The profiler asked for by the environment, if any.
+    pub(super) fn from_env() -> Option<Prof> {
+        let from = std::env::var("HF2Q_CUDA_PROFILE").ok()?.parse().ok()?;
+        Some(Prof {
+            from,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn new_step(&self) {
+        self.lock().steps += 1;
+    }
+
+    /// Whether this step's work is timed.
+    pub(super) fn on(&self) -> bool {
+        self.lock().steps >= self.from
+    }
+
+    /// Run `f` (which enqueues work on `stream`) between two events named `name`.
+    pub(super) fn time(&self, ctx: &Arc<CudaContext>, stream: &CudaStream, name: &str, f: impl FnOnce()) {
+        if !self.on() {
+            return f();
+        }
+        let ev = || ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
+        let (Ok(a), Ok(b)) = (ev(), ev()) else { return f() };
+        let _ = a.record(stream);
+        f();
+        let _ = b.record(stream);
+        self.lock().open.push((name.to_string(), a, b));
+    }
+
+    /// Add up the timed work (after the stream was synchronized).
+    pub(super) fn collect(&self) {
+        let mut st = self.lock();
+        let open = std::mem::take(&mut st.open);
+        for (name, a, b) in open {
+            let ms = a.elapsed_ms(&b).unwrap_or(0.0) as f64;
+            let e = st.total.entry(name).or_default();
+            e.0 += 1;
+            e.1 += ms;
+        }
+    }
+
+    pub(super) fn report(&self) {
+        self.collect();
+        let st = self.lock();
+        let mut rows: Vec<_> = st.total.iter().collect();
+        rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        let all: f64 = rows.iter().map(|r| r.1 .1).sum();
+        let timed = st.steps.saturating_sub(self.from.saturating_sub(1));
+        eprintln!(
+            "HF2Q_CUDA_PROFILE: {all:.3} ms of GPU work in {timed} steps (from step {}); per kernel:",
+            self.from
+        );
+        eprintln!(
+            "{:>10} {:>8} {:>10} {:>6}  kernel",
+            "ms", "launches", "us/launch", "share"
+        );
+        for (name, (n, ms)) in rows {
+            eprintln!(
+                "{ms:>10.3} {n:>8} {:>10.2} {:>5.1}%  {name}",
+                1e3 * ms / *n as f64,
+                100.0 * ms / all.max(1e-9)
+            );
+        }
+    }
+}
