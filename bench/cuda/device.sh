@@ -54,6 +54,9 @@ bg_llama() {
 bg_builds() {
   # The llama.cpp build and the 8B model with its three conversions, in the background.
   bg_llama
+  bg_model
+}
+bg_model() {
   if [ ! -f /tmp/mk.log ]; then
     # (A copy of the binary: a later call that carries other files replaces .dev.)
     mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/hf2q
@@ -84,17 +87,87 @@ serve_pair() {
   B=/tmp/lc/b/bin; m=$W/l8b.q4_k_m.gguf
   if [ "${SKIP_LLAMA:-0}" != 1 ]; then
     $B/llama-server -m $m -ngl 99 -fa on -np $n -c $((n * 704)) --port 8081 > /tmp/ls.log 2>&1 &
+    local srv=$!
     for i in $(seq 1 120); do curl -sf localhost:8081/health > /dev/null && break; sleep 1; done
     python3 bench/cuda/serve_bench.py http://127.0.0.1:8081 $n 512 128 128256 | sed "s/^/llama-server -np $n: /" | tee -a $OUT/serve.txt
-    kill %1; wait
+    kill $srv; wait $srv
   fi
   $H serve -m $m --device cuda --parallel $n -c 704 --port 8082 "$@" > /tmp/hs.log 2>&1 &
+  local srv=$!
   for i in $(seq 1 120); do curl -sf localhost:8082/readyz > /dev/null && break; sleep 1; done
   python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 $n 512 128 128256 | sed "s/^/hf2q --parallel $n $* ${HF2Q_CUDA_GRAPHS:+graphs=$HF2Q_CUDA_GRAPHS}: /" | tee -a $OUT/serve.txt
-  kill %1; wait
+  kill $srv; wait $srv
   tail -n 3 /tmp/hs.log >> $OUT/serve-hf2q-log.txt
 }
+prof() {
+  # prof NAME FROM ARGS...: hf2q with HF2Q_CUDA_PROFILE=FROM (per-kernel GPU times from step FROM).
+  local name=$1 from=$2; shift 2
+  HF2Q_CUDA_PROFILE=$from timeout 90 $H "$@" > $OUT/prof-$name.txt 2>&1
+  grep -A 14 HF2Q_CUDA_PROFILE $OUT/prof-$name.txt | sed "s/^/$name: /"
+}
 case $phase in
+w3)
+  # Third call: batched decoding against llama-batched-bench and serving at 16 and 64 streams
+  # against llama-server, on the 8B Q4_K_M.
+  bg_builds
+  # (Reads now go through a pinned buffer: the fixtures' logits check them.)
+  HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "test result|panicked"
+  for i in $(seq 1 80); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 5; done
+  tail -n 1 /tmp/lc.log
+  m=$W/l8b.q4_k_m.gguf
+  # tg128 with no prompt test before it in the process (w2 ran pp512 first).
+  timeout 40 $H bench -m $m --device cuda -p 0 -n 128 -r 2 2>&1 | grep tg128 | tee $OUT/hf2q-tg.txt
+  timeout 100 /tmp/lc/b/bin/llama-batched-bench -m $m -ngl 99 -fa on -c 45056 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,16,64 \
+    > $OUT/llama-batched-bench.txt 2>&1
+  grep -E "^\|" $OUT/llama-batched-bench.txt
+  timeout 120 $H bench -m $m --device cuda -p 512 -n 128 -r 1 --parallel 1,16,64 2>&1 | tee $OUT/hf2q-batched.txt | grep " x"
+  serve_pair 16
+  serve_pair 64
+  ;;
+w2)
+  # Second call: llama.cpp and the 8B model in the background; the op tests (flash attention) and
+  # fixtures; per-kernel GPU times; then hf2q bench and llama-bench on the three files.
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  bg_builds
+  $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" | grep -v "ok$"
+  HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "test result|panicked"
+  for i in $(seq 1 60); do grep -q MAKE-END /tmp/mk.log && break; sleep 5; done
+  m=$W/l8b.q4_k_m.gguf
+  prof pp-q4_k_m 1 bench -m $m --device cuda -p 512 -n 0 -r 1
+  prof pp-bf16 1 bench -m $W/l8b.bf16.gguf --device cuda -p 512 -n 0 -r 1
+  prof tg-x16 41 bench -m $m --device cuda -p 1 -n 8 -r 1 --parallel 16
+  prof tg-x64 137 bench -m $m --device cuda -p 1 -n 8 -r 1 --parallel 64
+  for i in $(seq 1 80); do grep -q BUILD-END /tmp/lc.log && break; sleep 5; done
+  tail -n 1 /tmp/lc.log
+  for q in q4_k_m q8_0 bf16; do
+    timeout 60 $H bench -m $W/l8b.$q.gguf --device cuda -p 512 -n 128 -r 2 2>&1 | grep -E "pp512|tg128" | tee -a $OUT/hf2q-bench.txt
+    timeout 60 /tmp/lc/b/bin/llama-bench -m $W/l8b.$q.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 2 2>&1 | grep -E "^\|" | tail -n 2 | tee -a $OUT/llama-bench.txt
+  done
+  ;;
+w1)
+  # 2026-12-02 (third round) first call: the 8B model in the background, doctor, op tests, fixtures; serve -b 2048
+  # with four 512-token prompts in one step (the arena fix); per-kernel GPU times of pp512 and of
+  # 16- and 64-row decode steps (HF2Q_CUDA_PROFILE), and batched decoding on this build.
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  bg_model
+  $D/hf2q doctor 2>&1 | tail -n 3
+  $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked"
+  HF2Q_FIXTURES=$D/fixtures $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked"
+  for i in $(seq 1 60); do grep -q MAKE-END /tmp/mk.log && break; sleep 5; done
+  grep -E "Elapsed" /tmp/mk.log | head -3
+  m=$W/l8b.q4_k_m.gguf
+  # (The server by its pid: job %1 is the background model build.)
+  $H serve -m $m --device cuda --parallel 4 -c 704 -b 2048 --port 8082 > /tmp/hs.log 2>&1 &
+  srv=$!
+  for i in $(seq 1 120); do curl -sf localhost:8082/readyz > /dev/null && break; sleep 1; done
+  python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 4 512 32 128256 | sed "s/^/serve -b 2048, 4 streams: /" | tee $OUT/serve-b2048.txt
+  kill $srv; wait $srv; tail -n 4 /tmp/hs.log | tee -a $OUT/serve-b2048.txt
+  prof pp-q4_k_m 1 bench -m $m --device cuda -p 512 -n 0 -r 1
+  prof pp-bf16 1 bench -m $W/l8b.bf16.gguf --device cuda -p 512 -n 0 -r 1
+  prof tg-x16 41 bench -m $m --device cuda -p 1 -n 8 -r 1 --parallel 16
+  prof tg-x64 137 bench -m $m --device cuda -p 1 -n 8 -r 1 --parallel 64
+  $H bench -m $m --device cuda -p 512 -n 32 -r 1 --parallel 1,16,64 2>&1 | tee $OUT/hf2q-batched.txt | grep " x"
+  ;;
 u2)
   # Second round (u1 is s1): batched decoding against llama-batched-bench, and batch-1 decode
   # against llama-bench.
