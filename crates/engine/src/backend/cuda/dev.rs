@@ -342,9 +342,10 @@ impl Dev {
                 *pin = if sys::cuMemAllocHost_v2(&mut p, len) == sys::CUresult::CUDA_SUCCESS {
                     Pinned { ptr: p as *mut u8, len }
                 } else {
+                    // No pinned memory: pageable from now on (not asked again at every read).
                     Pinned {
                         ptr: std::ptr::null_mut(),
-                        len: 0,
+                        len: usize::MAX,
                     }
                 };
             }

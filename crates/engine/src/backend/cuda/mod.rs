@@ -1193,9 +1193,9 @@ impl Cuda {
             // cuBLAS enqueues on the stream itself: the recorded launches (conversions) go first.
             self.dev.flush();
             let mut r = Ok(());
-            // SAFETY: device pointers of the sizes given (weight rows × n, len × n activations,
-            // the output's rows with stride m); host scalars in the default pointer mode.
             self.dev.timed("cublasGemmEx", || {
+                // SAFETY: device pointers of the sizes given (weight rows × n, len × n activations,
+                // the output's rows with stride m); host scalars in the default pointer mode.
                 r = unsafe {
                     cudarc::cublas::result::gemm_ex(
                         *blas.handle(),
