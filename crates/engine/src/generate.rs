@@ -251,6 +251,20 @@ impl Decoding {
         &self.text
     }
 
+    /// Whether the next token is simply the logits' first largest (greedy, no grammar, bias,
+    /// penalties or logprobs): then [`Decoding::step_token`] with the backend's argmax
+    /// (`Model::forward_argmax`) gives what [`Decoding::step`] gives with the whole row.
+    pub fn greedy_only(&self) -> bool {
+        let p = &self.sampler.params;
+        self.logprobs.is_none()
+            && self.constraint.is_none()
+            && p.temperature <= 0.0
+            && p.logit_bias.is_empty()
+            && p.repeat_penalty == 1.0
+            && p.presence_penalty == 0.0
+            && p.frequency_penalty == 0.0
+    }
+
     pub fn step(&mut self, tokenizer: &Tokenizer, logits: &mut [f32]) -> Step {
         if self.tokens.len() >= self.max_tokens {
             return self.finish(Finish::Length, None);
@@ -267,6 +281,21 @@ impl Decoding {
             logprob: lp[tok as usize],
             top: top_k(&lp, k),
         });
+        self.advance(tokenizer, tok, logprob)
+    }
+
+    /// `step` for the token the backend found as the logits' first largest, when
+    /// [`Decoding::greedy_only`].
+    pub fn step_token(&mut self, tokenizer: &Tokenizer, tok: u32) -> Step {
+        debug_assert!(self.greedy_only());
+        if self.tokens.len() >= self.max_tokens {
+            return self.finish(Finish::Length, None);
+        }
+        self.advance(tokenizer, tok, None)
+    }
+
+    /// The sequence goes on with `tok`: text, stop strings, grammar and limits.
+    fn advance(&mut self, tokenizer: &Tokenizer, tok: u32, logprob: Option<TokenLogprob>) -> Step {
         if !self.ignore_eos && tokenizer.is_eog(tok) {
             return Step {
                 logprob,
@@ -378,11 +407,19 @@ pub fn generate<B: Backend>(
     let mut logits = session.feed(m, prompt, params.n_batch)?;
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
+    let margins = std::env::var_os("HF2Q_DEBUG_MARGIN").is_some();
+    // Greedy decoding takes each step's token as the backend finds it (a GPU hands back the id,
+    // not the row); the prompt's last row comes whole.
+    let by_argmax = d.greedy_only() && !margins;
+    let mut best: Option<u32> = None;
     loop {
-        if std::env::var_os("HF2Q_DEBUG_MARGIN").is_some() {
+        if margins {
             debug_margin(d.tokens.len(), &logits);
         }
-        let st = d.step(&m.tokenizer, &mut logits);
+        let st = match best.take() {
+            Some(t) => d.step_token(&m.tokenizer, t),
+            None => d.step(&m.tokenizer, &mut logits),
+        };
         if !st.text.is_empty() && !on_text(&st.text) {
             return Ok(done(
                 d.tokens,
@@ -415,17 +452,19 @@ pub fn generate<B: Backend>(
             ));
         }
         let pos0 = session.tokens.len();
-        let l = m.model.forward(
-            &mut session.scratch,
-            &mut [SeqStep {
-                kv: &mut session.kv,
-                tokens: &[tok],
-                pos0,
-                logits: Logits::Last,
-            }],
-        )?;
+        let mut seq = [SeqStep {
+            kv: &mut session.kv,
+            tokens: &[tok],
+            pos0,
+            logits: Logits::Last,
+        }];
+        if by_argmax {
+            best = m.model.forward_argmax(&mut session.scratch, &mut seq)?.first().copied();
+        } else {
+            let l = m.model.forward(&mut session.scratch, &mut seq)?;
+            logits = l.into_iter().next().unwrap_or_default();
+        }
         session.tokens.push(tok);
-        logits = l.into_iter().next().unwrap_or_default();
     }
 }
 

@@ -702,10 +702,12 @@ fn step<B: Backend>(
         rest = tail;
         base = i + 1;
     }
-    let out = m.model.forward(scratch, &mut steps);
+    // Each logits row reduced to its argmax where it was computed; a sequence that samples
+    // otherwise reads its whole row below.
+    let out = m.model.forward_argmax(scratch, &mut steps);
     drop(steps);
     let mut out = match out {
-        Ok(o) => o.into_iter(),
+        Ok(o) => o.into_iter().enumerate(),
         Err(e) => {
             // Fail the sequences of this step; their caches are reset.
             let err: ApiError = e.into();
@@ -736,8 +738,21 @@ fn step<B: Backend>(
             continue;
         }
         a.first.get_or_insert_with(std::time::Instant::now);
-        let mut logits = out.next().unwrap_or_default();
-        let st = a.decoding.step(&m.tokenizer, &mut logits);
+        let (row, best) = out.next().unwrap_or_default();
+        let st = if a.decoding.greedy_only() {
+            a.decoding.step_token(&m.tokenizer, best)
+        } else {
+            match m.model.logits_row(scratch, row) {
+                Ok(mut logits) => a.decoding.step(&m.tokenizer, &mut logits),
+                Err(e) => {
+                    // As a failed step: the sequence ends with the error, its cache is reset.
+                    a.job.send(Event::Error(e.into()));
+                    s.active = None;
+                    s.tokens.clear();
+                    continue;
+                }
+            }
+        };
         let mut gone = (!st.text.is_empty() || st.logprob.is_some()) && !a.job.send(Event::Token(st.text, st.logprob));
         // No room for the sampled token: the context is full, the answer ends here.
         let full = st.finish.is_none() && s.tokens.len() >= s.n_ctx;

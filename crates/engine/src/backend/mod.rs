@@ -313,6 +313,17 @@ pub trait Backend: Send + Sync + 'static {
     fn add(&self, x: &mut Self::Buf, y: &Self::Buf);
     /// Copy a buffer to the host.
     fn read(&self, x: &Self::Buf) -> Vec<f32>;
+    /// Rows `r0 .. r0 + rows` of a buffer on the host.
+    fn read_rows(&self, x: &Self::Buf, r0: usize, rows: usize) -> Vec<f32> {
+        let cols = self.shape(x).1;
+        self.read(x)[r0 * cols..(r0 + rows) * cols].to_vec()
+    }
+    /// The index of each row's first largest value (`sampler::argmax`), found where the buffer is
+    /// (a GPU hands back a token id per row instead of the row).
+    fn argmax_rows(&self, x: &Self::Buf) -> Vec<u32> {
+        let cols = self.shape(x).1.max(1);
+        self.read(x).chunks(cols).map(crate::sampler::argmax).collect()
+    }
     /// Fill a buffer from the host: `rows × cols` values, row-major.
     fn write(&self, x: &mut Self::Buf, rows: usize, cols: usize, data: &[f32]);
 }

@@ -227,6 +227,23 @@ pub fn matmul_groups<B: Backend>(b: &B) {
         for (i, (o, want)) in outs.iter().zip(&alone).enumerate() {
             assert!(b.read(o) == *want, "matmul_many of seven, product {i}, t={t}");
         }
+        // A weight that is also looked up by row (a tied embedding: kept as stored, and laid out
+        // for products on the side) multiplies as one that is only multiplied (which a backend may
+        // keep in a layout of its own: the CPU's sums run in another order, hence 1e-4 of the
+        // largest output; a layout fault would be off by whole values).
+        for name in ["a", "c"] {
+            let (tied, only) = (ws.load(b, name, false), ws.load(b, name, true));
+            let m = b.weight_shape(&only)[1] as usize;
+            let (mut p, mut q) = (b.alloc(t, m), b.alloc(t, m));
+            b.run(|| {
+                b.matmul(&tied, &x, &mut p);
+                b.matmul(&only, &x, &mut q);
+            });
+            let (p, q) = (b.read(&p), b.read(&q));
+            let bound = 1e-4 * q.iter().fold(0f32, |a, v| a.max(v.abs())) + 1e-6;
+            let worst = p.iter().zip(&q).fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            assert!(worst <= bound, "weight {name} kept for lookups, t={t}: off by {worst}");
+        }
     }
 }
 
@@ -824,24 +841,37 @@ mod cpu {
     }
 }
 
-/// Products on `b` follow the CPU backend's numbers. A prompt's rows (`t` ≥ 9, tensor cores) see
-/// activations rounded as the CPU's integer products round them (its vec_dot type), then f16, times
-/// the weights decoded to f16: each output equals Σ f16(w)·f16(x') (x' the CPU's rounded
-/// activations) up to f32 summation (bound 1e-4 of Σ|terms|); without the activation rounding it
-/// would be ~1e-3 off. Decode rows of Q8_0 (integer products on both) equal the CPU's outputs up to
-/// f32 summation order (1e-5 of Σ|w·x|). (A statistical bound against the CPU's own outputs does
-/// not hold: f16 rounding of a block's values that share one scale is correlated.)
-pub fn matmul_follows_cpu<B: Backend>(b: &B) {
+/// Products on `b` follow the CPU backend's numbers. Products the backend makes as integers
+/// (`integer(type, rows)`: on CUDA Q8_0, Q4_K and Q6_K through the tensor cores, up to 128 rows of
+/// a sequence) see the activations rounded as the CPU's integer products round them and sum the
+/// same integers, so each output equals the CPU's up to f32 summation order (bound 1e-5 of
+/// Σ|w·x|), for one row, a few and a short prompt's worth. The others' prompt rows (`t` ≥ 9, f16
+/// tensor cores; on CUDA also Q4_K and Q8_0 rows of longer prompts, whose weights come back from
+/// the integer kernels' layout first) see the CPU's
+/// rounded activations, then f16, times the weights decoded to f16: each output equals
+/// Σ f16(w)·f16(x') (x' the CPU's rounded activations) up to f32 summation (bound 1e-4 of
+/// Σ|terms|); without the activation rounding it would be ~1e-3 off. (A statistical bound against
+/// the CPU's own outputs does not hold there: f16 rounding of a block's values that share one scale
+/// is correlated.) Matrices of 64 and of 70 rows (a partial tile of 16 on CUDA), rows of 512 and
+/// 576 values (Q8_0: a partial unit of 256).
+pub fn matmul_follows_cpu<B: Backend>(b: &B, integer: impl Fn(GgmlType, usize) -> bool) {
     let cpu = super::cpu::Cpu::new(2).unwrap();
-    let (n, m) = (512, 64);
     let h = |v: f32| quant::fp::f16_to_f32(quant::fp::f32_to_f16(v)) as f64;
-    for (ty, rows) in [
-        (GgmlType::Q8_0, 16),
-        (GgmlType::Q4_K, 16),
-        (GgmlType::Q6_K, 16),
-        (GgmlType::Q4_0, 16),
-        (GgmlType::Q8_0, 1),
-        (GgmlType::Q8_0, 3),
+    for (ty, rows, n, m) in [
+        (GgmlType::Q8_0, 16, 512, 64),
+        (GgmlType::Q4_K, 16, 512, 64),
+        (GgmlType::Q6_K, 16, 512, 64),
+        (GgmlType::Q4_0, 16, 512, 64),
+        (GgmlType::Q8_0, 1, 512, 64),
+        (GgmlType::Q8_0, 3, 576, 70),
+        (GgmlType::Q4_K, 1, 512, 70),
+        (GgmlType::Q4_K, 40, 1024, 70),
+        (GgmlType::Q6_K, 5, 512, 70),
+        (GgmlType::Q6_K, 70, 512, 64),
+        (GgmlType::Q8_0, 33, 576, 64),
+        (GgmlType::Q4_K, 200, 512, 70),
+        (GgmlType::Q8_0, 150, 576, 64),
+        (GgmlType::Q6_K, 140, 512, 70),
     ] {
         let wv = values(n * m, ty as u64 + 7);
         let ws = Weights::new(&[("w", ty, [n, m], &wv)]);
@@ -864,6 +894,7 @@ pub fn matmul_follows_cpu<B: Backend>(b: &B) {
         }
         let cpu_out = on(&cpu, &ws, &xv, rows, n, m);
         let got = on(b, &ws, &xv, rows, n, m);
+        let exact = integer(ty, rows);
         for (i, &g) in got.iter().enumerate() {
             let (r, o) = (i / m, i % m);
             let (w, x, xr) = (
@@ -871,7 +902,7 @@ pub fn matmul_follows_cpu<B: Backend>(b: &B) {
                 &xq[r * n..(r + 1) * n],
                 &xv[r * n..(r + 1) * n],
             );
-            let (want, bound) = if rows >= 9 {
+            let (want, bound) = if rows >= 9 && !exact {
                 let terms = w.iter().zip(x).map(|(&a, &c)| h(a) * h(c));
                 let (sum, mag) = terms.fold((0.0, 0.0), |(s, m), t| (s + t, m + t.abs()));
                 (sum, 1e-4 * mag + 1e-6)
@@ -881,7 +912,7 @@ pub fn matmul_follows_cpu<B: Backend>(b: &B) {
             };
             assert!(
                 (g as f64 - want).abs() <= bound,
-                "{} {rows} rows, {}: out[{r}, {o}] = {g}, expected {want} (the CPU's {}; bound {bound:.3e})",
+                "{} {rows} rows of {n}, {m} outputs, {}: out[{r}, {o}] = {g}, expected {want} (the CPU's {}; bound {bound:.3e})",
                 ty.name(),
                 b.name(),
                 cpu_out[i]
@@ -918,7 +949,8 @@ mod cuda {
     #[test]
     fn matmul_follows_cpu() {
         if let Some(b) = cuda("matmul_follows_cpu") {
-            super::matmul_follows_cpu(&b);
+            use gguf::GgmlType as T;
+            super::matmul_follows_cpu(&b, |ty, rows| matches!(ty, T::Q8_0 | T::Q4_K | T::Q6_K) && rows <= 128);
         }
     }
     #[test]

@@ -102,6 +102,12 @@ pub trait Model<B: Backend>: Send + Sync {
     fn kv_layers(&self) -> &[KvLayer];
     fn scratch(&self, rows: usize) -> Scratch;
     fn forward(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>>;
+    /// `forward` with each logits row reduced where it was computed to the index of its first
+    /// largest value (greedy decoding's token): from a GPU a token id per row crosses to the host
+    /// instead of the row. The rows stay in the scratch until its next step (`logits_row`).
+    fn forward_argmax(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<u32>>;
+    /// Row `i` of the logits of the scratch's last step.
+    fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>>;
 
     /// A cache for one sequence of up to `n_ctx` positions.
     fn new_kv(&self, n_ctx: usize, ty: KvType) -> Result<B::Kv> {

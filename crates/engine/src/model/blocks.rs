@@ -47,7 +47,9 @@ pub fn attend<B: Backend>(
     b.attention(q, step, &kvs, &a, out);
 }
 
-/// Buffers of the output head over up to `rows` logits rows.
+/// Buffers of the output head over up to `rows` logits rows. After a step `logits` holds that
+/// step's rows (none when it asked for none) until the next step: read whole, reduced to their
+/// argmax where they are, or one at a time.
 pub struct HeadBufs<B: Backend> {
     pub sel: B::Buf,
     pub seln: B::Buf,
@@ -62,10 +64,41 @@ impl<B: Backend> HeadBufs<B> {
             logits: b.alloc(rows, n_vocab),
         }
     }
+
+    /// Every row, in order (each `n_vocab` long).
+    pub fn read(&self, b: &B) -> Vec<Vec<f32>> {
+        let (rows, n_vocab) = b.shape(&self.logits);
+        if rows == 0 {
+            return Vec::new();
+        }
+        b.read(&self.logits)
+            .chunks(n_vocab.max(1))
+            .map(|c| c.to_vec())
+            .collect()
+    }
+
+    /// Each row's first largest index (greedy decoding's token).
+    pub fn argmax(&self, b: &B) -> Vec<u32> {
+        if b.shape(&self.logits).0 == 0 {
+            return Vec::new();
+        }
+        b.argmax_rows(&self.logits)
+    }
+
+    /// Row `i`.
+    pub fn row(&self, b: &B, i: usize) -> crate::Result<Vec<f32>> {
+        let rows = b.shape(&self.logits).0;
+        if i >= rows {
+            return Err(crate::EngineError::Input(format!(
+                "logits row {i} of a step that made {rows}"
+            )));
+        }
+        Ok(b.read_rows(&self.logits, i, 1))
+    }
 }
 
 /// The output head: the rows of `x` the step asks logits for, normed, times `output` (the token
-/// embedding when tied), optionally soft-capped; one `n_vocab` vector per row, in order.
+/// embedding when tied), optionally soft-capped, into `t.logits` (`HeadBufs` reads them).
 #[allow(clippy::too_many_arguments)]
 pub fn logits<B: Backend>(
     b: &B,
@@ -77,10 +110,12 @@ pub fn logits<B: Backend>(
     softcap: Option<f32>,
     t: &mut HeadBufs<B>,
     dump: &mut crate::debug::Dump,
-) -> Vec<Vec<f32>> {
+) {
     let rows = super::batch::output_rows(seqs);
     if rows.is_empty() {
-        return Vec::new();
+        let n_vocab = b.shape(&t.logits).1;
+        b.reshape(&mut t.logits, 0, n_vocab);
+        return;
     }
     b.select_rows(x, &rows, &mut t.sel);
     b.set_runs(&mut t.sel, &super::batch::logit_runs(seqs));
@@ -91,8 +126,6 @@ pub fn logits<B: Backend>(
         b.softcap(&mut t.logits, cap);
     }
     dump.put(b, "result_output", &t.logits);
-    let n_vocab = b.shape(&t.logits).1;
-    b.read(&t.logits).chunks(n_vocab.max(1)).map(|c| c.to_vec()).collect()
 }
 
 /// Gated FFN activation.

@@ -410,7 +410,29 @@ impl<B: Backend> Gemma<B> {
         })
     }
 
-    fn forward_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>> {
+    /// One step, then `out` of its logits (`HeadBufs`).
+    fn step<R>(
+        &self,
+        s: &mut Scratch,
+        seqs: &mut [SeqStep<'_, B>],
+        out: impl FnOnce(&B, &HeadBufs<B>) -> Vec<R> + Send,
+    ) -> Result<Vec<R>>
+    where
+        R: Send,
+    {
+        let b = &*self.backend;
+        let total = batch::check_step(b, s, seqs)?;
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        let bufs = s.get::<Bufs<B>>()?;
+        b.run(|| {
+            self.forward_inner(bufs, seqs)?;
+            Ok(out(b, &bufs.head))
+        })
+    }
+
+    fn forward_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<()> {
         let b = &*self.backend;
         let eps = self.eps;
         let e = self.info.n_embd;
@@ -526,7 +548,7 @@ impl<B: Backend> Gemma<B> {
             dump.put(b, &format!("l_out-{il}"), &s.x);
         }
         let output = self.output.as_ref().unwrap_or(&self.tok_embd);
-        Ok(blocks::logits(
+        blocks::logits(
             b,
             seqs,
             &s.x,
@@ -536,7 +558,8 @@ impl<B: Backend> Gemma<B> {
             self.softcap,
             &mut s.head,
             &mut dump,
-        ))
+        );
+        Ok(())
     }
 }
 
@@ -598,12 +621,16 @@ impl<B: Backend> Model<B> for Gemma<B> {
     }
 
     fn forward(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>> {
+        self.step(s, seqs, |b, h| h.read(b))
+    }
+
+    fn forward_argmax(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<u32>> {
+        self.step(s, seqs, |b, h| h.argmax(b))
+    }
+
+    fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>> {
         let b = &*self.backend;
-        let total = batch::check_step(b, s, seqs)?;
-        if total == 0 {
-            return Ok(Vec::new());
-        }
         let bufs = s.get::<Bufs<B>>()?;
-        b.run(|| self.forward_inner(bufs, seqs))
+        b.run(|| bufs.head.row(b, i))
     }
 }

@@ -167,18 +167,44 @@ impl<B: Backend> Model<B> for Llama<B> {
     }
 
     fn forward(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>> {
+        self.step(s, seqs, |b, h| h.read(b))
+    }
+
+    fn forward_argmax(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<u32>> {
+        self.step(s, seqs, |b, h| h.argmax(b))
+    }
+
+    fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>> {
+        let b = &*self.backend;
+        let bufs = s.get::<Bufs<B>>()?;
+        b.run(|| bufs.head.row(b, i))
+    }
+}
+
+impl<B: Backend> Llama<B> {
+    /// One step, then `out` of its logits (`HeadBufs`).
+    fn step<R>(
+        &self,
+        s: &mut Scratch,
+        seqs: &mut [SeqStep<'_, B>],
+        out: impl FnOnce(&B, &HeadBufs<B>) -> Vec<R> + Send,
+    ) -> Result<Vec<R>>
+    where
+        R: Send,
+    {
         let b = &*self.backend;
         let total = batch::check_step(b, s, seqs)?;
         if total == 0 {
             return Ok(Vec::new());
         }
         let bufs = s.get::<Bufs<B>>()?;
-        b.run(|| self.forward_inner(bufs, seqs))
+        b.run(|| {
+            self.forward_inner(bufs, seqs)?;
+            Ok(out(b, &bufs.head))
+        })
     }
-}
 
-impl<B: Backend> Llama<B> {
-    fn forward_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>> {
+    fn forward_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<()> {
         let p = &self.params;
         let b = &*self.backend;
         let hd = p.head_dim;
@@ -250,7 +276,7 @@ impl<B: Backend> Llama<B> {
             dump.put(b, &format!("l_out-{il}"), &s.x);
         }
         let output = self.output.as_ref().unwrap_or(&self.tok_embd);
-        Ok(blocks::logits(
+        blocks::logits(
             b,
             seqs,
             &s.x,
@@ -260,6 +286,7 @@ impl<B: Backend> Llama<B> {
             None,
             &mut s.head,
             &mut dump,
-        ))
+        );
+        Ok(())
     }
 }

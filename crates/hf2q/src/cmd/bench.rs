@@ -209,7 +209,8 @@ fn single<B: Backend>(
             let t = Instant::now();
             let mut tok = bos;
             for pos in 0..n {
-                let l = model.forward(
+                // Greedy, the token found where the logits are (as the server decodes).
+                let l = model.forward_argmax(
                     &mut scratch,
                     &mut [SeqStep {
                         kv: &mut kv,
@@ -218,7 +219,7 @@ fn single<B: Backend>(
                         logits: Logits::Last,
                     }],
                 )?;
-                tok = engine::sampler::argmax(&l[0]);
+                tok = l[0];
             }
             if rep > 0 {
                 samples.push(n as f64 / t.elapsed().as_secs_f64());
@@ -274,10 +275,10 @@ fn batched<B: Backend>(
                                 logits: Logits::Last,
                             })
                             .collect();
-                        let l = model.forward(&mut scratch, &mut seqs)?;
+                        let l = model.forward_argmax(&mut scratch, &mut seqs)?;
                         drop(seqs);
-                        for (tok, l) in last.iter_mut().zip(&l) {
-                            tok[0] = engine::sampler::argmax(l);
+                        for (tok, &l) in last.iter_mut().zip(&l) {
+                            tok[0] = l;
                         }
                     }
                     if rep > 0 {

@@ -19,6 +19,7 @@ const QUANT: &str = include_str!("kernels/quant.cuh");
 pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),
     ("matmul", include_str!("kernels/matmul.cu")),
+    ("mmq", include_str!("kernels/mmq.cu")),
     ("attention", include_str!("kernels/attention.cu")),
 ];
 

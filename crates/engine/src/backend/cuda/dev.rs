@@ -2,7 +2,7 @@
 //! the GPU — recorded, issued together, replayed as CUDA graphs when a step repeats — plus the
 //! per-step upload arena and deferred frees.
 
-use super::{compile, ty_name, DEVICE_TYPES, MMVQ_TYPES, MMV_ROWS};
+use super::{compile, ty_name, DEVICE_TYPES, MMQ_NT, MMQ_TYPES, MMV_ROWS};
 use crate::{EngineError, Result};
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
@@ -19,13 +19,15 @@ pub(super) struct Kernels {
     _modules: Vec<Arc<CudaModule>>,
 }
 
-/// A recorded launch: kernel index, grid, block, arguments.
+/// A recorded launch: kernel index, grid, block, arguments, and whether it may start before the
+/// kernel ahead of it ends (programmatic dependent launch: the kernel waits for it itself).
 #[derive(Clone, PartialEq)]
 struct Launch {
     f: usize,
     grid: (u32, u32),
     block: u32,
     args: Vec<A>,
+    early: bool,
 }
 
 /// An instantiated CUDA graph of a run of launches.
@@ -91,10 +93,16 @@ pub struct Dev {
     rec: Mutex<Recorder>,
     /// `HF2Q_CUDA_GRAPHS=0` issues every launch directly.
     graphs: bool,
+    /// Kernels recorded with `launch_early` may start before the one ahead ends: `HF2Q_CUDA_PDL=1`
+    /// (compute capability 9.0 and later). Off by default: on an H200 it made batch-1 decoding
+    /// slower, 237.9 against 243.9 tokens/s (bench/runs/2026-12-03-h200/cuda-mmq).
+    pdl: bool,
     /// Scratch of the cuBLAS path: a decoded weight chunk and the activations, in f16 / bf16.
     pub(super) scratch: Mutex<(HalfScratch, HalfScratch)>,
-    /// Activation rows quantized to q8_1 for the integer matrix-vector kernels (grow-only).
+    /// Activation rows quantized for the integer tensor-core kernels (grow-only).
     pub(super) q8: Mutex<Option<CudaSlice<u8>>>,
+    /// `argmax_rows`' chunk maxima and indices and its output (grow-only).
+    pub(super) argmax: Mutex<Option<CudaSlice<u32>>>,
     /// Split-K attention's partial outputs, maxima and sums (grow-only).
     pub(super) attn_part: Mutex<Option<CudaSlice<f32>>>,
     /// Launches (and host writes) so far: a value recorded after a launch says whether anything
@@ -231,9 +239,11 @@ impl Dev {
                 old_arenas: Vec::new(),
             }),
             graphs: std::env::var("HF2Q_CUDA_GRAPHS").map_or(true, |v| v != "0"),
+            pdl: cc.0 >= 9 && std::env::var("HF2Q_CUDA_PDL").is_ok_and(|v| v == "1"),
             scratch: Mutex::new((None, None)),
             q8: Mutex::new(None),
             attn_part: Mutex::new(None),
+            argmax: Mutex::new(None),
             seq: std::sync::atomic::AtomicU64::new(0),
             prof: super::prof::Prof::from_env(),
             pinned: Mutex::new(Pinned {
@@ -400,6 +410,17 @@ impl Dev {
 
     /// Record a launch of kernel `name` (issued at the next flush).
     pub(super) fn launch(&self, name: &str, grid: (u32, u32), block: u32, args: &[A]) {
+        self.record(name, grid, block, args, false);
+    }
+
+    /// `launch` for a kernel that may start before the kernel ahead of it ends (it calls
+    /// `pdl_wait` before reading what that one writes; `kernels/common.cuh`) when `HF2Q_CUDA_PDL=1`;
+    /// otherwise as any other.
+    pub(super) fn launch_early(&self, name: &str, grid: (u32, u32), block: u32, args: &[A]) {
+        self.record(name, grid, block, args, self.pdl);
+    }
+
+    fn record(&self, name: &str, grid: (u32, u32), block: u32, args: &[A], early: bool) {
         let f = *self
             .kernels
             .by_name
@@ -411,11 +432,15 @@ impl Dev {
             grid,
             block,
             args: args.to_vec(),
+            early,
         };
         self.rec.lock().unwrap_or_else(|e| e.into_inner()).pending.push(l);
     }
 
     fn issue(&self, l: &Launch) {
+        if l.early {
+            return self.issue_early(l);
+        }
         let mut b = self.stream.launch_builder(&self.kernels.funcs[l.f]);
         for a in &l.args {
             match a {
@@ -428,6 +453,53 @@ impl Dev {
         // SAFETY: the arguments match the kernel's parameters (`kernels/*.cu`), pointers are live
         // device buffers of the sizes the kernel indexes (kept alive until issued: `bury`).
         unsafe { b.launch(cfg(l.grid, l.block)) }.unwrap_or_else(|e| self.fail("launching a kernel", e));
+    }
+
+    /// `issue` with the programmatic-stream-serialization attribute (cuLaunchKernelEx).
+    fn issue_early(&self, l: &Launch) {
+        // Each argument's bytes in a slot of its own (8-byte aligned), as the kernel declares it.
+        let mut slots: Vec<Vec<u64>> = l
+            .args
+            .iter()
+            .map(|a| match *a {
+                A::P(p) => vec![p],
+                A::I(i) => vec![i as u32 as u64],
+                A::F(x) => vec![x.to_bits() as u64],
+                A::S(s) => vec![s.row_seq, s.row_pos, s.seq_pos0, s.seq_rows, s.poff, s.ptab],
+            })
+            .collect();
+        let mut params: Vec<*mut std::ffi::c_void> = slots.iter_mut().map(|s| s.as_mut_ptr() as *mut _).collect();
+        // SAFETY: a plain-old-data union; the attribute's value is its int member.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let c = cfg(l.grid, l.block);
+        let config = sys::CUlaunchConfig {
+            gridDimX: c.grid_dim.0,
+            gridDimY: c.grid_dim.1,
+            gridDimZ: c.grid_dim.2,
+            blockDimX: c.block_dim.0,
+            blockDimY: c.block_dim.1,
+            blockDimZ: c.block_dim.2,
+            sharedMemBytes: c.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: the arguments match the kernel's parameters (`kernels/*.cu`: u64 pointers, i32,
+        // f32, and the 48-byte step struct), each in a slot that outlives the call; pointers are
+        // live device buffers kept alive until issued (`bury`).
+        let rc = unsafe {
+            sys::cuLaunchKernelEx(
+                &config,
+                self.kernels.funcs[l.f].cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            self.fail("launching a kernel (programmatic dependent launch)", format!("{rc:?}"));
+        }
     }
 
     /// A new step's uploads start at the arena's beginning (so they land where the previous step's
@@ -468,7 +540,7 @@ impl Dev {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
             for l in &pending {
-                (l.f, l.grid, l.block).hash(&mut h);
+                (l.f, l.grid, l.block, l.early).hash(&mut h);
                 for a in &l.args {
                     match a {
                         A::P(p) => p.hash(&mut h),
@@ -598,22 +670,22 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             }
             v
         }
-        "matmul" => {
-            let mut v: Vec<String> = DEVICE_TYPES
-                .iter()
-                .flat_map(|&t| {
-                    MMV_ROWS
-                        .iter()
-                        .flat_map(move |r| [format!("mmv_{}_{r}", ty_name(t)), format!("mmv_{}3_{r}", ty_name(t))])
-                })
-                .collect();
-            v.push("quantize_q8_1".into());
-            for &t in MMVQ_TYPES {
-                v.extend(
-                    MMV_ROWS
-                        .iter()
-                        .flat_map(|r| [format!("mmvq_{}_{r}", ty_name(t)), format!("mmvq_{}3_{r}", ty_name(t))]),
-                );
+        "matmul" => DEVICE_TYPES
+            .iter()
+            .flat_map(|&t| {
+                MMV_ROWS
+                    .iter()
+                    .flat_map(move |r| [format!("mmv_{}_{r}", ty_name(t)), format!("mmv_{}3_{r}", ty_name(t))])
+            })
+            .collect(),
+        "mmq" => {
+            let mut v: Vec<String> = ["quantize_act", "argmax_part", "argmax_rows"]
+                .map(String::from)
+                .to_vec();
+            for &t in MMQ_TYPES {
+                v.push(format!("tile_{}", ty_name(t)));
+                v.push(format!("decode_tiled_{}", ty_name(t)));
+                v.extend(MMQ_NT.iter().map(|k| format!("mmq_{}_{k}", ty_name(t))));
             }
             v
         }

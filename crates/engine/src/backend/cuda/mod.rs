@@ -62,27 +62,66 @@ fn warps_per_row(m: usize) -> usize {
     w.min(cap)
 }
 
-/// Whether the integer kernels are on (`HF2Q_CUDA_MMVQ=0` multiplies every type with f32
-/// activations, to compare).
-fn mmvq_on() -> bool {
+/// Weight types multiplied by the integer tensor-core kernels (`kernels/mmq.cu`) for every row
+/// count — decode steps, batches of streams and prompts alike — from activations rounded as the
+/// CPU backend's integer products round them (q8_0 for Q8_0, q8_K for the K-quants). Their rows
+/// must be whole blocks; the weights are kept in the kernels' tiled layout.
+const MMQ_TYPES: &[GgmlType] = &[GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0];
+/// Activation columns per n-tile of the integer kernels, and the most n-tiles per launch.
+const MMQ_NT: [usize; 4] = [1, 2, 4, 8];
+
+/// Whether the integer tensor-core kernels are on (`HF2Q_CUDA_MMQ=0` sends their types through
+/// the f32 matrix-vector kernels and cuBLAS instead, to compare).
+fn mmq_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("HF2Q_CUDA_MMVQ").is_none_or(|v| v != "0"))
+    *ON.get_or_init(|| std::env::var_os("HF2Q_CUDA_MMQ").is_none_or(|v| v != "0"))
 }
 
-/// Whether `w` is multiplied by the integer kernels (its type, whole blocks per row).
-fn mmvq(w: &CudaWeight) -> bool {
-    let qk = if w.dev_ty == GgmlType::Q8_0 { 32 } else { 256 };
-    mmvq_on() && MMVQ_TYPES.contains(&w.dev_ty) && w.row_len().is_multiple_of(qk)
+/// The most n-tiles of 8 activation rows one integer-kernel block takes (`HF2Q_CUDA_MMQ_NT=1|2|4`
+/// caps it below 8, to compare): more rows than this are more column tiles.
+fn mmq_nt_max() -> usize {
+    static NT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *NT.get_or_init(|| {
+        std::env::var("HF2Q_CUDA_MMQ_NT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|v| MMQ_NT.contains(v))
+            .unwrap_or(8)
+    })
 }
 
-/// Most rows whose rms_norm also writes them as q8_1 (decode steps of up to this many streams).
-const Q8_FUSE_ROWS: usize = 64;
+/// The longest run of one sequence's rows (a prompt chunk) the integer kernels multiply; longer
+/// ones go through cuBLAS (`HF2Q_CUDA_MMQ_ROWS=N` moves the line, to compare). Measured on an H200
+/// (bench/runs/2026-12-03-h200): 512-row prompt chunks of an 8B model run at 13.8K tokens/s through
+/// cuBLAS and 5.8K through the integer kernels.
+fn mmq_max_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        std::env::var("HF2Q_CUDA_MMQ_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(128)
+    })
+}
 
-/// Weight types multiplied as integers into q8_1-quantized activations (dp4a) for a few rows.
-/// Their blocks cover 256 values (32 for Q8_0), so rows must be whole blocks.
-const MMVQ_TYPES: &[GgmlType] = &[GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0];
-/// Rows of one sequence above which a product goes through cuBLAS (tensor cores) instead of the
-/// matrix-vector kernels.
+/// Whether weights of type `ty` with rows of `n` values go through the integer kernels.
+fn mmq_fits(ty: GgmlType, n: usize) -> bool {
+    let qk = if ty == GgmlType::Q8_0 { 32 } else { 256 };
+    mmq_on() && MMQ_TYPES.contains(&ty) && n.is_multiple_of(qk)
+}
+
+/// Bytes of one tile's unit (16 rows × 256 values) in the integer kernels' layout.
+fn mmq_unit_bytes(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q4_K => 2304,
+        GgmlType::Q6_K => 3360,
+        GgmlType::Q8_0 => 4352,
+        _ => unreachable!("only MMQ_TYPES are tiled"),
+    }
+}
+
+/// Rows of one sequence above which a product of the other types goes through cuBLAS (tensor
+/// cores) instead of the matrix-vector kernels.
 const GEMM_MIN_ROWS: usize = 9;
 /// Most f16 values of a decoded weight chunk (the rest of a larger matrix is decoded in turns).
 const DECODE_CHUNK: usize = 64 << 20;
@@ -119,11 +158,23 @@ fn ty_name(ty: GgmlType) -> &'static str {
     }
 }
 
+/// Device addresses of the integer products' activations (`Cuda::act_scratch`).
+#[derive(Clone, Copy)]
+struct ActScratch {
+    /// q8_0 flavour: values and per-32 scales.
+    q0: u64,
+    d0: u64,
+    /// q8_K flavour.
+    qk: u64,
+    dk: u64,
+}
+
 /// The CUDA backend on one device.
 pub struct Cuda {
     dev: Arc<Dev>,
-    /// The activations whose q8_1 the scratch holds, from a fused rms_norm: (address, rows,
-    /// columns, the launch count right after it); good only for the next launch.
+    /// The activations whose quantized form the activation scratch holds, from a fused rms_norm
+    /// or GLU: (address, rows, columns, the launch count right after it); good only for the next
+    /// launch.
     q8_of: Mutex<Option<(u64, usize, usize, u64)>>,
 }
 
@@ -173,6 +224,12 @@ pub struct CudaWeight {
     dev_ty: GgmlType,
     shape: Vec<u64>,
     row_bytes: usize,
+    /// `data` holds the integer kernels' tiled layout (`kernels/mmq.cu`) instead of GGUF rows: a
+    /// weight that is only ever multiplied.
+    tiled: bool,
+    /// The tiled layout of a weight whose `data` stays in GGUF rows (a tied embedding, also looked
+    /// up by row), made at its first product.
+    tiled_copy: std::sync::OnceLock<CudaSlice<u8>>,
 }
 
 impl CudaWeight {
@@ -339,13 +396,26 @@ impl Backend for Cuda {
             .stream
             .memcpy_htod(host, &mut data)
             .map_err(|e| EngineError::Backend(format!("uploading tensor {}: {e}", src.name)))?;
-        Ok(CudaWeight {
+        let mut w = CudaWeight {
             data,
             ty: src.ty,
             dev_ty,
             shape: src.shape.to_vec(),
             row_bytes: dev_ty.row_bytes(n).unwrap_or(0) as usize,
-        })
+            tiled: false,
+            tiled_copy: std::sync::OnceLock::new(),
+        };
+        if src.matmul_only && !one_d && mmq_fits(dev_ty, n as usize) {
+            // Only ever multiplied: kept in the integer kernels' layout alone.
+            let tiled = self
+                .tile(&w)
+                .map_err(|e| EngineError::Backend(format!("GPU memory for the tiled tensor {}: {e}", src.name)))?;
+            self.dev.bury(Box::new(std::mem::replace(&mut w.data, tiled)));
+            // Issued now: the GGUF rows are freed (in stream order) before the next tensor loads.
+            self.dev.flush();
+            w.tiled = true;
+        }
+        Ok(w)
     }
 
     fn weight_type(&self, w: &CudaWeight) -> GgmlType {
@@ -871,6 +941,53 @@ impl Backend for Cuda {
         })
     }
 
+    fn read_rows(&self, x: &CudaBuf, r0: usize, rows: usize) -> Vec<f32> {
+        assert!(r0 + rows <= x.rows, "read_rows: rows {r0}..{} of {}", r0 + rows, x.rows);
+        let off = 4 * (r0 * x.cols) as u64;
+        self.dev.read_with(x.ptr + off, 4 * rows * x.cols, |bytes| {
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+    }
+
+    fn argmax_rows(&self, x: &CudaBuf) -> Vec<u32> {
+        if x.rows == 0 {
+            return Vec::new();
+        }
+        // Chunks of a row's values to blocks, then each row's chunks to one warp.
+        let chunks = x.cols.div_ceil(2048).clamp(1, 64);
+        let chunk = x.cols.div_ceil(chunks);
+        let parts = x.rows * chunks;
+        let need = parts * 2 + x.rows;
+        let base = self.grown(
+            &self.dev.argmax,
+            need,
+            need.next_power_of_two().max(1024),
+            "argmax scratch",
+        );
+        let (pv, pi, out) = (base, base + 4 * parts as u64, base + 8 * parts as u64);
+        self.dev.launch(
+            "argmax_part",
+            (x.rows as u32, chunks as u32),
+            256,
+            &[A::P(x.ptr), A::I(x.cols as i32), A::I(chunk as i32), A::P(pv), A::P(pi)],
+        );
+        self.dev.launch(
+            "argmax_rows",
+            (x.rows as u32, 1),
+            32,
+            &[A::P(pv), A::P(pi), A::I(chunks as i32), A::P(out)],
+        );
+        self.dev.read_with(out, 4 * x.rows, |bytes| {
+            bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+    }
+
     fn write(&self, x: &mut CudaBuf, rows: usize, cols: usize, data: &[f32]) {
         assert_eq!(
             data.len(),
@@ -887,10 +1004,13 @@ impl Backend for Cuda {
 }
 
 impl Cuda {
-    /// `outs[i] = x · ws[i]ᵀ`. Each sequence's rows on their own (`set_runs`): which kernel
-    /// multiplies them, and cuBLAS's choice of algorithm, depend on the row count only, so a reply
-    /// does not depend on what else is batched with it. A few rows go through the matrix-vector
-    /// kernels, quantized to q8_1 once for all the products that multiply them as integers.
+    /// `outs[i] = x · ws[i]ᵀ`. Weights of the integer kernels' types take all rows at once
+    /// (`mmq`: every row computed alike whatever shares the launch). The others: each sequence's
+    /// rows on their own (`set_runs`): which kernel multiplies them, and cuBLAS's choice of
+    /// algorithm, depend on the row count only, so a reply does not depend on what else is batched
+    /// with it; sequences of many rows through cuBLAS, the rows of the others (decode steps)
+    /// together, up to eight per matrix-vector launch (these kernels compute every row the same
+    /// way whatever else shares the launch).
     fn products(&self, ws: &[&CudaWeight], x: &CudaBuf, outs: &mut [&mut CudaBuf]) {
         let (t, n) = (x.rows, x.cols);
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
@@ -902,14 +1022,42 @@ impl Cuda {
             );
             out.shape_from(t, &x.runs, w.n_rows());
         }
+        if t == 0 {
+            return;
+        }
+        let (int, other): (Vec<_>, Vec<_>) = ws
+            .iter()
+            .zip(outs.iter())
+            .map(|(w, o)| (*w, &**o))
+            .partition(|(w, _)| mmq_fits(w.dev_ty, n));
         let segments = super::run_segments(&x.runs, t);
-        // Sequences of many rows through cuBLAS, each on its own; the rows of the others (decode
-        // steps) together, up to eight per matrix-vector launch: these kernels compute every row
-        // the same way whatever else shares the launch.
+        if !int.is_empty() {
+            // Every run of rows through the integer kernels but prompt chunks longer than
+            // `mmq_max_rows`, which cuBLAS multiplies faster (the weights decoded to f16).
+            let long = |len: usize| len > mmq_max_rows() && self.dev.blas.is_some();
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            for &(s0, len) in &segments {
+                if long(len) {
+                    for (w, out) in &int {
+                        self.gemm(w, x, s0, len, out);
+                    }
+                } else if let Some(last) = runs.last_mut().filter(|l| l.0 + l.1 == s0) {
+                    last.1 += len;
+                } else {
+                    runs.push((s0, len));
+                }
+            }
+            if !runs.is_empty() {
+                self.mmq(&int, x, &runs);
+            }
+        }
+        if other.is_empty() {
+            return;
+        }
         let mut small: Vec<(usize, usize)> = Vec::new();
         for (s0, len) in segments {
             if len >= GEMM_MIN_ROWS && self.dev.blas.is_some() {
-                for (w, out) in ws.iter().zip(outs.iter()) {
+                for (w, out) in &other {
                     self.gemm(w, x, s0, len, out);
                 }
             } else if let Some(last) = small.last_mut().filter(|l| l.0 + l.1 == s0) {
@@ -918,60 +1066,169 @@ impl Cuda {
                 small.push((s0, len));
             }
         }
-        if small.is_empty() {
-            return;
-        }
-        let q8 = ws.iter().any(|w| mmvq(w)).then(|| {
-            let fused = self.q8_of.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let (qx, ds) = self.q8_scratch(t, n);
-            if fused != Some((x.ptr, t, n, self.dev.seq.load(Ordering::Relaxed))) {
-                for &(s0, len) in &small {
-                    self.quantize_q8_1(x, s0, len, (qx, ds));
-                }
-            }
-            (qx, ds)
-        });
         for (s0, len) in small {
             let mut r0 = s0;
             while r0 < s0 + len {
-                let left = s0 + len - r0;
-                let rows = left.min(8);
-                // Weights of one type and kernel go up to three to a launch.
-                let mut done = vec![false; ws.len()];
-                for i in 0..ws.len() {
+                let rows = (s0 + len - r0).min(8);
+                // Weights of one type go up to three to a launch.
+                let mut done = vec![false; other.len()];
+                for i in 0..other.len() {
                     if done[i] {
                         continue;
                     }
-                    let int = q8.is_some() && mmvq(ws[i]);
-                    let group: Vec<usize> = (i..ws.len())
-                        .filter(|&j| !done[j] && ws[j].dev_ty == ws[i].dev_ty && (q8.is_some() && mmvq(ws[j])) == int)
+                    let group: Vec<usize> = (i..other.len())
+                        .filter(|&j| !done[j] && other[j].0.dev_ty == other[i].0.dev_ty)
                         .take(3)
                         .collect();
                     for &j in &group {
                         done[j] = true;
                     }
-                    let group: Vec<(&CudaWeight, &CudaBuf)> = group.iter().map(|&j| (ws[j], &*outs[j])).collect();
-                    match q8 {
-                        Some((qx, ds)) if int => {
-                            let input = [A::P(qx + (r0 * n) as u64), A::P(ds + (r0 * n / 32 * 8) as u64)];
-                            self.mv(&format!("mmvq_{}", ty_name(ws[i].dev_ty)), &input, &group, n, r0, rows)
-                        }
-                        _ => {
-                            let input = [A::P(x.ptr + 4 * (r0 * n) as u64)];
-                            self.mv(&format!("mmv_{}", ty_name(ws[i].dev_ty)), &input, &group, n, r0, rows)
-                        }
-                    }
+                    let group: Vec<(&CudaWeight, &CudaBuf)> = group.iter().map(|&j| other[j]).collect();
+                    let input = [A::P(x.ptr + 4 * (r0 * n) as u64)];
+                    self.mv(
+                        &format!("mmv_{}", ty_name(other[i].0.dev_ty)),
+                        &input,
+                        &group,
+                        n,
+                        r0,
+                        rows,
+                    );
                 }
                 r0 += rows;
             }
         }
     }
 
+    /// `out = x · Wᵀ` for every row of `x` through the integer tensor-core kernels
+    /// (`kernels/mmq.cu`), weights of one type up to three to a launch. The activations are
+    /// quantized once (or were, by the rms_norm or GLU that made them).
+    fn mmq(&self, pairs: &[(&CudaWeight, &CudaBuf)], x: &CudaBuf, runs: &[(usize, usize)]) {
+        let (t, n) = (x.rows, x.cols);
+        let n_pad = n.next_multiple_of(256);
+        let act = self.act_scratch(t, n_pad);
+        let fused = self.q8_of.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if fused != Some((x.ptr, t, n, self.dev.seq.load(Ordering::Relaxed))) {
+            let q0 = pairs.iter().any(|(w, _)| w.dev_ty == GgmlType::Q8_0);
+            let qk = pairs.iter().any(|(w, _)| w.dev_ty != GgmlType::Q8_0);
+            self.dev.launch(
+                "quantize_act",
+                (t as u32, (n_pad / 256) as u32),
+                256,
+                &[
+                    A::P(x.ptr),
+                    A::I(n as i32),
+                    A::I(n_pad as i32),
+                    A::P(if q0 { act.q0 } else { 0 }),
+                    A::P(if q0 { act.d0 } else { 0 }),
+                    A::P(if qk { act.qk } else { 0 }),
+                    A::P(if qk { act.dk } else { 0 }),
+                ],
+            );
+        }
+        for &(r0, rows) in runs {
+            self.mmq_rows(pairs, act, n, r0, rows);
+        }
+    }
+
+    /// Rows `r0 .. r0 + t` of `out = x · Wᵀ` through the integer kernels, from the activations
+    /// quantized in `act`.
+    fn mmq_rows(&self, pairs: &[(&CudaWeight, &CudaBuf)], act: ActScratch, n: usize, r0: usize, t: usize) {
+        let n_pad = n.next_multiple_of(256);
+        let cap = mmq_nt_max();
+        let nt = MMQ_NT.iter().copied().find(|&k| 8 * k >= t || k == cap).unwrap_or(cap);
+        let ct = t.div_ceil(8 * nt);
+        let units = n_pad / 256;
+        let mut done = vec![false; pairs.len()];
+        for i in 0..pairs.len() {
+            if done[i] {
+                continue;
+            }
+            let ty = pairs[i].0.dev_ty;
+            let group: Vec<usize> = (i..pairs.len())
+                .filter(|&j| !done[j] && pairs[j].0.dev_ty == ty)
+                .take(3)
+                .collect();
+            let (qa, ad) = if ty == GgmlType::Q8_0 {
+                (act.q0, act.d0)
+            } else {
+                (act.qk, act.dk)
+            };
+            let (qa, ad) = (qa + (r0 * n_pad) as u64, ad + 4 * (r0 * n_pad / 32) as u64);
+            let mut args = vec![
+                A::P(qa),
+                A::P(ad),
+                A::I(n_pad as i32),
+                A::I(units as i32),
+                A::I(t as i32),
+                A::I(ct as i32),
+            ];
+            let mut total = 0u32;
+            for (k, &j) in group.iter().enumerate() {
+                done[j] = true;
+                let (w, out) = pairs[j];
+                let m = w.n_rows();
+                let nb = (m.div_ceil(16) * ct) as u32;
+                total += nb;
+                args.extend([A::P(self.tiled(w)), A::P(out.ptr + 4 * (r0 * m) as u64), A::I(m as i32)]);
+                if k < 2 {
+                    args.push(A::I(nb as i32));
+                }
+            }
+            // Slots of absent weights: their blocks are never launched.
+            for k in group.len()..3 {
+                args.extend([A::P(0), A::P(0), A::I(0)]);
+                if k < 2 {
+                    args.push(A::I(0));
+                }
+            }
+            // May start while the kernel before it runs: it reads its weights, then waits.
+            self.dev
+                .launch_early(&format!("mmq_{}_{nt}", ty_name(ty)), (total, 1), 128, &args);
+        }
+    }
+
+    /// The device address of `w` in the integer kernels' tiled layout (made now for a weight kept
+    /// in GGUF rows, once).
+    fn tiled(&self, w: &CudaWeight) -> u64 {
+        if w.tiled {
+            return self.dev.ptr(&w.data);
+        }
+        let t = w.tiled_copy.get_or_init(|| {
+            self.tile(w)
+                .unwrap_or_else(|e| self.dev.fail("allocating a tiled copy of a weight", e))
+        });
+        self.dev.ptr(t)
+    }
+
+    /// `w` (in GGUF rows) in the integer kernels' tiled layout: tiles of 16 rows, units of 256
+    /// values, zero-padded (`kernels/mmq.cu`).
+    fn tile(&self, w: &CudaWeight) -> std::result::Result<CudaSlice<u8>, cudarc::driver::DriverError> {
+        let (n, m) = (w.row_len(), w.n_rows());
+        let units = n.div_ceil(256);
+        let total = m.div_ceil(16) * units * mmq_unit_bytes(w.dev_ty);
+        let nb = if w.dev_ty == GgmlType::Q8_0 { n / 32 } else { n / 256 };
+        let out = self.dev.alloc_bytes(total)?;
+        self.dev.launch(
+            &format!("tile_{}", ty_name(w.dev_ty)),
+            (blocks(total as u64, 256), 1),
+            256,
+            &[
+                A::P(self.dev.ptr(&w.data)),
+                A::P(self.dev.ptr(&out)),
+                A::I(m as i32),
+                A::P(w.row_bytes as u64),
+                A::I(units as i32),
+                A::I(nb as i32),
+                A::P(total as u64),
+            ],
+        );
+        Ok(out)
+    }
+
     /// Rows `r0 .. r0 + rows` (at most 8) of `out = x · Wᵀ` for one to three weights of one type
     /// (`group`: each with its output) through the matrix-vector kernels `base` (mmv_TY: f32
-    /// activations, `input` x's rows; mmvq_TY: integer products, `input` their q8_1 values and
-    /// scales); each launch reads a weight once for every row. Three weights in one launch compute
-    /// each row as their own launches do.
+    /// activations, `input` x's rows); each launch reads a weight once for every row. Three
+    /// weights in one launch compute each row as their own launches do.
     fn mv(&self, base: &str, input: &[A], group: &[(&CudaWeight, &CudaBuf)], n: usize, r0: usize, rows: usize) {
         let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
         let part = |w: &CudaWeight, out: &CudaBuf| {
@@ -1018,26 +1275,34 @@ impl Cuda {
         self.dev.launch(&format!("{base}3_{r}"), (total, 1), 128, &args);
     }
 
-    /// `out = rms_norm(x) · w`, after `x += y` when `y` is given (one kernel).
+    /// `out = rms_norm(x) · w`, after `x += y` when `y` is given (one kernel), also quantized for
+    /// the integer products that follow when they are on.
     fn norm(&self, x: &CudaBuf, y: Option<&CudaBuf>, w: &CudaWeight, eps: f32, out: &mut CudaBuf) {
         out.shape_from(x.rows, &x.runs, x.cols);
-        // A few rows (decode): the output also as q8_1 for the integer products that follow.
-        let q8 = x.rows <= Q8_FUSE_ROWS && x.cols.is_multiple_of(32) && mmvq_on();
+        let q8 = mmq_on() && x.rows > 0 && x.cols.is_multiple_of(4);
         let mut args = vec![A::P(x.ptr)];
         args.extend(y.map(|y| A::P(y.ptr)));
         args.extend([A::P(self.dev.ptr(&w.data)), A::P(out.ptr)]);
+        let n_pad = x.cols.next_multiple_of(256);
         if q8 {
-            let (qx, ds) = self.q8_scratch(x.rows, x.cols);
-            args.extend([A::P(qx), A::P(ds)]);
+            let act = self.act_scratch(x.rows, n_pad);
+            args.extend([A::P(act.q0), A::P(act.d0), A::P(act.qk), A::P(act.dk)]);
+            args.extend([A::I(x.cols as i32), A::I(n_pad as i32), A::F(eps)]);
+        } else {
+            args.extend([A::I(x.cols as i32), A::F(eps)]);
         }
-        args.extend([A::I(x.cols as i32), A::F(eps)]);
         let name = format!(
             "{}rms_norm{}",
             if y.is_some() { "add_" } else { "" },
             if q8 { "_q8" } else { "" }
         );
-        // A thread per four values (16-byte loads), up to 1024: one row is one block.
-        let threads = (x.cols / 4).clamp(32, 1024).next_multiple_of(32) as u32;
+        // A thread per four values (16-byte loads), up to 1024: one row is one block (when
+        // quantizing, 64 threads per unit of 256 values).
+        let threads = if q8 {
+            (n_pad / 4).min(1024)
+        } else {
+            (x.cols / 4).clamp(32, 1024).next_multiple_of(32)
+        } as u32;
         self.dev.launch(&name, (x.rows as u32, 1), threads, &args);
         if q8 {
             *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -1086,8 +1351,6 @@ impl Cuda {
         );
     }
 
-    /// The q8_1 scratch laid out for `rows` activation rows of `n` values: the int8 values
-    /// (`rows × n`), then each block's (d, d·Σq); returns the two addresses.
     /// The step's split-K attention rows (`attention`): rows of sequences of at most
     /// `ATTN_SPLIT_ROWS` rows, numbered in order (-1 for the others) on the device, and their
     /// count; made once per step.
@@ -1153,28 +1416,18 @@ impl Cuda {
         self.dev.ptr(buf.as_ref().expect("allocated"))
     }
 
-    fn q8_scratch(&self, rows: usize, n: usize) -> (u64, u64) {
-        let count = rows * n;
-        let need = count.div_ceil(16) * 16 + count / 32 * 8;
-        let base = self.grown(&self.dev.q8, need, Q8_FUSE_ROWS * 16384 * 5 / 4, "q8_1 scratch");
-        (base, base + count.div_ceil(16) as u64 * 16)
-    }
-
-    /// Rows `s0 .. s0 + len` of `x` as q8_1 into the scratch laid out by `q8_scratch`.
-    fn quantize_q8_1(&self, x: &CudaBuf, s0: usize, len: usize, (qx, ds): (u64, u64)) {
-        let n = x.cols;
-        let count = len * n;
-        self.dev.launch(
-            "quantize_q8_1",
-            (blocks(count as u64, 256), 1),
-            256,
-            &[
-                A::P(x.ptr + 4 * (s0 * n) as u64),
-                A::P(qx + (s0 * n) as u64),
-                A::P(ds + (s0 * n / 32 * 8) as u64),
-                A::P(count as u64),
-            ],
-        );
+    /// The integer products' activation scratch for `rows` rows of `n_pad` values (a multiple of
+    /// 256; `common.cuh`, act_q8): both flavours' int8 values and per-32 scales.
+    fn act_scratch(&self, rows: usize, n_pad: usize) -> ActScratch {
+        let count = rows * n_pad;
+        let need = 2 * count + 2 * 4 * (count / 32);
+        let base = self.grown(&self.dev.q8, need, need.max(64 * 16384 * 9 / 4), "activation scratch");
+        ActScratch {
+            q0: base,
+            qk: base + count as u64,
+            d0: base + 2 * count as u64,
+            dk: base + 2 * count as u64 + 4 * (count / 32) as u64,
+        }
     }
 
     /// Rows `s0 .. s0 + len` of `out = x · Wᵀ` through cuBLAS with f32 accumulation: F32 weights
@@ -1255,23 +1508,40 @@ impl Cuda {
         if matches!(w.dev_ty, GgmlType::F16 | GgmlType::BF16) {
             return gemm(self.dev.ptr(&w.data), dt, xh, dt, m, out_ptr);
         }
+        // (A tiled weight's chunks start at whole tiles: `decode_tiled_*` reads its layout.)
         let chunk = (DECODE_CHUNK / n).clamp(1, m);
+        let chunk = if w.tiled { chunk.next_multiple_of(16) } else { chunk };
         grow(wbuf, chunk * n);
         let wh = self.dev.ptr(wbuf.as_ref().expect("grown"));
         for r0 in (0..m).step_by(chunk) {
             let rows = chunk.min(m - r0);
-            self.dev.launch(
-                &format!("decode_{}", ty_name(w.dev_ty)),
-                (rows as u32, 1),
-                128,
-                &[
-                    A::P(self.dev.ptr(&w.data) + (r0 * w.row_bytes) as u64),
-                    A::P(w.row_bytes as u64),
-                    A::P(wh),
-                    A::I(n as i32),
-                    A::I(0),
-                ],
-            );
+            if w.tiled {
+                self.dev.launch(
+                    &format!("decode_tiled_{}", ty_name(w.dev_ty)),
+                    (rows as u32, 1),
+                    128,
+                    &[
+                        A::P(self.dev.ptr(&w.data)),
+                        A::I(n.div_ceil(256) as i32),
+                        A::I(r0 as i32),
+                        A::P(wh),
+                        A::I(n as i32),
+                    ],
+                );
+            } else {
+                self.dev.launch(
+                    &format!("decode_{}", ty_name(w.dev_ty)),
+                    (rows as u32, 1),
+                    128,
+                    &[
+                        A::P(self.dev.ptr(&w.data) + (r0 * w.row_bytes) as u64),
+                        A::P(w.row_bytes as u64),
+                        A::P(wh),
+                        A::I(n as i32),
+                        A::I(0),
+                    ],
+                );
+            }
             gemm(wh, Dt::CUDA_R_16F, xh, Dt::CUDA_R_16F, rows, out_ptr + 4 * r0 as u64);
         }
     }
@@ -1330,25 +1600,28 @@ impl Cuda {
         );
     }
 
-    /// A gated activation (op 2 SwiGLU, 3 GeGLU); for a few rows, also written as q8_1 for the
-    /// integer product that follows (as `rms_norm`).
+    /// A gated activation (op 2 SwiGLU, 3 GeGLU), also quantized for the integer product that
+    /// follows when they are on (as `norm`).
     fn glu(&self, x: &CudaBuf, y: &CudaBuf, out: &CudaBuf, op: i32) {
-        if !(x.rows <= Q8_FUSE_ROWS && x.cols.is_multiple_of(32) && mmvq_on()) || x.len() == 0 {
+        if !mmq_on() || x.len() == 0 || !x.cols.is_multiple_of(4) {
             return self.binary(x, y, out, op);
         }
-        let n = x.len();
-        let (qx, ds) = self.q8_scratch(x.rows, x.cols);
+        let n_pad = x.cols.next_multiple_of(256);
+        let act = self.act_scratch(x.rows, n_pad);
         self.dev.launch(
             "glu_q8",
-            (blocks(n, 256), 1),
-            256,
+            (x.rows as u32, (n_pad / 256) as u32),
+            64,
             &[
                 A::P(x.ptr),
                 A::P(y.ptr),
                 A::P(out.ptr),
-                A::P(qx),
-                A::P(ds),
-                A::P(n),
+                A::P(act.q0),
+                A::P(act.d0),
+                A::P(act.qk),
+                A::P(act.dk),
+                A::I(x.cols as i32),
+                A::I(n_pad as i32),
                 A::I(op),
             ],
         );

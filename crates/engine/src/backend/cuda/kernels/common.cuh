@@ -59,15 +59,136 @@ __device__ __forceinline__ float block_sum(float v) {
     return s;
 }
 
-// Value v (element e of a row-major activation buffer) as q8_1, with the numbers of the CPU's q8_0 /
-// q8_1 activations (quant/src/dot: ggml's x86 quantize_row_q8_0/q8_1): the 32 lanes of a warp hold
-// one block (elements e & ~31 ..); q = round-half-even(v · 127/amax), and lane 0 writes d = amax/127
-// and d·Σq, each rounded through f16 as ggml stores them. Every lane of the warp must call it.
-__device__ __forceinline__ void store_q8_1(float v, u64 e, signed char* q, float2* ds) {
-    float amax = warp_max(fabsf(v));
-    float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
-    int qi = __float2int_rn(v * id);
-    q[e] = (signed char)qi;
-    float s = warp_sum((float)qi);
-    if ((threadIdx.x & 31) == 0) ds[e / 32] = make_float2(h2f(f2h(d)), h2f(f2h(d * s)));
+// ---- Programmatic dependent launch (sm_90): a kernel launched with the attribute (the integer
+// products) may start while the kernel before it still runs; `pdl_wait` waits for that kernel to
+// finish and its writes to be visible, `pdl_trigger` lets the next such kernel start now. Both do
+// nothing for kernels launched without it, and on older GPUs.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// ---- Activations of the integer products (kernels/mmq.cu). A row of n values is held as int8 in
+// units of 256 values (n_pad = n rounded up to 256, zeros past n), each unit's bytes ordered for
+// the tensor cores' B fragments: lane tig (= lane % 4) of a warp finds its values of the unit's
+// eight 32-value blocks in one 64-byte run — block j's values tig·4 .. +3 then 16 + tig·4 .. +3 at
+// byte tig·64 + j·8 — and one f32 scale per 32 values. Two flavours, with the numbers of the CPU
+// backend's activation types (quant/src/dot): q8_0 (per 32: d = amax/127 through f16,
+// q = rint(v·127/amax)) for Q8_0 weights; q8_K (per 256: iscale = -127 / the first value of largest
+// magnitude, q = min(rint(iscale·v), 127), d = 1/iscale, ggml's quantize_row_q8_K_ref; the unit's
+// d repeated in its eight scale slots) for the K-quants.
+
+// Where element k of a row goes (bytes from the row's start).
+__device__ __forceinline__ int act_pos(int k) {
+    int kk = k & 255, j = kk >> 5, w = kk & 31;
+    return (k & ~255) + ((w & 15) >> 2) * 64 + j * 8 + (w & 3) + ((w >> 4) << 2);
+}
+
+// Value v of element k of a row (0 past n), held by thread k % 256 of 256 consecutive threads of
+// the block (eight whole warps: one unit); every thread of the block calls it together (it holds
+// block-wide barriers for the q8_K flavour). q0/d0 (the q8_0 flavour) and qk/dk (q8_K) are the
+// row's values and scales; either pair may be null (not written).
+__device__ void act_q8(float v, int k, signed char* q0, float* d0, signed char* qk, float* dk) {
+    __shared__ float s_max[32];
+    __shared__ int s_idx[32];
+    __shared__ float s_val[4];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, u = w >> 3, loc = threadIdx.x & 255;
+    int pos = act_pos(k);
+    float a = fabsf(v);
+    if (q0) {
+        float amax = warp_max(a);
+        float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
+        q0[pos] = (signed char)__float2int_rn(v * id);
+        if (lane == 0) d0[k >> 5] = h2f(f2h(d));
+    }
+    if (qk) {
+        float m = warp_max(a);
+        if (lane == 0) s_max[w] = m;
+        __syncthreads();
+        float amax = s_max[u * 8];
+        for (int i = 1; i < 8; i++) amax = fmaxf(amax, s_max[u * 8 + i]);
+        unsigned hit = __ballot_sync(0xffffffffu, a == amax);
+        if (lane == 0) s_idx[w] = hit ? (w & 7) * 32 + __ffs(hit) - 1 : 1 << 30;
+        __syncthreads();
+        int first = s_idx[u * 8];
+        for (int i = 1; i < 8; i++) first = min(first, s_idx[u * 8 + i]);
+        if (loc == first) s_val[u] = v;
+        __syncthreads();
+        int q = 0;
+        float d = 0.f;
+        if (amax != 0.f) {
+            float iscale = -127.f / s_val[u];
+            q = min(__float2int_rn(iscale * v), 127);
+            d = 1.f / iscale;
+        }
+        qk[pos] = (signed char)q;
+        if (loc < 8) dk[((k & ~255) >> 5) + loc] = d;
+    }
+}
+
+// act_q8 for four consecutive values per thread: v holds elements k .. k + 3 of a row (k a multiple
+// of 4; 0 past n), held by thread (k % 256) / 4 of 64 consecutive threads of the block (two whole
+// warps: one unit); every thread of the block calls it together. The same numbers as act_q8.
+__device__ void act_q8x4(float4 v, int k, signed char* q0, float* d0, signed char* qk, float* dk) {
+    __shared__ float s_max[32];
+    __shared__ int s_idx[32];
+    __shared__ float s_val[16];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, u = w >> 1;
+    int pos = act_pos(k);
+    float vv[4] = {v.x, v.y, v.z, v.w};
+    float a[4] = {fabsf(v.x), fabsf(v.y), fabsf(v.z), fabsf(v.w)};
+    if (q0) {
+        // A block of 32 is eight lanes.
+        float amax = fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3]));
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
+        u32 packed = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) packed |= ((u32)(u8)(signed char)__float2int_rn(vv[i] * id)) << (8 * i);
+        *(u32*)(q0 + pos) = packed;
+        if ((lane & 7) == 0) d0[k >> 5] = h2f(f2h(d));
+    }
+    if (qk) {
+        // The unit's first value of largest magnitude: (magnitude, index in the unit), ties to the
+        // lower index.
+        float best = a[0];
+        int bi = 0;
+#pragma unroll
+        for (int i = 1; i < 4; i++)
+            if (a[i] > best) { best = a[i]; bi = i; }
+        bi += k & 255;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ob > best || (ob == best && oi < bi)) { best = ob; bi = oi; }
+        }
+        if (lane == 0) { s_max[w] = best; s_idx[w] = bi; }
+        __syncthreads();
+        float amax = s_max[2 * u];
+        int first = s_idx[2 * u];
+        if (s_max[2 * u + 1] > amax || (s_max[2 * u + 1] == amax && s_idx[2 * u + 1] < first)) {
+            amax = s_max[2 * u + 1];
+            first = s_idx[2 * u + 1];
+        }
+        if (((k & 255) >> 2) == (first >> 2)) s_val[u] = vv[first & 3];
+        __syncthreads();
+        u32 packed = 0;
+        float d = 0.f;
+        if (amax != 0.f) {
+            float iscale = -127.f / s_val[u];
+#pragma unroll
+            for (int i = 0; i < 4; i++) packed |= ((u32)(u8)(signed char)min(__float2int_rn(iscale * vv[i]), 127)) << (8 * i);
+            d = 1.f / iscale;
+        }
+        *(u32*)(qk + pos) = packed;
+        if ((threadIdx.x & 63) < 8) dk[((k & ~255) >> 5) + (threadIdx.x & 63)] = d;
+    }
 }

@@ -1,12 +1,14 @@
 // Row-wise and element-wise ops. Buffers are row-major f32 matrices; `n` is the row length.
 
 // out = x / rms(x) * w (ggml_rms_norm then ggml_mul). One block per row. ADD: x += y first (the
-// residual add before a norm; x is written back). Q8: the output also written as q8_1 (blocks of
-// 32: int8 values at q + row·n, (d, d·Σq) at ds + row·n/32) for the integer matrix-vector kernels
-// that multiply it next; then n is a multiple of 32 and blockDim of 32, so each warp holds whole
-// q8_1 blocks. The sums run in the same order in every variant, so they agree bit for bit.
+// residual add before a norm; x is written back). Q8: the output also quantized for the integer
+// products that multiply it next (common.cuh: act_q8x4, both flavours; q0/d0/qk/dk are row 0's,
+// rows n_pad values / n_pad / 32 scales apart); then n is a multiple of 4 and blockDim of 64, four
+// values a thread. The products run in the same order in every variant, so they agree bit for bit.
 template <bool ADD, bool Q8>
-__device__ void rms_norm_t(float* x, const float* y, const float* w, float* out, signed char* q, float2* ds, int n, float eps) {
+__device__ void rms_norm_t(float* x, const float* y, const float* w, float* out, signed char* q0, float* d0,
+                           signed char* qk, float* dk, int n, int n_pad, float eps) {
+    pdl_trigger();
     float* xr = x + (u64)blockIdx.x * n;
     float* o = out + (u64)blockIdx.x * n;
     float s = 0.f;
@@ -34,24 +36,35 @@ __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out,
     // (block_sum's barriers also make the block's writes of x visible to all its threads.)
     s = block_sum(s);
     float scale = 1.f / sqrtf(s / n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = (xr[i] * scale) * w[i];
-        o[i] = v;
-        if (Q8) store_q8_1(v, (u64)blockIdx.x * n + i, q, ds);
+    if (!Q8) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = (xr[i] * scale) * w[i];
+        return;
+    }
+    u64 qo = (u64)blockIdx.x * n_pad, dof = (u64)blockIdx.x * (n_pad / 32);
+    for (int base = 0; base < n_pad; base += 4 * blockDim.x) {
+        int k = base + 4 * threadIdx.x;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (k < n) {
+            float4 a = *(const float4*)(xr + k), c = *(const float4*)(w + k);
+            v = make_float4((a.x * scale) * c.x, (a.y * scale) * c.y, (a.z * scale) * c.z, (a.w * scale) * c.w);
+            *(float4*)(o + k) = v;
+        }
+        act_q8x4(v, k, q0 ? q0 + qo : 0, q0 ? d0 + dof : 0, qk ? qk + qo : 0, qk ? dk + dof : 0);
     }
 }
 
+#define Q8_ARGS signed char *q0, float *d0, signed char *qk, float *dk, int n, int n_pad, float eps
 extern "C" __global__ void rms_norm(float* x, const float* w, float* out, int n, float eps) {
-    rms_norm_t<false, false>(x, x, w, out, 0, 0, n, eps);
+    rms_norm_t<false, false>(x, x, w, out, 0, 0, 0, 0, n, n, eps);
 }
-extern "C" __global__ void rms_norm_q8(float* x, const float* w, float* out, signed char* q, float2* ds, int n, float eps) {
-    rms_norm_t<false, true>(x, x, w, out, q, ds, n, eps);
+extern "C" __global__ void rms_norm_q8(float* x, const float* w, float* out, Q8_ARGS) {
+    rms_norm_t<false, true>(x, x, w, out, q0, d0, qk, dk, n, n_pad, eps);
 }
 extern "C" __global__ void add_rms_norm(float* x, const float* y, const float* w, float* out, int n, float eps) {
-    rms_norm_t<true, false>(x, y, w, out, 0, 0, n, eps);
+    rms_norm_t<true, false>(x, y, w, out, 0, 0, 0, 0, n, n, eps);
 }
-extern "C" __global__ void add_rms_norm_q8(float* x, const float* y, const float* w, float* out, signed char* q, float2* ds, int n, float eps) {
-    rms_norm_t<true, true>(x, y, w, out, q, ds, n, eps);
+extern "C" __global__ void add_rms_norm_q8(float* x, const float* y, const float* w, float* out, Q8_ARGS) {
+    rms_norm_t<true, true>(x, y, w, out, q0, d0, qk, dk, n, n_pad, eps);
 }
 
 // Each head of `hd` values normalised in place, times w when given. One warp per head.
@@ -112,15 +125,25 @@ extern "C" __global__ void binary(const float* x, const float* y, float* out, u6
     out[i] = r;
 }
 
-// binary's gated ops (2 silu, 3 gelu_tanh) that also write their output as q8_1 (as rms_norm_q8):
-// len a multiple of 32, one value per thread, so each warp holds one q8_1 block.
-extern "C" __global__ void glu_q8(const float* x, const float* y, float* out, signed char* q, float2* ds, u64 len, int op) {
-    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= len) return;
-    float a = x[i], b = y[i];
-    float r = op == 2 ? a / (1.f + expf(-a)) * b : gelu_tanh_f(a) * b;
-    out[i] = r;
-    store_q8_1(r, i, q, ds);
+// binary's gated ops (2 silu, 3 gelu_tanh) on rows of n values (a multiple of 4) that also
+// quantize their output for the integer products (as rms_norm_q8): grid (rows, n_pad / 256), 64
+// threads, four values each.
+__device__ __forceinline__ float glu1(float a, float b, int op) {
+    return op == 2 ? a / (1.f + expf(-a)) * b : gelu_tanh_f(a) * b;
+}
+extern "C" __global__ void glu_q8(const float* x, const float* y, float* out, signed char* q0, float* d0,
+                                  signed char* qk, float* dk, int n, int n_pad, int op) {
+    pdl_trigger();
+    int row = blockIdx.x, k = blockIdx.y * 256 + 4 * threadIdx.x;
+    float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (k < n) {
+        u64 i = (u64)row * n + k;
+        float4 a = *(const float4*)(x + i), b = *(const float4*)(y + i);
+        r = make_float4(glu1(a.x, b.x, op), glu1(a.y, b.y, op), glu1(a.z, b.z, op), glu1(a.w, b.w, op));
+        *(float4*)(out + i) = r;
+    }
+    u64 qo = (u64)row * n_pad, dof = (u64)row * (n_pad / 32);
+    act_q8x4(r, k, q0 ? q0 + qo : 0, q0 ? d0 + dof : 0, qk ? qk + qo : 0, qk ? dk + dof : 0);
 }
 
 // x[r, c] (op 0: +=, 1: *=) v[c] for a vector v as long as a row.
@@ -224,7 +247,7 @@ FOR_EACH_TYPE(DECODE)
 
 // f32 activations to f16 (mode 0) or bf16 (mode 1, round to nearest even), or to f16 after
 // rounding them as the CPU backend's integer products do (its vec_dot type, quant/src/dot):
-// mode 2 q8_0/q8_1 (store_q8_1's numbers: d·q with d through f16), mode 3 q8_K (256 values:
+// mode 2 q8_0/q8_1 (act_q8's q8_0 numbers: d·q with d through f16), mode 3 q8_K (256 values:
 // iscale = -127 / the first value of largest magnitude, q = min(rint(iscale·v), 127), d = 1/iscale;
 // ggml's quantize_row_q8_K_ref). The products that follow then see the CPU's activation values.
 // Modes 2 and 3: len a multiple of 32 (256), 256 threads per block.

@@ -1,0 +1,488 @@
+// Integer matrix products on the tensor cores for Q4_K, Q6_K and Q8_0 weights, for any number of
+// activation rows (decode steps of one or many sequences, prompt chunks): out (t, m) = x · Wᵀ with
+// x quantized to int8 (common.cuh: act_q8, the CPU backend's activation numbers) and W in its
+// GGUF type. The integer products run on mma.sync (m16n8k32 / m16n8k16, s8 × s8 → s32: exact), so
+// each block's integer sum is the CPU's; the scales are applied in f32.
+//
+// Weights are kept in a tiled layout made once at load (`tile_*` below): tiles of 16 rows, and per
+// tile one "unit" of 256 values of each row after another (a K-quant superblock, or eight Q8_0
+// blocks; rows padded with zero units). A tile's unit is one contiguous blob of the same bytes as
+// the 16 rows' blocks, reordered so that lane (g = lane / 4, tig = lane % 4) of a warp finds its
+// mma A fragments (rows g and g + 8) in consecutive 16-byte words. A warp copies a blob into its
+// shared memory with 16-byte cp.async (three or four in flight), then multiplies it by its
+// activation columns (8 per n-tile, NT n-tiles, read from L1/L2).
+//
+// A block is four warps on one tile (16 weight rows) and NT·8 activation rows; warp w takes the
+// units [w·U/4, (w+1)·U/4) of the row (U units), summing them in order, and the four parts are
+// added as ((p0 + p1) + p2) + p3. Every output is made by the same operations whatever t, NT and
+// the output's place in the launch are, so a row's product never depends on the other rows.
+
+__device__ __forceinline__ void mma_k32(int c[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_k16(int c[4], u32 a0, u32 a1, u32 b0) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// Byte i (0..3) of w.
+__device__ __forceinline__ int byte_of(u32 w, int i) { return (w >> (8 * i)) & 0xFF; }
+__device__ __forceinline__ u32 comp(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// A block's activation columns: int8 rows of n_pad values (common.cuh: act_q8's layout) and
+// their per-32 scales; columns past t read the last row (their outputs are not written).
+struct Act {
+    const i8* q;
+    const float* dp;
+    int n_pad, c0, t, g, tig;
+    // B fragment of block j of unit u for n-tile nt (column c0 + nt·8 + g): values tig·4 .. +3
+    // and 16 + tig·4 .. +3 of the block.
+    __device__ __forceinline__ uint2 b(int nt, int u, int j) const {
+        int col = min(c0 + nt * 8 + g, t - 1);
+        return *(const uint2*)(q + (u64)col * n_pad + u * 256 + tig * 64 + j * 8);
+    }
+    // Scale of block j of unit u for the output column 2·tig + which of n-tile nt.
+    __device__ __forceinline__ float d(int nt, int which, int u, int j) const {
+        int col = min(c0 + nt * 8 + 2 * tig + which, t - 1);
+        return d_at(col, u * 8 + j);
+    }
+    __device__ __forceinline__ float d_at(int col, int blk) const { return dp[(u64)col * (n_pad >> 5) + blk]; }
+};
+
+// An integer of magnitude below 2^22 as f32, exactly, through the f32 adder (I2F runs at a
+// fraction of the FMA rate).
+__device__ __forceinline__ float i2f(int i) { return __fsub_rn(__int_as_float(0x4B400000 + i), 12582912.f); }
+
+// Per weight type: bytes of a tile's unit (UB), cp.async stages, and the unit's product.
+template <int TY> struct MQ;
+
+// Q4_K blob (2304 bytes): d|dmin of each row (u32, 16 × 4), the rows' 12 packed scale bytes
+// (16 × 12), then the quants as [pair i (4)][lane (32)][4 words]: lane (g, tig) holds words tig
+// and 4 + tig of the 32 quant bytes of pair i (sub-blocks 2i in the low nibbles, 2i + 1 in the
+// high ones) of row g, then of row g + 8, in A-fragment order (row g, row g + 8, row g + 16 values
+// on, row g + 8 + 16 values on).
+template <> struct MQ<TY_Q4_K> {
+    static const int UB = 2304, STAGES = 4;
+    // Sub-block j's 6-bit scale and min of a row from its packed bytes (get_scale_min_k4) as four
+    // bytes per word: sc[0] j 0..3, sc[1] j 4..7, mn likewise.
+    struct Scales { u32 sc[2], mn[2]; };
+    static __device__ __forceinline__ Scales scales(const u8* p) {
+        const u32* s = (const u32*)p;
+        u32 s0 = s[0], s1 = s[1], s2 = s[2];
+        Scales r;
+        r.sc[0] = s0 & 0x3F3F3F3Fu;
+        r.mn[0] = s1 & 0x3F3F3F3Fu;
+        r.sc[1] = (s2 & 0x0F0F0F0Fu) | (((s0 >> 6) & 0x03030303u) << 4);
+        r.mn[1] = ((s2 >> 4) & 0x0F0F0F0Fu) | (((s1 >> 6) & 0x03030303u) << 4);
+        return r;
+    }
+    // Per unit and output: s1 = Σ_j sc_j·(Σ q·x over sub-block j), cm = Σ_j m_j·(Σ x over j), both
+    // exact; then the unit adds dx·d·s1 - dx·dmin·cm (f32, in that order) to the output's part.
+    template <int NT>
+    static __device__ __forceinline__ void unit(const u8* s, const Act& x, int u, int lane, float acc[NT][4]) {
+        int g = lane >> 2;
+        u32 dm[2] = {*(const u32*)(s + 4 * g), *(const u32*)(s + 4 * (g + 8))};
+        Scales sr[2] = {scales(s + 64 + 12 * g), scales(s + 64 + 12 * (g + 8))};
+        int s1[NT][4], cm[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s1[nt][e] = cm[nt][e] = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint4 w = *(const uint4*)(s + 256 + (j >> 1) * 512 + lane * 16);
+            int sh = 4 * (j & 1);
+            u32 a0 = (w.x >> sh) & 0x0F0F0F0Fu, a1 = (w.y >> sh) & 0x0F0F0F0Fu;
+            u32 a2 = (w.z >> sh) & 0x0F0F0F0Fu, a3 = (w.w >> sh) & 0x0F0F0F0Fu;
+            int sg = byte_of(sr[0].sc[j >> 2], j & 3), sg8 = byte_of(sr[1].sc[j >> 2], j & 3);
+            // The mins: Σ_j m_j·Σ(x of sub-block j) by the tensor cores, the min in every byte.
+            u32 mg = (u32)byte_of(sr[0].mn[j >> 2], j & 3) * 0x01010101u;
+            u32 mg8 = (u32)byte_of(sr[1].mn[j >> 2], j & 3) * 0x01010101u;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                uint2 b = x.b(nt, u, j);
+                int c[4] = {0, 0, 0, 0};
+                mma_k32(c, a0, a1, a2, a3, b.x, b.y);
+                s1[nt][0] += sg * c[0];
+                s1[nt][1] += sg * c[1];
+                s1[nt][2] += sg8 * c[2];
+                s1[nt][3] += sg8 * c[3];
+                mma_k32(cm[nt], mg, mg8, mg, mg8, b.x, b.y);
+            }
+        }
+        float d[2] = {h2f(dm[0] & 0xFFFF), h2f(dm[1] & 0xFFFF)};
+        float dmin[2] = {h2f(dm[0] >> 16), h2f(dm[1] >> 16)};
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            float dx[2] = {x.d(nt, 0, u, 0), x.d(nt, 1, u, 0)};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = e >> 1;
+                float v = __fmaf_rn(__fmul_rn(dx[e & 1], d[r]), __int2float_rn(s1[nt][e]),
+                                    -__fmul_rn(__fmul_rn(dx[e & 1], dmin[r]), __int2float_rn(cm[nt][e])));
+                acc[nt][e] = __fadd_rn(acc[nt][e], v);
+            }
+        }
+    }
+};
+
+// Q6_K blob (3360 bytes): d of each row (f16, 16 × 2), the rows' 16 int8 scales (16 × 16), the
+// low bits ql as [lane][16 words] (word ((n2·2 + q1)·2 + hh)·2 + rs: row g + 8·rs, bytes
+// 64·n2 + 32·q1 + 16·hh + 4·tig), the high bits qh as [lane][8 words] ((n2·2 + hh)·2 + rs: bytes
+// 32·n2 + 16·hh + 4·tig). Sub-blocks of 16 values (one scale each) through m16n8k16 products,
+// the values q - 32 as int8; per unit and output s = Σ sc·(Σ (q - 32)·x) exact, then dx·d·s.
+template <> struct MQ<TY_Q6_K> {
+    static const int UB = 3360, STAGES = 3;
+    template <int NT>
+    static __device__ __forceinline__ void unit(const u8* s, const Act& x, int u, int lane, float acc[NT][4]) {
+        int g = lane >> 2;
+        // Each row's 16 scales in one word.
+        uint4 sc[2] = {*(const uint4*)(s + 32 + 16 * g), *(const uint4*)(s + 32 + 16 * (g + 8))};
+        int si[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) si[nt][e] = 0;
+#pragma unroll
+        for (int jb = 0; jb < 8; jb++) {
+            uint2 b[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) b[nt] = x.b(nt, u, jb);
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                int j16 = 2 * jb + half;
+                int n2 = j16 >> 3, qq = (j16 & 7) >> 1, hh = j16 & 1, q1 = qq & 1, nib = qq >> 1;
+                u32 a[2];
+#pragma unroll
+                for (int rs = 0; rs < 2; rs++) {
+                    int iw = ((n2 * 2 + q1) * 2 + hh) * 2 + rs, ih = (n2 * 2 + hh) * 2 + rs;
+                    u32 lw = *(const u32*)(s + 288 + lane * 64 + 4 * iw);
+                    u32 hw = *(const u32*)(s + 2336 + lane * 32 + 4 * ih);
+                    u32 v = ((lw >> (4 * nib)) & 0x0F0F0F0Fu) | (((hw >> (2 * qq)) & 0x03030303u) << 4);
+                    a[rs] = __vsub4(v, 0x20202020u);
+                }
+                // Scale of sub-block j16: byte 8·n2 + hh + 2·qq of the row's 16.
+                int k = 8 * n2 + hh + 2 * qq;
+                int s0 = (int)(signed char)byte_of(comp(sc[0], k >> 2), k & 3);
+                int s8 = (int)(signed char)byte_of(comp(sc[1], k >> 2), k & 3);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    int c[4] = {0, 0, 0, 0};
+                    mma_k16(c, a[0], a[1], half ? b[nt].y : b[nt].x);
+                    si[nt][0] += s0 * c[0];
+                    si[nt][1] += s0 * c[1];
+                    si[nt][2] += s8 * c[2];
+                    si[nt][3] += s8 * c[3];
+                }
+            }
+        }
+        float d[2] = {h2f(*(const u16*)(s + 2 * g)), h2f(*(const u16*)(s + 2 * (g + 8)))};
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            float dx[2] = {x.d(nt, 0, u, 0), x.d(nt, 1, u, 0)};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = __fmul_rn(__fmul_rn(dx[e & 1], d[e >> 1]), __int2float_rn(si[nt][e]));
+                acc[nt][e] = __fadd_rn(acc[nt][e], v);
+            }
+        }
+    }
+};
+
+// Q8_0 blob (4352 bytes; a unit is eight blocks of 32): the rows' eight block scales (f16, 16 ×
+// 16 bytes), then the quants as [block j (8)][lane (32)][4 words] in A-fragment order (row g word
+// tig, row g + 8 word tig, row g word 4 + tig, row g + 8 word 4 + tig). Blocks past the row's end
+// are zeros (as the activations' padding), so they add nothing. Per block and output:
+// part = fma(dx·dw, Σ q·x, part).
+template <> struct MQ<TY_Q8_0> {
+    static const int UB = 4352, STAGES = 2;
+    template <int NT>
+    static __device__ __forceinline__ void unit(const u8* s, const Act& x, int u, int lane, float acc[NT][4]) {
+        int g = lane >> 2;
+        uint4 dw4[2] = {*(const uint4*)(s + 16 * g), *(const uint4*)(s + 16 * (g + 8))};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint4 w = *(const uint4*)(s + 256 + j * 512 + lane * 16);
+            float dwr[2] = {h2f((comp(dw4[0], j >> 1) >> (16 * (j & 1))) & 0xFFFF),
+                            h2f((comp(dw4[1], j >> 1) >> (16 * (j & 1))) & 0xFFFF)};
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                uint2 b = x.b(nt, u, j);
+                int c[4] = {0, 0, 0, 0};
+                mma_k32(c, w.x, w.y, w.z, w.w, b.x, b.y);
+                float dx[2] = {x.d(nt, 0, u, j), x.d(nt, 1, u, j)};
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc[nt][e] = __fmaf_rn(__fmul_rn(dx[e & 1], dwr[e >> 1]), i2f(c[e]), acc[nt][e]);
+            }
+        }
+    }
+};
+
+// One block: tile `tile` (16 weight rows) of W times activation rows c0 .. c0 + NT·8 (clamped to
+// t; outputs past t or m are not written). W: the weight's tiled bytes, U units per row.
+template <int TY, int NT>
+__device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa, const float* ad, int n_pad, float* out, int t) {
+    typedef MQ<TY> Q;
+    Act x{qa, ad, n_pad, c0, t, (int)(threadIdx.x & 31) >> 2, (int)threadIdx.x & 3};
+    __shared__ __align__(16) u8 smem[4 * Q::STAGES * Q::UB];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    u8* sw = smem + warp * Q::STAGES * Q::UB;
+    const u8* wt = W + (u64)tile * U * Q::UB;
+    int u0 = U * warp / 4, u1 = U * (warp + 1) / 4;
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[nt][e] = 0.f;
+    const int CH = Q::UB / 16;
+#pragma unroll
+    for (int s = 0; s < Q::STAGES - 1; s++) {
+        if (u0 + s < u1) {
+            const u8* src = wt + (u64)(u0 + s) * Q::UB;
+            for (int c = lane; c < CH; c += 32) cp_async16(sw + s * Q::UB + 16 * c, src + 16 * c);
+        }
+        cp_commit();
+    }
+    // The weights above do not depend on the kernels before this one; what they wrote (the
+    // activations) is read from here on (programmatic dependent launch, common.cuh).
+    pdl_wait();
+    pdl_trigger();
+    // Unit u sits in stage (u - u0) % STAGES.
+    for (int u = u0; u < u1; u++) {
+        int un = u + Q::STAGES - 1;
+        if (un < u1) {
+            const u8* src = wt + (u64)un * Q::UB;
+            u8* dst = sw + ((un - u0) % Q::STAGES) * Q::UB;
+            for (int c = lane; c < CH; c += 32) cp_async16(dst + 16 * c, src + 16 * c);
+        }
+        cp_commit();
+        cp_wait<Q::STAGES - 1>();
+        __syncwarp();
+        Q::template unit<NT>(sw + ((u - u0) % Q::STAGES) * Q::UB, x, u, lane, acc);
+        // The stage is refilled by the next iteration's copy.
+        __syncwarp();
+    }
+    cp_wait<0>();
+    __syncthreads();
+    // The four parts through shared memory: part[w][col][row].
+    float* part = (float*)smem;
+    int g = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) part[(warp * NT * 8 + nt * 8 + 2 * tig + (e & 1)) * 16 + g + 8 * (e >> 1)] = acc[nt][e];
+    __syncthreads();
+    const int P = NT * 8 * 16;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        float s = __fadd_rn(__fadd_rn(__fadd_rn(part[i], part[P + i]), part[2 * P + i]), part[3 * P + i]);
+        int o = tile * 16 + (i & 15), r = c0 + (i >> 4);
+        if (o < m && r < t) out[(u64)r * m + o] = s;
+    }
+}
+
+// Up to three weights of one type by the same activations in one launch (a layer's Q, K and V, or
+// gate and up): blocks [0, nb0) the first weight's, the next nb1 the second's, the rest the
+// third's; within a weight, block b is tile b / ct and columns (b % ct)·NT·8 (ct column tiles).
+#define MMQ(NAME, TY, NT) \
+    extern "C" __global__ void __launch_bounds__(128) NAME##_##NT(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
+        const u8* W0, float* o0, int m0, int nb0, const u8* W1, float* o1, int m1, int nb1, const u8* W2, float* o2, int m2) { \
+        int b = blockIdx.x; \
+        const u8* W = W0; float* o = o0; int m = m0; \
+        if (b >= nb0) { b -= nb0; W = W1; o = o1; m = m1; if (b >= nb1) { b -= nb1; W = W2; o = o2; m = m2; } } \
+        mmq_t<TY, NT>(b / ct, (b % ct) * NT * 8, W, U, m, qa, ad, n_pad, o, t); \
+    }
+// (The name is pasted here, before the type's macro is expanded: mmq_TY_Q4_K_8 ...)
+#define MMQ_ALL(TY) MMQ(mmq_##TY, TY, 1) MMQ(mmq_##TY, TY, 2) MMQ(mmq_##TY, TY, 4) MMQ(mmq_##TY, TY, 8)
+MMQ_ALL(TY_Q4_K)
+MMQ_ALL(TY_Q6_K)
+MMQ_ALL(TY_Q8_0)
+
+// Activation rows to the integer products' layout (common.cuh: act_q8): grid (rows, n_pad / 256),
+// 256 threads; q0/d0 the q8_0 flavour, qk/dk the q8_K one (either null: not made).
+extern "C" __global__ void quantize_act(const float* x, int n, int n_pad, signed char* q0, float* d0, signed char* qk, float* dk) {
+    pdl_trigger();
+    int row = blockIdx.x, k = blockIdx.y * 256 + threadIdx.x;
+    float v = k < n ? x[(u64)row * n + k] : 0.f;
+    u64 qo = (u64)row * n_pad, dof = (u64)row * (n_pad / 32);
+    act_q8(v, k, q0 ? q0 + qo : 0, q0 ? d0 + dof : 0, qk ? qk + qo : 0, qk ? dk + dof : 0);
+}
+
+// The index of each row's first largest value (greedy decoding's token, as the CPU's argmax: a
+// value replaces the best only when larger). Stage 1: grid (rows, chunks), 256 threads, each block
+// the best (value, index) of its chunk of the row; stage 2: one warp per row over the chunks.
+__device__ __forceinline__ void best_of(float& best, int& at, float v, int i) {
+    if (at < 0 || v > best || (v == best && i < at)) { best = v; at = i; }
+}
+extern "C" __global__ void argmax_part(const float* x, int n, int chunk, float* pv, int* pi) {
+    const float* r = x + (u64)blockIdx.x * n;
+    int lo = blockIdx.y * chunk, hi = min(n, lo + chunk);
+    float best = 0.f;
+    int at = -1;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) best_of(best, at, r[i], i);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, best, o);
+        int i = __shfl_xor_sync(0xffffffffu, at, o);
+        if (i >= 0) best_of(best, at, v, i);
+    }
+    __shared__ float s_v[8];
+    __shared__ int s_i[8];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) { s_v[w] = best; s_i[w] = at; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < (int)(blockDim.x >> 5); k++)
+            if (s_i[k] >= 0) best_of(best, at, s_v[k], s_i[k]);
+        u64 o = (u64)blockIdx.x * gridDim.y + blockIdx.y;
+        pv[o] = best;
+        pi[o] = at;
+    }
+}
+extern "C" __global__ void argmax_rows(const float* pv, const int* pi, int chunks, u32* out) {
+    float best = 0.f;
+    int at = -1;
+    for (int c = threadIdx.x; c < chunks; c += 32) {
+        u64 o = (u64)blockIdx.x * chunks + c;
+        if (pi[o] >= 0) best_of(best, at, pv[o], pi[o]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, best, o);
+        int i = __shfl_xor_sync(0xffffffffu, at, o);
+        if (i >= 0) best_of(best, at, v, i);
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = at < 0 ? 0 : (u32)at;
+}
+
+// ---- The tiled layout, made on the device from the GGUF rows (`src`, m rows of `rb` bytes):
+// one thread per byte of the tiled tensor (tiles × U units × UB bytes); byte p of a unit's blob
+// comes from row (tile·16 + r) at offset `off` of the row's unit (zeros past the rows or blocks).
+
+// (r, offset in the row's unit) of blob byte p.
+__device__ __forceinline__ void tile_src_q4_k(int p, int* r, int* off) {
+    if (p < 64) { *r = p >> 2; *off = p & 3; return; }
+    if (p < 256) { p -= 64; *r = p / 12; *off = 4 + p % 12; return; }
+    p -= 256;
+    int i = p >> 9, lane = (p & 511) >> 4, slot = (p & 15) >> 2, byte = p & 3;
+    *r = (lane >> 2) + 8 * (slot & 1);
+    *off = 16 + 32 * i + 4 * ((lane & 3) + 4 * (slot >> 1)) + byte;
+}
+__device__ __forceinline__ void tile_src_q6_k(int p, int* r, int* off) {
+    if (p < 32) { *r = p >> 1; *off = 208 + (p & 1); return; }
+    if (p < 288) { p -= 32; *r = p >> 4; *off = 192 + (p & 15); return; }
+    if (p < 2336) {
+        p -= 288;
+        int lane = p >> 6, idx = (p & 63) >> 2, byte = p & 3;
+        int rs = idx & 1, hh = (idx >> 1) & 1, q1 = (idx >> 2) & 1, n2 = idx >> 3;
+        *r = (lane >> 2) + 8 * rs;
+        *off = 64 * n2 + 32 * q1 + 16 * hh + 4 * (lane & 3) + byte;
+        return;
+    }
+    p -= 2336;
+    int lane = p >> 5, idx = (p & 31) >> 2, byte = p & 3;
+    int rs = idx & 1, hh = (idx >> 1) & 1, n2 = idx >> 2;
+    *r = (lane >> 2) + 8 * rs;
+    *off = 128 + 32 * n2 + 16 * hh + 4 * (lane & 3) + byte;
+}
+// Q8_0: `off` counts from the unit's first block (34 bytes each); *blk the block in the unit.
+__device__ __forceinline__ void tile_src_q8_0(int p, int* r, int* off, int* blk) {
+    if (p < 256) { *r = p >> 4; *blk = (p & 15) >> 1; *off = 34 * *blk + (p & 1); return; }
+    p -= 256;
+    int j = p >> 9, lane = (p & 511) >> 4, slot = (p & 15) >> 2, byte = p & 3;
+    *r = (lane >> 2) + 8 * (slot & 1);
+    *blk = j;
+    *off = 34 * j + 2 + 4 * ((lane & 3) + 4 * (slot >> 1)) + byte;
+}
+
+// nb: the row's blocks (units for the K-quants, 32-value blocks for Q8_0).
+#define TILE(TY, UB, SRC_UB, BODY) \
+    extern "C" __global__ void tile_##TY(const u8* src, u8* dst, int m, u64 rb, int U, int nb, u64 total) { \
+        u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; \
+        if (i >= total) return; \
+        int p = (int)(i % UB); u64 tu = i / UB; int u = (int)(tu % U), tile = (int)(tu / U); \
+        int r, off, blk = 0; \
+        BODY; \
+        int row = tile * 16 + r; \
+        bool in = row < m && (TY == TY_Q8_0 ? u * 8 + blk < nb : u < nb); \
+        dst[i] = in ? src[(u64)row * rb + (u64)u * SRC_UB + off] : 0; \
+    }
+TILE(TY_Q4_K, 2304, 144, tile_src_q4_k(p, &r, &off))
+TILE(TY_Q6_K, 3360, 210, tile_src_q6_k(p, &r, &off))
+TILE(TY_Q8_0, 4352, 272, tile_src_q8_0(p, &r, &off, &blk))
+
+// ---- Tiled weights decoded to f16 rows for the prompt products that cuBLAS takes: values kk ..
+// kk + 7 (kk a multiple of 8) of row r of a unit's blob `b`, exactly as quant.cuh's deq8 gives them
+// from GGUF rows.
+__device__ __forceinline__ u32 blob32(const u8* b, int p) { return *(const u32*)(b + p); }
+
+template <int TY> __device__ __forceinline__ void deq8_tiled(const u8* b, int r, int kk, float w[8]);
+
+template <> __device__ __forceinline__ void deq8_tiled<TY_Q4_K>(const u8* b, int r, int kk, float w[8]) {
+    int sb = kk >> 5, l = kk & 31, wd = l >> 2;
+    float sc, mn;
+    scale_min_k4(sb, b + 64 + 12 * r, &sc, &mn);
+    u32 dm = blob32(b, 4 * r);
+    float d = h2f(dm & 0xFFFF) * sc, m = h2f(dm >> 16) * mn;
+    int lane = 4 * (r & 7) + (wd & 3), slot = (wd >> 2) * 2 + (r >> 3);
+    int p = 256 + (sb >> 1) * 512 + lane * 16 + slot * 4;
+    u32 q[2] = {blob32(b, p), blob32(b, p + 16)};
+    int sh = 4 * (sb & 1);
+#pragma unroll
+    for (int i = 0; i < 8; i++) w[i] = d * (float)((q[i >> 2] >> (8 * (i & 3) + sh)) & 0xF) - m;
+}
+template <> __device__ __forceinline__ void deq8_tiled<TY_Q6_K>(const u8* b, int r, int kk, float w[8]) {
+    int n2 = kk >> 7, rr = kk & 127, qt = rr >> 5, l = rr & 31, hh = l >> 4, t0 = (l & 15) >> 2;
+    int rs = r >> 3, lane = 4 * (r & 7) + t0;
+    int iw = ((n2 * 2 + (qt & 1)) * 2 + hh) * 2 + rs, ih = (n2 * 2 + hh) * 2 + rs;
+    int pl = 288 + lane * 64 + 4 * iw, ph = 2336 + lane * 32 + 4 * ih;
+    u32 ql[2] = {blob32(b, pl), blob32(b, pl + 64)}, qh[2] = {blob32(b, ph), blob32(b, ph + 32)};
+    float d = h2f(*(const u16*)(b + 2 * r)) * (float)(signed char)b[32 + 16 * r + 8 * n2 + hh + 2 * qt];
+    int s = (qt >> 1) * 4, hs = 2 * qt;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int lo = (ql[i >> 2] >> (8 * (i & 3) + s)) & 0xF, hi = (qh[i >> 2] >> (8 * (i & 3) + hs)) & 3;
+        w[i] = d * (float)((lo | (hi << 4)) - 32);
+    }
+}
+template <> __device__ __forceinline__ void deq8_tiled<TY_Q8_0>(const u8* b, int r, int kk, float w[8]) {
+    int j = kk >> 5, wd = (kk & 31) >> 2;
+    int lane = 4 * (r & 7) + (wd & 3), slot = (wd >> 2) * 2 + (r >> 3);
+    int p = 256 + j * 512 + lane * 16 + slot * 4;
+    u32 q[2] = {blob32(b, p), blob32(b, p + 16)};
+    float d = h2f(*(const u16*)(b + 16 * r + 2 * j));
+#pragma unroll
+    for (int i = 0; i < 8; i++) w[i] = (float)(signed char)(q[i >> 2] >> (8 * (i & 3))) * d;
+}
+
+// Rows row0 .. row0 + gridDim.x (row0 a multiple of 16) of a tiled weight of U units a row, rows
+// of n values, to f16 (one block per row).
+template <int TY, int UB> __device__ void decode_tiled_t(const u8* W, int U, int row0, u16* out, int n) {
+    int row = row0 + blockIdx.x, tile = row >> 4, r = row & 15;
+    u64 o = (u64)blockIdx.x * n;
+    for (int j = threadIdx.x * 8; j < n; j += blockDim.x * 8) {
+        float v[8];
+        deq8_tiled<TY>(W + ((u64)tile * U + (j >> 8)) * UB, r, j & 255, v);
+#pragma unroll
+        for (int i = 0; i < 8; i++) out[o + j + i] = f2h(v[i]);
+    }
+}
+#define DECODE_TILED(TY, UB) \
+    extern "C" __global__ void decode_tiled_##TY(const u8* W, int U, int row0, u16* out, int n) { decode_tiled_t<TY, UB>(W, U, row0, out, n); }
+DECODE_TILED(TY_Q4_K, 2304)
+DECODE_TILED(TY_Q6_K, 3360)
+DECODE_TILED(TY_Q8_0, 4352)
