@@ -106,6 +106,96 @@ prof() {
   grep -A 14 HF2Q_CUDA_PROFILE $OUT/prof-$name.txt | sed "s/^/$name: /"
 }
 case $phase in
+m1)
+  # 2026-12-03, first call: the integer tensor-core products (kernels/mmq.cu). Op tests and the
+  # fixtures (the quantized conversions against the CPU backend too); the 8B model made here; hf2q
+  # bench on the three files, with HF2Q_CUDA_MMQ=0 (the f32 matrix-vector kernels and cuBLAS) to
+  # compare; batched decoding; per-kernel GPU times of decode steps of 1 and 64 rows.
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  bg_model
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 150 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "vs the CPU|NOT RUN|test result|panicked"
+  for i in $(seq 1 60); do grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed" /tmp/mk.log | tee $OUT/make.txt
+  for q in q4_k_m q8_0 bf16; do
+    timeout 60 $H bench -m $W/l8b.$q.gguf --device cuda -p 512 -n 128 -r 2 2>&1 | grep -E "pp512|tg128" | tee -a $OUT/hf2q-bench.txt
+  done
+  for q in q4_k_m q8_0; do
+    HF2Q_CUDA_MMQ=0 timeout 60 $H bench -m $W/l8b.$q.gguf --device cuda -p 512 -n 128 -r 2 2>&1 | grep -E "pp512|tg128" | sed 's/^/MMQ=0 /' | tee -a $OUT/hf2q-bench.txt
+  done
+  m=$W/l8b.q4_k_m.gguf
+  timeout 120 $H bench -m $m --device cuda -p 512 -n 64 -r 1 --parallel 1,16,64 2>&1 | tee $OUT/hf2q-batched.txt | grep " x"
+  prof tg-x1 20 bench -m $m --device cuda -p 1 -n 24 -r 1
+  prof tg-x64 137 bench -m $m --device cuda -p 1 -n 8 -r 1 --parallel 64
+  ;;
+f1)
+  # 2026-12-03, third and fourth calls (f1 then f2 on the same warm machine): the measurements.
+  # f1: the GPU, the copy bandwidth, llama.cpp's build and the 8B model in the background; op
+  # tests and fixtures; hf2q bench on the three files and batched decoding.
+  { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; } | tee $OUT/gpu.txt
+  nvidia-smi -q > $OUT/nvidia-smi-q.txt
+  bg_builds
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "vs the CPU|NOT RUN|test result|panicked"
+  for i in $(seq 1 60); do grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed" /tmp/mk.log | tee -a $OUT/gpu.txt
+  for q in q4_k_m q8_0 bf16; do
+    echo "== hf2q bench -m l8b.$q.gguf --device cuda -p 512 -n 128 -r 3 --json" >> $OUT/hf2q-bench.txt
+    timeout 90 $H bench -m $W/l8b.$q.gguf --device cuda -p 512 -n 128 -r 3 --json 2>/dev/null | tee -a $OUT/hf2q-bench.txt | python3 -c "
+import json,sys
+for r in json.load(sys.stdin): print('$q', r.get('test'), round(r['avg_ts'], 2), round(r.get('stddev_ts', 0), 2))"
+  done
+  m=$W/l8b.q4_k_m.gguf
+  echo "== hf2q bench -m l8b.q4_k_m.gguf --device cuda -p 512 -n 128 -r 1 --parallel 1,4,16,64" > $OUT/hf2q-batched.txt
+  timeout 150 $H bench -m $m --device cuda -p 512 -n 128 -r 1 --parallel 1,4,16,64 2>&1 | tee -a $OUT/hf2q-batched.txt | grep " x"
+  tail -n 1 /tmp/lc.log
+  ;;
+f2)
+  # llama.cpp (built in f1) side by side: llama-bench on the three files, llama-batched-bench, and
+  # serving at 16 and 64 streams against hf2q serve.
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
+  tail -n 1 /tmp/lc.log
+  B=/tmp/lc/b/bin
+  for q in q4_k_m q8_0 bf16; do
+    echo "== llama-bench -m l8b.$q.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o json" >> $OUT/llama-bench.txt
+    timeout 120 $B/llama-bench -m $W/l8b.$q.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o json 2>/dev/null | tee -a $OUT/llama-bench.txt | python3 -c "
+import json,sys
+for r in json.load(sys.stdin): print('$q', 'pp%d' % r['n_prompt'] if r['n_prompt'] else 'tg%d' % r['n_gen'], round(r['avg_ts'], 2), round(r['stddev_ts'], 2))"
+  done
+  m=$W/l8b.q4_k_m.gguf
+  echo "== llama-batched-bench -m l8b.q4_k_m.gguf -ngl 99 -fa on -c 45056 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,4,16,64" > $OUT/llama-batched-bench.txt
+  timeout 150 $B/llama-batched-bench -m $m -ngl 99 -fa on -c 45056 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,4,16,64 >> $OUT/llama-batched-bench.txt 2>&1
+  grep -E "^\|" $OUT/llama-batched-bench.txt
+  serve_pair 16
+  serve_pair 64
+  cat /tmp/hs.log | tail -n 3 >> $OUT/serve.txt
+  ;;
+m2)
+  # Second call: the integer products fixed (stage index), with programmatic dependent launch, the
+  # argmax on the GPU, prompt chunks past 128 rows through cuBLAS. Op tests, fixtures; hf2q bench
+  # (PDL off, prompts through the integer kernels, n-tiles 4 and 2 to compare); batched; serving.
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  bg_model
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 150 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "vs the CPU|NOT RUN|test result|panicked"
+  for i in $(seq 1 60); do grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed" /tmp/mk.log | tee $OUT/make.txt
+  for q in q4_k_m q8_0 bf16; do
+    timeout 60 $H bench -m $W/l8b.$q.gguf --device cuda -p 512 -n 128 -r 2 2>&1 | grep -E "pp512|tg128" | tee -a $OUT/hf2q-bench.txt
+  done
+  m=$W/l8b.q4_k_m.gguf
+  HF2Q_CUDA_PDL=0 timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 2 2>&1 | grep tg128 | sed 's/^/PDL=0 /' | tee -a $OUT/hf2q-bench.txt
+  HF2Q_CUDA_MMQ_ROWS=100000 timeout 60 $H bench -m $m --device cuda -p 512 -n 0 -r 2 2>&1 | grep pp512 | sed 's/^/MMQ_ROWS=all /' | tee -a $OUT/hf2q-bench.txt
+  timeout 120 $H bench -m $m --device cuda -p 512 -n 64 -r 1 --parallel 1,16,64 2>&1 | tee $OUT/hf2q-batched.txt | grep " x"
+  for nt in 4 2; do
+    HF2Q_CUDA_MMQ_NT=$nt timeout 60 $H bench -m $m --device cuda -p 512 -n 64 -r 1 --parallel 64 2>&1 | grep "tg64 x" | sed "s/^/NT<=$nt /" | tee -a $OUT/hf2q-batched.txt
+  done
+  prof tg-x1 20 bench -m $m --device cuda -p 1 -n 24 -r 1
+  prof tg-x64 137 bench -m $m --device cuda -p 1 -n 8 -r 1 --parallel 64
+  SKIP_LLAMA=1 serve_pair 16
+  SKIP_LLAMA=1 serve_pair 64
+  ;;
 w3)
   # Third call: batched decoding against llama-batched-bench and serving at 16 and 64 streams
   # against llama-server, on the 8B Q4_K_M.
