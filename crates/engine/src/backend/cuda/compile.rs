@@ -20,6 +20,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),
     ("matmul", include_str!("kernels/matmul.cu")),
     ("attention", include_str!("kernels/attention.cu")),
+    ("recurrent", include_str!("kernels/recurrent.cu")),
 ];
 
 /// Where the CUDA toolkit's libraries usually are, for libraries not on the loader's path.
