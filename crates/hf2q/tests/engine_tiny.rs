@@ -92,7 +92,20 @@ fn load_on<B: Backend>(b: Arc<B>, model: &str, ftype: &str, tmp: &std::path::Pat
     let (root, _) = tiny_dir();
     let dir = root.join(model);
     let out = tmp.join(format!("{model}.{ftype}.gguf"));
-    convert::pipeline::convert(&dir, &out, Target::parse(ftype).unwrap(), &QuantizeOptions::default()).unwrap();
+    // The Qwen 3.5 fixtures other than `qwen3_5` have no MTP layers: converted with --no-mtp, as
+    // in `expected/commands.txt`.
+    let copts = convert::pipeline::ConvertOptions {
+        no_mtp: matches!(model, "qwen3_5_moe" | "qwen3_5_text" | "qwen3_5_moe_text"),
+        ..Default::default()
+    };
+    convert::pipeline::convert_with(
+        &dir,
+        &out,
+        Target::parse(ftype).unwrap(),
+        &QuantizeOptions::default(),
+        &copts,
+    )
+    .unwrap();
     let gguf = engine::model::open_gguf(&out).unwrap();
     engine::model::load(b, &gguf, &out).unwrap()
 }
@@ -324,6 +337,26 @@ fn gemma4_ple() {
     run("gemma4_ple");
 }
 
+#[test]
+fn qwen3_5() {
+    run("qwen3_5");
+}
+
+#[test]
+fn qwen3_5_moe() {
+    run("qwen3_5_moe");
+}
+
+#[test]
+fn qwen3_5_text() {
+    run("qwen3_5_text");
+}
+
+#[test]
+fn qwen3_5_moe_text() {
+    run("qwen3_5_moe_text");
+}
+
 /// Gemma 4 through serve with its own chat template: a required tool call is forced in Gemma 4's
 /// call syntax and comes back as an OpenAI `tool_calls` entry whose arguments follow the schema
 /// (the model is random: only the grammar makes the call, so the schema leaves it no open-ended
@@ -392,6 +425,10 @@ fn fixtures_on_cuda() {
         "gemma4",
         "gemma4_moe",
         "gemma4_ple",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "qwen3_5_text",
+        "qwen3_5_moe_text",
     ] {
         if !root.join(model).is_dir() {
             let _ = writeln!(
