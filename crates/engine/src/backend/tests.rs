@@ -820,9 +820,10 @@ impl DeltaRef {
 /// for two steps (a 70-row prompt cut at the chunk end 64 and at kept copies, decode rows, a short
 /// run), against the f64 recurrent reference; then copies: a cut-back to a checkpoint and to a
 /// page's copy continues exactly as the first pass did, and a page exported with its copy imports
-/// into another sequence. Bound: f32 sums over heads of 64 values (≤ 64·2⁻²⁴ relative each) through
-/// at most 72 tokens of a contracting recurrence (decay ≤ 1, rate < 1) stay under 1e-4 of the
-/// outputs' scale (~1); the CPU's chunked form reorders the same sums (measured ~1e-6).
+/// into another sequence. Bound: 1e-4 of the largest output of the run (the outputs are ~1e-3 to
+/// 7e-2): f32 sums over heads of 64 values (≤ 64·2⁻²⁴ relative each) through at most 72 tokens of
+/// a contracting recurrence (decay ≤ 1, rate < 1); the CPU (chunked form for runs) measured 3e-8
+/// absolute, 4e-7 of the largest output. A wrong index or formula is off by the outputs' scale.
 pub fn recurrent<B: Backend>(b: &B) {
     let l = DeltaNetLayer {
         layer: 0,
@@ -859,7 +860,10 @@ pub fn recurrent<B: Backend>(b: &B) {
     let input = |seed: u64| (values(n * c, seed), values(n * nv, seed + 1), values(n * nv, seed + 2));
     let (ins_a, ins_b) = (input(910), input(920));
     let (mut ref_a, mut ref_b) = (DeltaRef::new(&l), DeltaRef::new(&l));
-    let bound = |want: &[f64]| move |i: usize| 1e-4 * (1.0 + want[i].abs());
+    fn bound(want: &[f64]) -> impl Fn(usize) -> f64 {
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+        move |_| 1e-4 * scale + 1e-9
+    }
     // Runs a step of (sequence, first position, rows); returns each sequence's outputs.
     let run = |kvs: &mut [&mut B::Kv], seqs: &[(usize, usize, usize)]| -> Vec<Vec<f32>> {
         let rows: usize = seqs.iter().map(|s| s.2).sum();
