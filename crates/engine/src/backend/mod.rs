@@ -251,6 +251,9 @@ pub trait Backend: Send + Sync + 'static {
     fn kv_keep_states(&self, kv: &mut Self::Kv, positions: &[usize]);
     /// Bytes of one recurrent-state copy (0 without recurrent layers).
     fn kv_state_bytes(&self, kv: &Self::Kv) -> usize;
+    /// Drop the recurrent-state copies only this sequence holds (its checkpoints, its unshared
+    /// pages' copies) to give their memory back; the state itself stays.
+    fn kv_drop_copies(&self, kv: &mut Self::Kv);
 
     /// Take the step's ids, positions and sequence layout, once per step; `kvs` are the caches of
     /// its sequences, in order (a backend may upload their page tables here), or none for a

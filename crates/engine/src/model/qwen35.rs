@@ -549,8 +549,10 @@ impl<B: Backend> Model<B> for Qwen35<B> {
         if total == 0 {
             return Ok(Vec::new());
         }
-        self.check_states(seqs)?;
         let bufs = s.get::<Bufs<B>>()?;
-        b.run(|| self.forward_inner(bufs, seqs))
+        b.run(|| {
+            self.check_states(seqs)?;
+            self.forward_inner(bufs, seqs)
+        })
     }
 }

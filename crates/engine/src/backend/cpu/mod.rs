@@ -532,6 +532,10 @@ impl Backend for Cpu {
         kv.state_bytes()
     }
 
+    fn kv_drop_copies(&self, kv: &mut CpuKv) {
+        kv.drop_copies()
+    }
+
     fn ssm_conv(
         &self,
         x: &CpuBuf,

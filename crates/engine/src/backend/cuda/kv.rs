@@ -293,6 +293,17 @@ impl CudaKv {
         }
     }
 
+    /// Drop the state copies only this sequence holds (see `Backend::kv_drop_copies`).
+    pub fn drop_copies(&mut self) {
+        let Some(r) = &mut self.rec else { return };
+        r.seq.checkpoints.clear();
+        for page in &mut self.pages {
+            if let Some(pg) = Arc::get_mut(page) {
+                pg.state = None;
+            }
+        }
+    }
+
     /// Cut back to at most `target` (see `Backend::kv_restore`).
     pub fn restore(&mut self, target: usize) -> usize {
         let Some(r) = &mut self.rec else { return target };

@@ -434,6 +434,10 @@ impl Backend for Cuda {
         kv.state_bytes()
     }
 
+    fn kv_drop_copies(&self, kv: &mut CudaKv) {
+        kv.drop_copies()
+    }
+
     fn begin_step(&self, plan: StepPlan, kvs: &[&CudaKv]) -> Result<CudaStep> {
         let rows: usize = plan.seqs.iter().map(|s| s.rows).sum();
         if plan.ids.len() != rows || plan.positions.len() != rows || !(kvs.is_empty() || kvs.len() == plan.seqs.len()) {
