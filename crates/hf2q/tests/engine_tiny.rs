@@ -425,6 +425,61 @@ fn qwen3_5_chunked_prefill_equals_recurrence() {
     assert!(d_whole <= 5e-3, "whole prompt vs token by token: {d_whole}");
 }
 
+/// Rollback of drafted tokens on a hybrid model: five drafts fed in one step with a state
+/// checkpoint after each, the sequence cut back to the first two (`kv_restore`: K/V by length, the
+/// recurrent state from the checkpoint), then the right continuation: its logits equal those of a
+/// run that only ever saw the two accepted drafts. Bound 1e-3: the two runs cut the same tokens
+/// into different steps (f32 reorderings, which can flip an f16 rounding of a cached K/V value, as
+/// in `qwen3_5_chunked_prefill_equals_recurrence`).
+#[test]
+fn qwen3_5_rollback_to_a_checkpoint() {
+    if !have_fixture("qwen3_5_text", "qwen3_5 rollback") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let m = load("qwen3_5_text", "f32", tmp.path());
+    let b = m.backend().clone();
+    let (prompt, drafts, truth) = (ids(33, 6), ids(5, 7), ids(6, 8));
+    let mut scratch = m.scratch(64);
+    let step = |kv: &mut <Cpu as Backend>::Kv, scratch: &mut engine::model::Scratch, toks: &[u32], pos0: usize| {
+        m.forward(
+            scratch,
+            &mut [SeqStep {
+                kv,
+                tokens: toks,
+                pos0,
+                logits: Logits::All,
+            }],
+        )
+        .unwrap()
+    };
+    let mut straight = m.new_kv(64, KvType::F16).unwrap();
+    step(&mut straight, &mut scratch, &prompt, 0);
+    step(&mut straight, &mut scratch, &drafts[..2], 33);
+    let want = step(&mut straight, &mut scratch, &truth, 35);
+    let mut kv = m.new_kv(64, KvType::F16).unwrap();
+    step(&mut kv, &mut scratch, &prompt, 0);
+    b.kv_keep_states(&mut kv, &[34, 35, 36, 37, 38]);
+    step(&mut kv, &mut scratch, &drafts, 33);
+    assert_eq!(b.kv_state_pos(&kv), Some(38));
+    // A step that does not start where the state ends is refused.
+    let err = m.forward(
+        &mut scratch,
+        &mut [SeqStep {
+            kv: &mut kv,
+            tokens: &truth,
+            pos0: 35,
+            logits: Logits::Last,
+        }],
+    );
+    assert!(err.is_err(), "a step at 35 over a state at 38");
+    assert_eq!(b.kv_restore(&mut kv, 35), 35);
+    let got = step(&mut kv, &mut scratch, &truth, 35);
+    let worst = got.iter().zip(&want).map(|(a, w)| max_diff(a, w)).fold(0.0, f32::max);
+    eprintln!("qwen3_5_text: after a rollback max |Δlogit| = {worst:.2e}");
+    assert!(worst <= 1e-3, "logits after a rollback differ by {worst}");
+}
+
 /// The prefix cache on a hybrid model through `serve`: a second request sharing a 200-token prefix
 /// resumes from the recurrent-state copy kept with the prefix's last whole page (position 192),
 /// from the same slot, from the prefix cache after the slot served another prompt, and from
