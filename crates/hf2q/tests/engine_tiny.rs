@@ -538,7 +538,11 @@ fn qwen3_5_prefix_cache_through_serve() {
     let t = std::time::Instant::now();
     let files = || -> usize {
         std::fs::read_dir(persist)
-            .map(|d| d.flatten().flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten()).count())
+            .map(|d| {
+                d.flatten()
+                    .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten())
+                    .count()
+            })
             .unwrap_or(0)
     };
     while files() < 3 {

@@ -203,14 +203,23 @@ mod tests {
     #[test]
     fn restore_takes_the_latest_copy_at_or_before_the_target() {
         // Current state at 300: a target past it keeps it.
-        assert_eq!(restore_source(310, 300, [].into_iter(), [0, 3].into_iter()), (300, Source::Current));
+        assert_eq!(
+            restore_source(310, 300, [].into_iter(), [0, 3].into_iter()),
+            (300, Source::Current)
+        );
         // Behind it: the latest complete copy, page or checkpoint.
         assert_eq!(
             restore_source(250, 300, [(200, true), (240, false)].into_iter(), [0, 2].into_iter()),
             (200, Source::Checkpoint(0))
         );
-        assert_eq!(restore_source(250, 300, [(100, true)].into_iter(), [0, 2].into_iter()), (192, Source::Page(2)));
-        assert_eq!(restore_source(50, 300, [].into_iter(), [0].into_iter()), (0, Source::Zero));
+        assert_eq!(
+            restore_source(250, 300, [(100, true)].into_iter(), [0, 2].into_iter()),
+            (192, Source::Page(2))
+        );
+        assert_eq!(
+            restore_source(50, 300, [].into_iter(), [0].into_iter()),
+            (0, Source::Zero)
+        );
     }
 
     #[test]

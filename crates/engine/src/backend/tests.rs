@@ -776,7 +776,16 @@ impl DeltaRef {
 
     /// Rows `x` (t × c), gates `al`, `be` (t × nv): the layer's delta outputs (t × nv·hv).
     #[allow(clippy::too_many_arguments)]
-    fn step(&mut self, l: &DeltaNetLayer, w: &[f32], dt: &[f32], a: &[f32], x: &[f32], al: &[f32], be: &[f32]) -> Vec<f64> {
+    fn step(
+        &mut self,
+        l: &DeltaNetLayer,
+        w: &[f32],
+        dt: &[f32],
+        a: &[f32],
+        x: &[f32],
+        al: &[f32],
+        be: &[f32],
+    ) -> Vec<f64> {
         let (c, k, nk, nv, hk, hv) = (l.conv_dim(), l.kernel, l.n_k_heads, l.n_v_heads, l.head_k, l.head_v);
         let t = x.len() / c;
         let mut ext: Vec<f64> = self.conv.clone();
@@ -802,10 +811,10 @@ impl DeltaRef {
                 let sp = if z > 20.0 { z } else { z.exp().ln_1p() };
                 let decay = (a[h] as f64 * sp).exp();
                 let rate = 1.0 / (1.0 + (-(be[r * nv + h] as f64)).exp());
-                for j in 0..hv {
+                for (j, &vj) in v.iter().enumerate() {
                     let row = &mut self.m[(h * hv + j) * hk..(h * hv + j + 1) * hk];
                     row.iter_mut().for_each(|x| *x *= decay);
-                    let d = (v[j] - row.iter().zip(&kk).map(|(x, y)| x * y).sum::<f64>()) * rate;
+                    let d = (vj - row.iter().zip(&kk).map(|(x, y)| x * y).sum::<f64>()) * rate;
                     row.iter_mut().zip(&kk).for_each(|(x, y)| *x += d * y);
                     out.push(row.iter().zip(&q).map(|(x, y)| x * y).sum());
                 }
@@ -851,7 +860,11 @@ pub fn recurrent<B: Backend>(b: &B) {
         ("dt", GgmlType::F32, [nv, 1], &dtv),
         ("a", GgmlType::F32, [nv, 1], &av),
     ]);
-    let (w, dt, a) = (ws.load(b, "conv", false), ws.load(b, "dt", false), ws.load(b, "a", false));
+    let (w, dt, a) = (
+        ws.load(b, "conv", false),
+        ws.load(b, "dt", false),
+        ws.load(b, "a", false),
+    );
     let mut kva = b.alloc_kv(&layers, 256, KvType::F16).unwrap();
     let mut kvb = b.kv_sibling(&kva, 256);
     b.kv_reserve(&mut kvb, 256).unwrap();
@@ -892,15 +905,29 @@ pub fn recurrent<B: Backend>(b: &B) {
             .collect()
     };
     let reference = |r: &mut DeltaRef, ins: &(Vec<f32>, Vec<f32>, Vec<f32>), p: usize, t: usize| {
-        r.step(&l, &wv, &dtv, &av, &ins.0[p * c..(p + t) * c], &ins.1[p * nv..(p + t) * nv], &ins.2[p * nv..(p + t) * nv])
+        r.step(
+            &l,
+            &wv,
+            &dtv,
+            &av,
+            &ins.0[p * c..(p + t) * c],
+            &ins.1[p * nv..(p + t) * nv],
+            &ins.2[p * nv..(p + t) * nv],
+        )
     };
     b.kv_keep_states(&mut kva, &[64, 66, 71]);
     let got = run(&mut [&mut kva, &mut kvb], &[(0, 0, 70), (1, 0, 1)]);
-    let (wa, wb) = (reference(&mut ref_a, &ins_a, 0, 70), reference(&mut ref_b, &ins_b, 0, 1));
+    let (wa, wb) = (
+        reference(&mut ref_a, &ins_a, 0, 70),
+        reference(&mut ref_b, &ins_b, 0, 1),
+    );
     assert_close("gated_delta_net step 1, 70 rows", &got[0], &wa, bound(&wa));
     assert_close("gated_delta_net step 1, 1 row", &got[1], &wb, bound(&wb));
     let got = run(&mut [&mut kva, &mut kvb], &[(0, 70, 1), (1, 1, 5)]);
-    let (wa1, wb) = (reference(&mut ref_a, &ins_a, 70, 1), reference(&mut ref_b, &ins_b, 1, 5));
+    let (wa1, wb) = (
+        reference(&mut ref_a, &ins_a, 70, 1),
+        reference(&mut ref_b, &ins_b, 1, 5),
+    );
     assert_close("gated_delta_net step 2, decode row", &got[0], &wa1, bound(&wa1));
     assert_close("gated_delta_net step 2, 5 rows", &got[1], &wb, bound(&wb));
     assert_eq!((b.kv_state_pos(&kva), b.kv_state_pos(&kvb)), (Some(71), Some(6)));
@@ -912,7 +939,11 @@ pub fn recurrent<B: Backend>(b: &B) {
     assert_eq!(b.kv_restore(&mut kva, 65), 64);
     let page = b.kv_page(&kva, 0);
     let data = b.page_data(&page);
-    assert_eq!(data.len(), b.kv_page_bytes(&kva) + b.kv_state_bytes(&kva), "a page exported with its copy");
+    assert_eq!(
+        data.len(),
+        b.kv_page_bytes(&kva) + b.kv_state_bytes(&kva),
+        "a page exported with its copy"
+    );
     let again = run(&mut [&mut kva], &[(0, 64, 2)]);
     let want = &wa[64 * vd..66 * vd];
     assert_close("gated_delta_net after a page's copy", &again[0], want, bound(want));

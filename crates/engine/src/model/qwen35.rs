@@ -145,14 +145,18 @@ impl<B: Backend> Qwen35<B> {
         let n_all = k.u(key::BLOCK_COUNT)?;
         let n_mtp = k.u_or(key::NEXTN_PREDICT_LAYERS, 0);
         if n_mtp >= n_all {
-            return Err(bad(format!("{n_mtp} MTP layers of {n_all} blocks leave no decoder layer")));
+            return Err(bad(format!(
+                "{n_mtp} MTP layers of {n_all} blocks leave no decoder layer"
+            )));
         }
         let n_layer = n_all - n_mtp;
         let n_head = k.u(key::ATTN_HEAD_COUNT)?;
         let n_kv_head = k.u_or(key::ATTN_HEAD_COUNT_KV, n_head);
         let head_dim = k.u_or(key::ATTN_KEY_LENGTH, n_embd / n_head.max(1));
         if n_head == 0 || n_kv_head == 0 || !n_head.is_multiple_of(n_kv_head) {
-            return Err(bad(format!("{n_head} attention heads cannot share {n_kv_head} KV heads")));
+            return Err(bad(format!(
+                "{n_head} attention heads cannot share {n_kv_head} KV heads"
+            )));
         }
         let n_rot = k.u_or(key::ROPE_DIMENSION_COUNT, head_dim);
         if n_rot > head_dim || !n_rot.is_multiple_of(2) {

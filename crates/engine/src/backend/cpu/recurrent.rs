@@ -125,14 +125,16 @@ struct HeadIn<'a> {
     beta: Vec<f32>,
 }
 
-/// One token: decay, delta-rule update, read (torch_recurrent_gated_delta_rule).
-fn recurrent_token(m: &mut [f32], hk: usize, q: &[f32], k: &[f32], v: &[f32], g: f32, beta: f32, out: &mut [f32]) {
-    let e = g.exp();
+/// Token `t`: decay, delta-rule update, read (torch_recurrent_gated_delta_rule).
+fn recurrent_token(m: &mut [f32], hk: usize, hv: usize, h: &HeadIn<'_>, t: usize, out: &mut [f32]) {
+    let (q, k) = (&h.q[t * hk..(t + 1) * hk], &h.k[t * hk..(t + 1) * hk]);
+    let v = &h.v[t * h.v_stride..t * h.v_stride + hv];
+    let e = h.g[t].exp();
     for x in m.iter_mut() {
         *x *= e;
     }
     for (j, row) in m.chunks_mut(hk).enumerate() {
-        let d = (v[j] - dot(row, k)) * beta;
+        let d = (v[j] - dot(row, k)) * h.beta[t];
         for (x, &kv) in row.iter_mut().zip(k) {
             *x += d * kv;
         }
@@ -257,7 +259,11 @@ pub(super) fn gated_delta_net(
 ) {
     let (nk, nv, hk, hv) = (l.n_k_heads, l.n_v_heads, l.head_k, l.head_v);
     let c = l.conv_dim();
-    assert_eq!(qkv.cols, c, "gated_delta_net: rows of {} values, expected {c}", qkv.cols);
+    assert_eq!(
+        qkv.cols, c,
+        "gated_delta_net: rows of {} values, expected {c}",
+        qkv.cols
+    );
     assert!(
         alpha.cols == nv && beta.cols == nv && nk > 0 && nv.is_multiple_of(nk),
         "gated_delta_net: {} / {} gate columns for {nv} value heads over {nk} key heads",
@@ -289,7 +295,10 @@ pub(super) fn gated_delta_net(
                 .collect()
         };
         let (qs, ks) = (per_head(0, scale), per_head(nk * hk, 1.0));
-        let r = kv.rec.as_mut().expect("gated_delta_net on a cache without recurrent layers");
+        let r = kv
+            .rec
+            .as_mut()
+            .expect("gated_delta_net on a cache without recurrent layers");
         let slot = r.layout.slot(l.layer);
         assert_eq!(
             (slot.shape.heads, slot.shape.head_k, slot.shape.head_v),
@@ -319,9 +328,7 @@ pub(super) fn gated_delta_net(
                 let mut kept = Vec::new();
                 for &(t0, len) in &segs {
                     if len == 1 {
-                        let v = &head.v[t0 * c..t0 * c + hv];
-                        let (q, k) = (&head.q[t0 * hk..(t0 + 1) * hk], &head.k[t0 * hk..(t0 + 1) * hk]);
-                        recurrent_token(m, hk, q, k, v, head.g[t0], head.beta[t0], &mut o[t0 * hv..(t0 + 1) * hv]);
+                        recurrent_token(m, hk, hv, &head, t0, &mut o[t0 * hv..(t0 + 1) * hv]);
                     } else {
                         chunk(m, hk, hv, &head, t0, len, &mut o[t0 * hv..(t0 + len) * hv]);
                     }
@@ -386,24 +393,14 @@ mod tests {
             k: &k,
             v: &v,
             v_stride: hv,
-            g: g.clone(),
-            beta: beta.clone(),
+            g,
+            beta,
         };
         let (mut ma, mut mb) = (m0.clone(), m0);
         let (mut oa, mut ob) = (vec![0f32; n * hv], vec![0f32; n * hv]);
         chunk(&mut ma, hk, hv, &head, 0, n, &mut oa);
         for t in 0..n {
-            let r = t * hk..(t + 1) * hk;
-            recurrent_token(
-                &mut mb,
-                hk,
-                &q[r.clone()],
-                &k[r],
-                &v[t * hv..(t + 1) * hv],
-                g[t],
-                beta[t],
-                &mut ob[t * hv..(t + 1) * hv],
-            );
+            recurrent_token(&mut mb, hk, hv, &head, t, &mut ob[t * hv..(t + 1) * hv]);
         }
         for (x, y) in oa.iter().zip(&ob).chain(ma.iter().zip(&mb)) {
             assert!((x - y).abs() < 1e-5, "{x} vs {y}");

@@ -75,7 +75,10 @@ pub struct GpuSnap {
 impl GpuSnap {
     fn new(dev: &Arc<Dev>, layout: &StateLayout, live: &Arc<AtomicUsize>) -> Result<GpuSnap> {
         let mem = dev.alloc_bytes(layout.bytes()).map_err(|e| {
-            EngineError::Backend(format!("GPU memory for a recurrent-state copy of {} bytes: {e}", layout.bytes()))
+            EngineError::Backend(format!(
+                "GPU memory for a recurrent-state copy of {} bytes: {e}",
+                layout.bytes()
+            ))
         })?;
         live.fetch_add(1, Ordering::Relaxed);
         Ok(GpuSnap {
@@ -116,7 +119,10 @@ pub(super) struct GpuState {
 impl GpuState {
     fn new(dev: &Arc<Dev>, layout: Arc<StateLayout>, snaps: Arc<AtomicUsize>) -> Result<GpuState> {
         let mem = dev.alloc_bytes(layout.bytes()).map_err(|e| {
-            EngineError::Backend(format!("GPU memory for a recurrent state of {} bytes: {e}", layout.bytes()))
+            EngineError::Backend(format!(
+                "GPU memory for a recurrent state of {} bytes: {e}",
+                layout.bytes()
+            ))
         })?;
         let ptr = dev.ptr(&mem);
         dev.memset(ptr, layout.bytes());

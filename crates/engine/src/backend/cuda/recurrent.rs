@@ -33,7 +33,10 @@ impl Cuda {
         let mut wanted = Vec::with_capacity(n);
         let mut replaced = false;
         for (kv, s) in kvs.iter_mut().zip(&step.plan.seqs) {
-            let r = kv.rec.as_mut().expect("a recurrent op on a cache without recurrent layers");
+            let r = kv
+                .rec
+                .as_mut()
+                .expect("a recurrent op on a cache without recurrent layers");
             let slot = r.layout.slot(l.layer);
             assert!(
                 slot.shape.conv_dim == l.conv_dim()
@@ -50,7 +53,11 @@ impl Cuda {
                 Part::Conv => slot.conv,
                 Part::Ssm => slot.ssm,
             } as u64;
-            let w = if s.rows > 0 { r.seq.wanted_in(s.pos0, s.rows) } else { Vec::new() };
+            let w = if s.rows > 0 {
+                r.seq.wanted_in(s.pos0, s.rows)
+            } else {
+                Vec::new()
+            };
             tab.extend([s.row0 as i32, s.rows as i32, cp_t.len() as i32, w.len() as i32]);
             ptr.push(r.ptr + off);
             for &p in &w {
@@ -200,7 +207,13 @@ impl Cuda {
             "sigmoid_mul",
             (blocks(n, 256), 1),
             256,
-            &[A::P(x.ptr), A::P(g.ptr), A::P(n), A::I(x.cols as i32), A::I(g.cols as i32)],
+            &[
+                A::P(x.ptr),
+                A::P(g.ptr),
+                A::P(n),
+                A::I(x.cols as i32),
+                A::I(g.cols as i32),
+            ],
         );
     }
 
