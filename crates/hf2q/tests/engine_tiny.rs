@@ -553,6 +553,66 @@ fn qwen3_5_prefix_cache_through_serve() {
     check("--kv-persist after a restart", ask(&s, &pb));
 }
 
+/// Qwen 3.5's tool calls through serve, with Qwen3.5-4B's own chat template
+/// (tests/data/tool_templates/qwen3_5.jinja; the fixtures carry Qwen3's): a required call is
+/// forced in its `<tool_call><function=…><parameter=…>` syntax — after closing the thinking block
+/// the template opens — and comes back as an OpenAI `tool_calls` entry whose arguments follow the
+/// schema (the model is random: only the grammar makes the call, the schema leaves it no open-ended
+/// value), plainly and streamed, with empty reasoning; the call and its result render back
+/// through the template.
+#[test]
+fn qwen3_5_forced_tool_call_through_serve() {
+    if !have_fixture("qwen3_5_text", "qwen3_5 tool call through serve") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("qwen3_5_text.f32.gguf");
+    drop(load("qwen3_5_text", "f32", tmp.path()));
+    let tpl = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/tool_templates/qwen3_5.jinja");
+    let s = Server::start_with(&[gguf], &["-c", "2048", "--chat-template-file", tpl.to_str().unwrap()]);
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "metric": {"type": "boolean"},
+            "days": {"enum": [1, 2, 3]}},
+        "required": ["city", "metric", "days"]}}}]);
+    let ask = serde_json::json!([{"role": "user", "content": "Weather in Paris?"}]);
+    let req = serde_json::json!({"messages": ask, "tools": tools, "tool_choice": "required",
+        "temperature": 0, "max_tokens": 200});
+    let (st, v) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+    assert_eq!(st, 200, "{v}");
+    let c = &v["choices"][0];
+    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+    let call = &c["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather", "{v}");
+    let args: serde_json::Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(
+        args["city"].is_string() && args["metric"].is_boolean() && args["days"].is_i64(),
+        "{args}"
+    );
+    assert!(
+        c["message"]["reasoning_content"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{v}"
+    );
+    // Streamed: the same call as a tool_calls delta.
+    let mut sreq = req.clone();
+    sreq["stream"] = serde_json::json!(true);
+    let (st, _, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), None);
+    assert_eq!(st, 200);
+    assert!(
+        body.contains("\"tool_calls\"") && body.contains("get_weather"),
+        "no tool_calls delta in {body}"
+    );
+    // Round trip: the call and its result go back through the template.
+    let follow = serde_json::json!({"tools": tools, "temperature": 0, "max_tokens": 8, "messages": [
+        ask[0],
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "{\"temp_c\": 18}"}]});
+    let (st, v) = s.json("POST", "/v1/chat/completions", follow, None);
+    assert_eq!(st, 200, "{v}");
+}
+
 /// Gemma 4 through serve with its own chat template: a required tool call is forced in Gemma 4's
 /// call syntax and comes back as an OpenAI `tool_calls` entry whose arguments follow the schema
 /// (the model is random: only the grammar makes the call, so the schema leaves it no open-ended
