@@ -147,7 +147,13 @@ impl<B: Backend> Session<B> {
             .take_while(|(a, b)| a == b)
             .count()
             .min(tokens.len().saturating_sub(1));
+        // A hybrid model's recurrent state goes back only to a point it kept (itself, a
+        // checkpoint, a page's copy); the cache's K/V rows are overwritten from there.
+        let b = m.model.backend();
+        let common = b.kv_restore(&mut self.kv, common);
         self.tokens.truncate(common);
+        // The next turn of a conversation usually re-sends this prompt: keep the state at its end.
+        b.kv_keep_states(&mut self.kv, &[tokens.len()]);
         let mut last = Vec::new();
         let n_batch = n_batch.max(1).min(self.scratch.rows());
         for chunk in tokens[common..].chunks(n_batch) {

@@ -92,7 +92,20 @@ fn load_on<B: Backend>(b: Arc<B>, model: &str, ftype: &str, tmp: &std::path::Pat
     let (root, _) = tiny_dir();
     let dir = root.join(model);
     let out = tmp.join(format!("{model}.{ftype}.gguf"));
-    convert::pipeline::convert(&dir, &out, Target::parse(ftype).unwrap(), &QuantizeOptions::default()).unwrap();
+    // The Qwen 3.5 fixtures other than `qwen3_5` have no MTP layers: converted with --no-mtp, as
+    // in `expected/commands.txt`.
+    let copts = convert::pipeline::ConvertOptions {
+        no_mtp: matches!(model, "qwen3_5_moe" | "qwen3_5_text" | "qwen3_5_moe_text"),
+        ..Default::default()
+    };
+    convert::pipeline::convert_with(
+        &dir,
+        &out,
+        Target::parse(ftype).unwrap(),
+        &QuantizeOptions::default(),
+        &copts,
+    )
+    .unwrap();
     let gguf = engine::model::open_gguf(&out).unwrap();
     engine::model::load(b, &gguf, &out).unwrap()
 }
@@ -324,6 +337,282 @@ fn gemma4_ple() {
     run("gemma4_ple");
 }
 
+#[test]
+fn qwen3_5() {
+    run("qwen3_5");
+}
+
+#[test]
+fn qwen3_5_moe() {
+    run("qwen3_5_moe");
+}
+
+#[test]
+fn qwen3_5_text() {
+    run("qwen3_5_text");
+}
+
+#[test]
+fn qwen3_5_moe_text() {
+    run("qwen3_5_moe_text");
+}
+
+/// The Qwen 3.5 fixtures other than llama's committed copy need `HF2Q_FIXTURES`; a run without
+/// them says so and returns false.
+fn have_fixture(model: &str, what: &str) -> bool {
+    let (root, full) = tiny_dir();
+    if !full && !root.join(model).is_dir() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: {what} (set HF2Q_FIXTURES to the full fixtures)"
+        );
+        return false;
+    }
+    true
+}
+
+/// Token ids for the hybrid tests: `n` ordinary tokens (below the fixtures' special ids), a
+/// different sequence per seed.
+fn ids(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| (i * 7919 + seed * 104_729 + 13) % 1000).collect()
+}
+
+/// Chunked prefill equals token-by-token recurrence: a 150-token sequence (three chunks of the
+/// delta rule, cut at positions 64 and 128) fed whole, in steps of 37 tokens and token by token
+/// gives the same logits at every position. Steps of 37 and single tokens attend on the same
+/// per-row path (f16 Q, f16 accumulation) and differ by f32 reorderings only (the delta rule's
+/// chunked vs recurrent form, batched products), but a last-bit difference can flip the f16
+/// rounding of a cached K or V value (2^-11 relative), which moves these logits (std ~0.33) by up to
+/// ~1e-3: bound 1e-3 (measured 1.3e-4; the op test `recurrent` checks the two forms of the rule
+/// alone to 1e-4 of the outputs' scale). The whole sequence attends on the tiled f32 path, which
+/// differs from the per-row path by the f16 roundings the F32 fixture tolerance covers (5e-3).
+#[test]
+fn qwen3_5_chunked_prefill_equals_recurrence() {
+    if !have_fixture("qwen3_5_text", "qwen3_5 chunked prefill vs recurrence") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let m = load("qwen3_5_text", "f32", tmp.path());
+    let toks = ids(150, 1);
+    let feed = |step: usize| -> Vec<Vec<f32>> {
+        let mut scratch = m.scratch(160);
+        let mut kv = m.new_kv(256, KvType::F16).unwrap();
+        let mut out = Vec::new();
+        for (i, chunk) in toks.chunks(step).enumerate() {
+            out.extend(
+                m.forward(
+                    &mut scratch,
+                    &mut [SeqStep {
+                        kv: &mut kv,
+                        tokens: chunk,
+                        pos0: i * step,
+                        logits: Logits::All,
+                    }],
+                )
+                .unwrap(),
+            );
+        }
+        out
+    };
+    let (whole, steps, single) = (feed(150), feed(37), feed(1));
+    let worst = |a: &[Vec<f32>], b: &[Vec<f32>]| a.iter().zip(b).map(|(x, y)| max_diff(x, y)).fold(0.0, f32::max);
+    let (d_steps, d_whole) = (worst(&steps, &single), worst(&whole, &single));
+    eprintln!(
+        "qwen3_5_text: max |Δlogit| steps of 37 vs token by token {d_steps:.2e}, whole vs token by token {d_whole:.2e}"
+    );
+    assert!(d_steps <= 1e-3, "chunked vs recurrent delta rule: {d_steps}");
+    assert!(d_whole <= 5e-3, "whole prompt vs token by token: {d_whole}");
+}
+
+/// Rollback of drafted tokens on a hybrid model: five drafts fed in one step with a state
+/// checkpoint after each, the sequence cut back to the first two (`kv_restore`: K/V by length, the
+/// recurrent state from the checkpoint), then the right continuation: its logits equal those of a
+/// run that only ever saw the two accepted drafts. Bound 1e-3: the two runs cut the same tokens
+/// into different steps (f32 reorderings, which can flip an f16 rounding of a cached K/V value, as
+/// in `qwen3_5_chunked_prefill_equals_recurrence`).
+#[test]
+fn qwen3_5_rollback_to_a_checkpoint() {
+    if !have_fixture("qwen3_5_text", "qwen3_5 rollback") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let m = load("qwen3_5_text", "f32", tmp.path());
+    let b = m.backend().clone();
+    let (prompt, drafts, truth) = (ids(33, 6), ids(5, 7), ids(6, 8));
+    let mut scratch = m.scratch(64);
+    let step = |kv: &mut <Cpu as Backend>::Kv, scratch: &mut engine::model::Scratch, toks: &[u32], pos0: usize| {
+        m.forward(
+            scratch,
+            &mut [SeqStep {
+                kv,
+                tokens: toks,
+                pos0,
+                logits: Logits::All,
+            }],
+        )
+        .unwrap()
+    };
+    let mut straight = m.new_kv(64, KvType::F16).unwrap();
+    step(&mut straight, &mut scratch, &prompt, 0);
+    step(&mut straight, &mut scratch, &drafts[..2], 33);
+    let want = step(&mut straight, &mut scratch, &truth, 35);
+    let mut kv = m.new_kv(64, KvType::F16).unwrap();
+    step(&mut kv, &mut scratch, &prompt, 0);
+    b.kv_keep_states(&mut kv, &[34, 35, 36, 37, 38]);
+    step(&mut kv, &mut scratch, &drafts, 33);
+    assert_eq!(b.kv_state_pos(&kv), Some(38));
+    // A step that does not start where the state ends is refused.
+    let err = m.forward(
+        &mut scratch,
+        &mut [SeqStep {
+            kv: &mut kv,
+            tokens: &truth,
+            pos0: 35,
+            logits: Logits::Last,
+        }],
+    );
+    assert!(err.is_err(), "a step at 35 over a state at 38");
+    assert_eq!(b.kv_restore(&mut kv, 35), 35);
+    let got = step(&mut kv, &mut scratch, &truth, 35);
+    let worst = got.iter().zip(&want).map(|(a, w)| max_diff(a, w)).fold(0.0, f32::max);
+    eprintln!("qwen3_5_text: after a rollback max |Δlogit| = {worst:.2e}");
+    assert!(worst <= 1e-3, "logits after a rollback differ by {worst}");
+}
+
+/// The prefix cache on a hybrid model through `serve`: a second request sharing a 200-token prefix
+/// resumes from the recurrent-state copy kept with the prefix's last whole page (position 192),
+/// from the same slot, from the prefix cache after the slot served another prompt, and from
+/// `--kv-persist` after a restart; each reports 192 cached tokens (`timings.prompt_n`: the rest)
+/// and replies exactly as a server that computed the whole prompt. With `--prefill-chunk 64` every
+/// step of the prompt is the same with and without the cache, so the replies are bit for bit equal.
+#[test]
+fn qwen3_5_prefix_cache_through_serve() {
+    if !have_fixture("qwen3_5_text", "qwen3_5 prefix cache through serve") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("qwen3_5_text.f32.gguf");
+    drop(load("qwen3_5_text", "f32", tmp.path()));
+    let prefix = ids(200, 2);
+    let with = |tail: u32| -> Vec<u32> { prefix.iter().copied().chain(ids(30, tail)).collect() };
+    let (pa, pb) = (with(3), with(4));
+    let ask = |s: &Server, prompt: &[u32]| -> (String, u64, u64, f64) {
+        let req = serde_json::json!({"prompt": prompt, "max_tokens": 8, "temperature": 0});
+        let (st, v) = s.json("POST", "/v1/completions", req, None);
+        assert_eq!(st, 200, "{v}");
+        (
+            v["choices"][0]["text"].as_str().unwrap().to_string(),
+            v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap(),
+            v["timings"]["prompt_n"].as_u64().unwrap(),
+            v["timings"]["prompt_ms"].as_f64().unwrap(),
+        )
+    };
+    let persist = tmp.path().join("kv");
+    let persist = persist.to_str().unwrap();
+    let base = ["--parallel", "1", "--prefill-chunk", "64", "--ctx", "1024"];
+    let cold = {
+        let s = Server::start_with(std::slice::from_ref(&gguf), &base);
+        ask(&s, &pb)
+    };
+    assert_eq!((cold.1, cold.2), (0, 230));
+    let mut args = base.to_vec();
+    args.extend(["--kv-persist", persist]);
+    let check = |what: &str, got: (String, u64, u64, f64)| {
+        eprintln!(
+            "qwen3_5 prefix cache, {what}: cached {} of 230, prompt {:.1} ms (cold {:.1} ms)",
+            got.1, got.3, cold.3
+        );
+        assert_eq!((got.1, got.2), (192, 38), "{what}: cached tokens");
+        assert_eq!(got.0, cold.0, "{what}: reply");
+    };
+    {
+        let s = Server::start_with(std::slice::from_ref(&gguf), &args);
+        assert_eq!(ask(&s, &pa).1, 0);
+        check("the same slot", ask(&s, &pb));
+        // Another prompt takes the slot; the prefix comes back from the prefix cache.
+        assert_eq!(ask(&s, &ids(150, 5)).1, 0);
+        check("the prefix cache", ask(&s, &pb));
+    }
+    // Blocks are written in the background: wait for the prefix's three.
+    let t = std::time::Instant::now();
+    let files = || -> usize {
+        std::fs::read_dir(persist)
+            .map(|d| {
+                d.flatten()
+                    .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten())
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    while files() < 3 {
+        assert!(t.elapsed().as_secs() < 20, "blocks not persisted");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let s = Server::start_with(std::slice::from_ref(&gguf), &args);
+    check("--kv-persist after a restart", ask(&s, &pb));
+}
+
+/// Qwen 3.5's tool calls through serve, with Qwen3.5-4B's own chat template
+/// (tests/data/tool_templates/qwen3_5.jinja; the fixtures carry Qwen3's): a required call is
+/// forced in its `<tool_call><function=…><parameter=…>` syntax — after closing the thinking block
+/// the template opens — and comes back as an OpenAI `tool_calls` entry whose arguments follow the
+/// schema (the model is random: only the grammar makes the call, the schema leaves it no open-ended
+/// value), plainly and streamed, with empty reasoning; the call and its result render back
+/// through the template.
+#[test]
+fn qwen3_5_forced_tool_call_through_serve() {
+    if !have_fixture("qwen3_5_text", "qwen3_5 tool call through serve") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("qwen3_5_text.f32.gguf");
+    drop(load("qwen3_5_text", "f32", tmp.path()));
+    let tpl = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/tool_templates/qwen3_5.jinja");
+    let s = Server::start_with(&[gguf], &["-c", "2048", "--chat-template-file", tpl.to_str().unwrap()]);
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "metric": {"type": "boolean"},
+            "days": {"enum": [1, 2, 3]}},
+        "required": ["city", "metric", "days"]}}}]);
+    let ask = serde_json::json!([{"role": "user", "content": "Weather in Paris?"}]);
+    let req = serde_json::json!({"messages": ask, "tools": tools, "tool_choice": "required",
+        "temperature": 0, "max_tokens": 200});
+    let (st, v) = s.json("POST", "/v1/chat/completions", req.clone(), None);
+    assert_eq!(st, 200, "{v}");
+    let c = &v["choices"][0];
+    assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+    let call = &c["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather", "{v}");
+    let args: serde_json::Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(
+        args["city"].is_string() && args["metric"].is_boolean() && args["days"].is_i64(),
+        "{args}"
+    );
+    assert!(
+        c["message"]["reasoning_content"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{v}"
+    );
+    // Streamed: the same call as a tool_calls delta.
+    let mut sreq = req.clone();
+    sreq["stream"] = serde_json::json!(true);
+    let (st, _, body) = s.request("POST", "/v1/chat/completions", Some(&sreq.to_string()), None);
+    assert_eq!(st, 200);
+    assert!(
+        body.contains("\"tool_calls\"") && body.contains("get_weather"),
+        "no tool_calls delta in {body}"
+    );
+    // Round trip: the call and its result go back through the template.
+    let follow = serde_json::json!({"tools": tools, "temperature": 0, "max_tokens": 8, "messages": [
+        ask[0],
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "{\"temp_c\": 18}"}]});
+    let (st, v) = s.json("POST", "/v1/chat/completions", follow, None);
+    assert_eq!(st, 200, "{v}");
+}
+
 /// Gemma 4 through serve with its own chat template: a required tool call is forced in Gemma 4's
 /// call syntax and comes back as an OpenAI `tool_calls` entry whose arguments follow the schema
 /// (the model is random: only the grammar makes the call, so the schema leaves it no open-ended
@@ -392,6 +681,10 @@ fn fixtures_on_cuda() {
         "gemma4",
         "gemma4_moe",
         "gemma4_ple",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "qwen3_5_text",
+        "qwen3_5_moe_text",
     ] {
         if !root.join(model).is_dir() {
             let _ = writeln!(

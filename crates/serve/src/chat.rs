@@ -115,7 +115,12 @@ pub(crate) fn prepare_chat(st: &AppState, b: &serde_json::Map<String, Value>) ->
     if let Some(t) = &tools {
         p.tools = true;
         p.tools_parallel = t.parallel;
-        if let Some(g) = tools::forced_grammar(t, tool_format) {
+        if let Some(mut g) = tools::forced_grammar(t, tool_format) {
+            // A prompt that opens a reasoning block (thinking on): the forced call comes once it
+            // is closed, empty.
+            if let Some((m, true)) = thinks {
+                g = tools::after_reasoning(&g, m.close);
+            }
             p.grammar = Some(g);
         }
         p.tool_format = tool_format;

@@ -2,8 +2,9 @@
 //! into OpenAI `tool_calls` in the format of the model family, recognised from its template
 //! ([`ToolFormat`]): Hermes/Qwen `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, Llama 3.x
 //! JSON `{"name": …, "parameters": {…}}`, Mistral `[TOOL_CALLS][{"name": …, "arguments": {…}}]` and
-//! the newer Mistral `[TOOL_CALLS]name[ARGS]{…}`, and Gemma 4's
-//! `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:1}<tool_call|>`. Control tokens (`<|python_tag|>`,
+//! the newer Mistral `[TOOL_CALLS]name[ARGS]{…}`, Gemma 4's
+//! `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:1}<tool_call|>`, and Qwen 3.5 / Qwen3-Coder's
+//! `<tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>`. Control tokens (`<|python_tag|>`,
 //! `[TOOL_CALLS]`, `[ARGS]`) are not part of the reply text, so the parsers accept the calls with
 //! or without them. For a template that knows nothing of tools, the tool list and the Hermes format
 //! are described in a system message. With `tool_choice` `required` or a named function, decoding
@@ -131,6 +132,9 @@ pub enum ToolFormat {
     /// `<|tool_call>call:NAME{key:value,…}<tool_call|>` with strings in `<|"|>` quotes and bare
     /// keys (Gemma 4; llama.cpp common/parsers/gemma4.cpp).
     Gemma4,
+    /// `<tool_call>\n<function=NAME>\n<parameter=KEY>\nvalue\n</parameter>\n…</function>\n</tool_call>`
+    /// (Qwen 3.5 / 3.6, Qwen3-Coder; llama.cpp common/parsers/qwen3-coder.cpp).
+    QwenXml,
 }
 
 pub const GEMMA4_OPEN: &str = "<|tool_call>";
@@ -147,6 +151,9 @@ impl ToolFormat {
         }
         if source.contains("<|tool_call>call:") {
             return Some(ToolFormat::Gemma4);
+        }
+        if source.contains("<function=") && source.contains("<parameter=") {
+            return Some(ToolFormat::QwenXml);
         }
         if source.contains("[TOOL_CALLS]") {
             Some(if source.contains("[ARGS]") {
@@ -169,7 +176,7 @@ impl ToolFormat {
     /// each closes).
     fn tags(self) -> Option<(&'static str, &'static str)> {
         match self {
-            ToolFormat::Hermes => Some((OPEN, CLOSE)),
+            ToolFormat::Hermes | ToolFormat::QwenXml => Some((OPEN, CLOSE)),
             ToolFormat::Gemma4 => Some((GEMMA4_OPEN, GEMMA4_CLOSE)),
             _ => None,
         }
@@ -179,6 +186,7 @@ impl ToolFormat {
     fn tagged_call(self, body: &str) -> Option<Call> {
         match self {
             ToolFormat::Gemma4 => gemma4_call(body),
+            ToolFormat::QwenXml => qwen_xml_call(body),
             _ => serde_json::from_str::<Value>(body.trim())
                 .ok()
                 .as_ref()
@@ -203,6 +211,51 @@ fn gemma4_call(body: &str) -> Option<Call> {
     Some(Call {
         name: name.to_string(),
         arguments: args.to_string(),
+    })
+}
+
+/// `<function=NAME>` and its `<parameter=KEY>\nvalue\n</parameter>` entries of a Qwen 3.5 call,
+/// the arguments as a JSON object. A value that reads as a JSON number, boolean, null, array or
+/// object is that value, any other its text (llama.cpp decides by the tool's schema, which the
+/// reply parser does not see: a string parameter whose whole value looks like a number comes back
+/// as a number).
+fn qwen_xml_call(body: &str) -> Option<Call> {
+    let rest = body.trim().strip_prefix("<function=")?;
+    let gt = rest.find('>')?;
+    let name = rest[..gt].trim();
+    if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c)) {
+        return None;
+    }
+    let mut rest = rest[gt + 1..].trim_start();
+    let mut args = Map::new();
+    loop {
+        if let Some(r) = rest.strip_prefix("</function>") {
+            if !r.trim().is_empty() {
+                return None;
+            }
+            break;
+        }
+        let r = rest.strip_prefix("<parameter=")?;
+        let gt = r.find('>')?;
+        let key = r[..gt].trim();
+        let r = &r[gt + 1..];
+        let end = r.find("</parameter>")?;
+        let raw = &r[..end];
+        let raw = raw.strip_prefix('\n').unwrap_or(raw);
+        let raw = raw.strip_suffix('\n').unwrap_or(raw);
+        let v = match serde_json::from_str::<Value>(raw.trim()) {
+            Ok(v) if !v.is_string() => v,
+            _ => Value::String(raw.to_string()),
+        };
+        if key.is_empty() {
+            return None;
+        }
+        args.insert(key.to_string(), v);
+        rest = r[end + "</parameter>".len()..].trim_start();
+    }
+    Some(Call {
+        name: name.to_string(),
+        arguments: Value::Object(args).to_string(),
     })
 }
 
@@ -461,6 +514,7 @@ pub fn forced_grammar(req: &ToolRequest, format: ToolFormat) -> Option<String> {
             "start: \"{OPEN}\\n\" call \"\\n{CLOSE}\"\ncall: %json {}\n",
             one_of("arguments")
         ),
+        ToolFormat::QwenXml => qwen_xml_grammar(&chosen),
         ToolFormat::Llama3 => format!("start: call\ncall: %json {}\n", one_of("parameters")),
         ToolFormat::MistralList => format!("start: \"[\" call \"]\"\ncall: %json {}\n", one_of("arguments")),
         ToolFormat::MistralArgs => {
@@ -528,6 +582,68 @@ fn gemma4_rule(schema: &Value, name: &str, rules: &mut Vec<String>) -> String {
     name.to_string()
 }
 
+/// A forced grammar (`start: …` first) that first closes an open reasoning block with `close` and
+/// a blank line: for prompts that start the reply inside one, a forced call skips the thinking.
+pub fn after_reasoning(grammar: &str, close: &str) -> String {
+    let lit = serde_json::to_string(&format!("{close}\n\n")).unwrap_or_default();
+    match grammar.strip_prefix("start:") {
+        Some(rest) => format!("start: {lit} call_after_reasoning\ncall_after_reasoning:{rest}"),
+        None => grammar.to_string(),
+    }
+}
+
+/// A forced Qwen 3.5 call to one of `chosen` (name, parameters schema), as its template writes one:
+/// each property of the schema in order (the required ones always, the others optional), string
+/// values as text without `<`, enums as their values, other types as JSON of their schema.
+fn qwen_xml_grammar(chosen: &[(String, Value)]) -> String {
+    let lit = |t: &str| serde_json::to_string(t).unwrap_or_default();
+    let alts: Vec<String> = (0..chosen.len()).map(|i| format!("f{i}")).collect();
+    let mut g = format!(
+        "start: {} ({}) {}\n",
+        lit(&format!("{OPEN}\n")),
+        alts.join(" | "),
+        lit(&format!("</function>\n{CLOSE}"))
+    );
+    for (i, (name, p)) in chosen.iter().enumerate() {
+        let required: Vec<&str> = p
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut parts = vec![lit(&format!("<function={name}>\n"))];
+        let props = p
+            .get("properties")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        for (j, (k, sub)) in props.iter().enumerate() {
+            let value = if let Some(e) = sub.get("enum").and_then(Value::as_array) {
+                let alts: Vec<String> = e
+                    .iter()
+                    .map(|v| match v {
+                        Value::String(t) => lit(t),
+                        other => lit(&other.to_string()),
+                    })
+                    .collect();
+                format!("({})", alts.join(" | "))
+            } else if sub.get("type").and_then(Value::as_str) == Some("string") {
+                "/[^<]*/".to_string()
+            } else {
+                format!("%json {sub}")
+            };
+            g.push_str(&format!(
+                "p{i}_{j}: {} {value} {}\n",
+                lit(&format!("<parameter={k}>\n")),
+                lit("\n</parameter>\n")
+            ));
+            let opt = if required.contains(&k.as_str()) { "" } else { "?" };
+            parts.push(format!("p{i}_{j}{opt}"));
+        }
+        g.push_str(&format!("f{i}: {}\n", parts.join(" ")));
+    }
+    g
+}
+
 /// One parsed call.
 #[derive(Debug, PartialEq)]
 pub struct Call {
@@ -561,7 +677,7 @@ pub fn parse_reply_as(text: &str, format: ToolFormat) -> (String, Vec<Call>) {
     let t = text.trim();
     let whole_text = || (t.to_string(), Vec::new());
     match format {
-        ToolFormat::Hermes | ToolFormat::Gemma4 => parse_tagged(text, format),
+        ToolFormat::Hermes | ToolFormat::Gemma4 | ToolFormat::QwenXml => parse_tagged(text, format),
         ToolFormat::Llama3 => {
             // One or more objects, separated by whitespace or `;`.
             let body = t.strip_prefix("<|python_tag|>").unwrap_or(t);
@@ -741,7 +857,7 @@ impl ToolStream {
         self.buf.push_str(s);
         let mut out = Vec::new();
         match self.format {
-            f @ (ToolFormat::Hermes | ToolFormat::Gemma4) => {
+            f @ (ToolFormat::Hermes | ToolFormat::Gemma4 | ToolFormat::QwenXml) => {
                 let (open, close) = f.tags().expect("a tagged format");
                 loop {
                     if self.holding {
@@ -821,12 +937,12 @@ impl ToolStream {
         let mut out = Vec::new();
         let rest = std::mem::take(&mut self.buf);
         match self.format {
-            f @ (ToolFormat::Hermes | ToolFormat::Gemma4) if self.holding => {
+            f @ (ToolFormat::Hermes | ToolFormat::Gemma4 | ToolFormat::QwenXml) if self.holding => {
                 // An unterminated call stays text, as in the complete reply.
                 let open = f.tags().expect("a tagged format").0;
                 self.text(&format!("{open}{rest}"), &mut out);
             }
-            ToolFormat::Hermes | ToolFormat::Gemma4 => self.text(&rest, &mut out),
+            ToolFormat::Hermes | ToolFormat::Gemma4 | ToolFormat::QwenXml => self.text(&rest, &mut out),
             format if self.holding || !self.text_mode => {
                 let (content, calls) = parse_reply_as(&rest, format);
                 self.text(&content, &mut out);
@@ -912,6 +1028,70 @@ mod tests {
         );
         let f = engine::grammar::GrammarFactory::new(tok).unwrap();
         assert!(f.lark(&g).is_ok(), "{g}");
+    }
+
+    #[test]
+    fn qwen_xml_calls_parse_stream_and_force() {
+        use ToolFormat::QwenXml;
+        let tpl = "{%- if tools %}{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}{{- '<parameter=' + k + '>\\n' }}{% endif %}";
+        assert_eq!(ToolFormat::of_template(tpl), Some(QwenXml));
+        let reply = "Let me check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis, FR\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"hourly\": true}\n</parameter>\n<parameter=note>\ntwo\nlines\n</parameter>\n</function>\n</tool_call>";
+        let (c, calls) = parse_reply_as(reply, QwenXml);
+        assert_eq!(c.trim(), "Let me check.");
+        assert_eq!(
+            names_args(&calls),
+            vec![(
+                "get_weather",
+                r#"{"city":"Paris, FR","days":3,"opts":{"hourly":true},"note":"two\nlines"}"#
+            )]
+        );
+        // Two calls; one without its closing function tag stays text.
+        let two = "<tool_call>\n<function=a>\n</function>\n</tool_call>\n<tool_call>\n<function=b>\n<parameter=n>\n-1.5\n</parameter>\n</function>\n</tool_call>";
+        assert_eq!(
+            names_args(&parse_reply_as(two, QwenXml).1),
+            vec![("a", "{}"), ("b", r#"{"n":-1.5}"#)]
+        );
+        let bad = "<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n</tool_call>";
+        assert!(parse_reply_as(bad, QwenXml).1.is_empty());
+        // Streamed a few bytes at a time: the text, then the call when it closes.
+        let mut st = ToolStream::new(QwenXml, true);
+        let mut pieces = Vec::new();
+        for ch in reply.as_bytes().chunks(3) {
+            pieces.extend(st.push(std::str::from_utf8(ch).unwrap_or("")));
+        }
+        pieces.extend(st.finish());
+        assert_eq!(
+            pieces.iter().filter(|p| matches!(p, Piece::Call(_))).count(),
+            1,
+            "{pieces:?}"
+        );
+        // The forced grammar is valid Lark: the function, its parameters in schema order (the
+        // optional one optional), and after an open reasoning block its closing first.
+        let req = ToolRequest {
+            tools: json!([]),
+            names: vec!["get_weather".into()],
+            forced: Some(None),
+            schemas: vec![(
+                "get_weather".into(),
+                json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                       "unit": {"enum": ["c", "f"]}}, "required": ["city", "days"]}),
+            )],
+            parallel: true,
+        };
+        let g = forced_grammar(&req, QwenXml).unwrap();
+        assert!(g.contains("f0: \"<function=get_weather>\\n\" p0_0 p0_1 p0_2?"), "{g}");
+        assert!(g.contains("p0_2: \"<parameter=unit>\\n\" (\"c\" | \"f\")"), "{g}");
+        let thinking = after_reasoning(&g, "</think>");
+        assert!(
+            thinking.starts_with("start: \"</think>\\n\\n\" call_after_reasoning\n"),
+            "{thinking}"
+        );
+        let tok = std::sync::Arc::new(
+            engine::tokenizer::Tokenizer::from_gguf(&gguf_tokenizer_meta()).expect("a small tokenizer"),
+        );
+        let f = engine::grammar::GrammarFactory::new(tok).unwrap();
+        assert!(f.lark(&g).is_ok(), "{g}");
+        assert!(f.lark(&thinking).is_ok(), "{thinking}");
     }
 
     /// The metadata of a tiny byte-level tokenizer (every byte a token) for grammar checks.

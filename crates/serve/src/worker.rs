@@ -13,6 +13,15 @@
 //! its prompt, then maps further whole blocks of its prompt from the prefix cache: pages that
 //! finished requests handed over (see `prefix.rs`), shared, not copied; both count in
 //! `cached_tokens`.
+//!
+//! Hybrid models (a recurrent state per sequence, `engine::backend::state`): a sequence goes back
+//! only to a point where its state was kept, so a request asks for copies of the state at up to
+//! [`STATE_COPIES`] page ends of its prompt (all of them for a short prompt, evenly spaced back
+//! from the last one for a long one); they stay with their pages, in the slot and in the prefix
+//! cache (and on disk with `--kv-persist`). A reused prefix is cut back to the latest such copy
+//! at or before it (or the slot's own state where it ends), and only that counts as cached. The
+//! copies count against the KV budget as the pages their bytes fill; a request that cannot fit
+//! them too takes fewer (none at worst: a lack of room for copies never refuses a request).
 
 use crate::error::ApiError;
 use engine::backend::KvType;
@@ -406,6 +415,24 @@ fn paged(positions: usize) -> usize {
     positions.next_multiple_of(BLOCK)
 }
 
+/// Most recurrent-state copies one request takes (hybrid models).
+const STATE_COPIES: usize = 8;
+
+/// The page ends after `from` and before `end` (the last prompt token is always fed again) at
+/// which to keep the state, at most `n`: all of them, or the last and others evenly spaced back
+/// from it.
+fn copy_points(from: usize, end: usize, n: usize) -> Vec<usize> {
+    let ends: Vec<usize> = (from / BLOCK + 1..)
+        .map(|j| j * BLOCK)
+        .take_while(|&p| p < end)
+        .collect();
+    if n == 0 || ends.is_empty() {
+        return Vec::new();
+    }
+    let stride = ends.len().div_ceil(n);
+    ends.iter().rev().step_by(stride).take(n).copied().collect()
+}
+
 /// The engine thread's state: slots, the prefix cache and the KV budget they share.
 struct Sched<B: Backend> {
     slots: Vec<Slot<B>>,
@@ -432,12 +459,16 @@ impl<B: Backend> Sched<B> {
             .sum()
     }
 
-    /// Give up memory until `extra` more positions fit in the budget: least recently used cache
-    /// blocks first, then the kept tokens of idle slots (least recently used first, never
-    /// `keep`). False when even that is not enough.
-    fn make_room(&mut self, b: &B, extra: usize, keep: usize) -> bool {
+    /// Give up memory until slot `keep` can hold `need` positions (whole pages) and `copies` more
+    /// (recurrent-state copies, as positions) within the budget: least recently used cache blocks
+    /// first, then the kept tokens of idle slots (least recently used first), then `keep`'s own
+    /// state copies, its positions past `from` (which its next request cuts anyway) and at last
+    /// all of them. False when even that is not enough.
+    fn make_room(&mut self, b: &B, need: usize, copies: usize, keep: usize, from: usize) -> bool {
+        let mut last_resort = 0;
         loop {
-            if self.used(b) + extra <= self.budget {
+            let have = paged(b.kv_capacity(&self.slots[keep].kv));
+            if self.used(b) + need.saturating_sub(have) + copies <= self.budget {
                 return true;
             }
             if self.store.evict_one() {
@@ -450,10 +481,26 @@ impl<B: Backend> Sched<B> {
                 .filter(|(i, s)| *i != keep && s.active.is_none() && b.kv_capacity(&s.kv) > 0)
                 .min_by_key(|(_, s)| s.used)
                 .map(|(i, _)| i);
-            let Some(i) = idle else { return false };
-            let s = &mut self.slots[i];
-            s.tokens.clear();
-            b.kv_release(&mut s.kv, 0);
+            if let Some(i) = idle {
+                let s = &mut self.slots[i];
+                s.tokens.clear();
+                b.kv_release(&mut s.kv, 0);
+                continue;
+            }
+            let s = &mut self.slots[keep];
+            match last_resort {
+                0 => b.kv_drop_copies(&mut s.kv),
+                1 => {
+                    s.tokens.truncate(from);
+                    b.kv_release(&mut s.kv, from);
+                }
+                2 => {
+                    s.tokens.clear();
+                    b.kv_release(&mut s.kv, 0);
+                }
+                _ => return false,
+            }
+            last_resort += 1;
         }
     }
 
@@ -471,8 +518,12 @@ impl<B: Backend> Sched<B> {
             }
         }
         b.kv_release(&mut s.kv, s.tokens.len());
-        // The cache lives within the budget: drop its oldest blocks if the new ones overflow it.
+        // The cache lives within the budget: drop its oldest blocks if the new ones overflow it,
+        // then the slot's own recurrent-state copies.
         while self.used(b) > self.budget && self.store.evict_one() {}
+        if self.used(b) > self.budget {
+            b.kv_drop_copies(&mut self.slots[i].kv);
+        }
     }
 }
 
@@ -569,10 +620,23 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
         .map(|(i, s)| (i, common_prefix(&s.tokens, &job.prompt).min(job.prompt.len() - 1)))
         .max_by_key(|&(_, c)| c)
         .expect("admit is called with an idle slot");
-    let have = b.kv_capacity(&sc.slots[best].kv);
-    if !sc.make_room(b, paged(need).saturating_sub(paged(have)), best) {
+    // Hybrid models: room for the state copies too, as many as fit in the budget.
+    let kv = &sc.slots[best].kv;
+    let copy_cost = match b.kv_state_bytes(kv) {
+        0 => 0,
+        sb => sb.div_ceil(b.kv_page_bytes(kv).max(1)).max(1) * BLOCK,
+    };
+    let mut copies = if copy_cost > 0 { STATE_COPIES } else { 0 };
+    copies = copies.min(copy_points(from_slot, job.prompt.len(), copies).len());
+    while copies > 0 && paged(need) + copies * copy_cost > sc.budget {
+        copies -= 1;
+    }
+    if !sc.make_room(b, paged(need), copies * copy_cost, best, from_slot) {
         return Admit::Wait(Box::new(job));
     }
+    // (Making room may have given up some of the slot's kept tokens.)
+    let from_slot = from_slot.min(sc.slots[best].tokens.len());
+    let have = b.kv_capacity(&sc.slots[best].kv);
     let decoding = match Decoding::new(&job.params, &job.prompt) {
         Ok(d) => match job.constraint.take() {
             Some(c) => d.with_constraint(c),
@@ -586,7 +650,8 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
     sc.tick += 1;
     let slot = &mut sc.slots[best];
     slot.used = sc.tick;
-    let from_slot = from_slot.min(need);
+    // A hybrid model's state goes back only to a point it kept (the slot's own tokens are cut there).
+    let from_slot = b.kv_restore(&mut slot.kv, from_slot.min(need));
     slot.tokens.truncate(from_slot);
     b.kv_release(&mut slot.kv, need.min(have));
     if let Err(e) = b.kv_reserve(&mut slot.kv, need) {
@@ -620,8 +685,10 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
         }
         cached = cached.max(end);
     }
-    // The last prompt token is always fed again: its logits start the reply.
-    let cached = cached.min(job.prompt.len() - 1);
+    // The last prompt token is always fed again: its logits start the reply. A hybrid model's
+    // state resumes from the latest copy at or before that (a mapped page's, or the slot's own).
+    let cached = b.kv_restore(&mut slot.kv, cached.min(job.prompt.len() - 1));
+    b.kv_keep_states(&mut slot.kv, &copy_points(cached, job.prompt.len(), copies));
     slot.tokens.clear();
     slot.tokens.extend_from_slice(&job.prompt[..cached]);
     let started = std::time::Instant::now();
@@ -716,6 +783,8 @@ fn step<B: Backend>(
                     a.job.send(Event::Error(err.clone()));
                 }
                 slots[*i].tokens.clear();
+                // A recurrent state the failed step left midway is no longer any position's.
+                m.model.backend().kv_restore(&mut slots[*i].kv, 0);
             }
             return Vec::new();
         }
@@ -788,4 +857,20 @@ fn step<B: Backend>(
         }
     }
     finished
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_copies_go_at_page_ends_back_from_the_last() {
+        assert_eq!(copy_points(0, 230, 8), vec![192, 128, 64]);
+        // The end itself is fed again: a page end at it is not a copy point.
+        assert_eq!(copy_points(0, 192, 8), vec![128, 64]);
+        assert_eq!(copy_points(130, 400, 8), vec![384, 320, 256, 192]);
+        // Past the limit: the last, then evenly spaced back.
+        assert_eq!(copy_points(0, 64 * 20 + 1, 4), vec![1280, 960, 640, 320]);
+        assert!(copy_points(0, 50, 8).is_empty() && copy_points(0, 500, 0).is_empty());
+    }
 }

@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod cuda;
 pub(crate) mod kv;
 pub mod select;
+pub(crate) mod state;
 #[cfg(test)]
 pub mod tests;
 
@@ -141,6 +142,30 @@ pub struct AttnArgs {
     pub causal: bool,
 }
 
+/// One linear-attention (Gated DeltaNet) layer of a hybrid model, as [`Backend::ssm_conv`] and
+/// [`Backend::gated_delta_net`] take it (llama.cpp `src/models/qwen35.cpp`, transformers
+/// `modeling_qwen3_5.py`).
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaNetLayer {
+    /// The cache layer whose recurrent state the ops read and update.
+    pub layer: usize,
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    pub head_k: usize,
+    pub head_v: usize,
+    /// Width of the causal convolution (its state keeps the last `kernel - 1` inputs).
+    pub kernel: usize,
+    /// Added to ‖q‖² and ‖k‖² by their L2 norms (transformers' `l2norm`: 1e-6).
+    pub eps: f32,
+}
+
+impl DeltaNetLayer {
+    /// Channels of the convolution: q and k (`n_k_heads` heads each), then v.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.n_k_heads * self.head_k + self.n_v_heads * self.head_v
+    }
+}
+
 /// The op set every backend provides. Buffers are row-major matrices of f32 with a logical shape
 /// (rows, cols) that ops set on their outputs; capacity is fixed at allocation.
 pub trait Backend: Send + Sync + 'static {
@@ -194,18 +219,41 @@ pub trait Backend: Send + Sync + 'static {
     fn kv_release(&self, kv: &mut Self::Kv, positions: usize);
     /// Bytes of one page ([`crate::model::PAGE`] positions, all layers, K and V).
     fn kv_page_bytes(&self, kv: &Self::Kv) -> usize;
-    /// Pages alive in the pool of `kv` (each counted once however many hold it).
+    /// Pages alive in the pool of `kv` (each counted once however many hold it), plus its live
+    /// recurrent-state copies, each counted as the pages its bytes fill.
     fn kv_live_pages(&self, kv: &Self::Kv) -> usize;
     /// The page holding block `block` of the cache (shared, not copied).
     fn kv_page(&self, kv: &Self::Kv, block: usize) -> Self::Page;
     /// Hold `page` (from the same pool) as block `block`; blocks before it must be allocated.
     /// A later write into a shared page copies it first.
     fn kv_map(&self, kv: &mut Self::Kv, block: usize, page: &Self::Page) -> crate::Result<()>;
-    /// A page's bytes (for `--kv-persist`).
+    /// A page's bytes (for `--kv-persist`), followed by its recurrent-state copy when it holds one
+    /// (`kv_state_bytes` more).
     fn page_data(&self, page: &Self::Page) -> Vec<u8>;
     /// Write whole pages' bytes (as [`Backend::page_data`] gives them, from a cache of the same
-    /// model and type) at positions `pos0 ..` (a page boundary); the capacity must hold them.
+    /// model and type) at positions `pos0 ..` (a page boundary); the capacity must hold them. One
+    /// page followed by a recurrent-state copy keeps the copy with the page.
     fn kv_import(&self, kv: &mut Self::Kv, pos0: usize, data: &[u8]) -> crate::Result<()>;
+    /// The positions the sequence's recurrent state holds (`None`: its model has no recurrent
+    /// layers). A step must start there, or at 0 (which starts from an empty state).
+    fn kv_state_pos(&self, kv: &Self::Kv) -> Option<usize>;
+    /// Cut the sequence back to at most `positions` and return where it now ends: the recurrent
+    /// state goes back to the latest point at or before `positions` that it can (itself, a
+    /// checkpoint, the copy kept with one of its pages, or empty at 0), and copies past that point
+    /// that only this sequence holds are dropped. K/V rows need no cut (they are overwritten). A
+    /// cache without recurrent layers returns `positions`.
+    fn kv_restore(&self, kv: &mut Self::Kv, positions: usize) -> usize;
+    /// Keep copies of the recurrent state at these positions when the sequence's next steps pass
+    /// them: at a page end (a multiple of [`crate::model::PAGE`]) with that page (so the prefix
+    /// cache and `--kv-persist` keep it), elsewhere as a checkpoint for [`Backend::kv_restore`]
+    /// (the last [`state::MAX_CHECKPOINTS`]). Copies count in `kv_live_pages`. No-op without
+    /// recurrent layers.
+    fn kv_keep_states(&self, kv: &mut Self::Kv, positions: &[usize]);
+    /// Bytes of one recurrent-state copy (0 without recurrent layers).
+    fn kv_state_bytes(&self, kv: &Self::Kv) -> usize;
+    /// Drop the recurrent-state copies only this sequence holds (its checkpoints, its unshared
+    /// pages' copies) to give their memory back; the state itself stays.
+    fn kv_drop_copies(&self, kv: &mut Self::Kv);
 
     /// Take the step's ids, positions and sequence layout, once per step; `kvs` are the caches of
     /// its sequences, in order (a backend may upload their page tables here), or none for a
@@ -275,6 +323,48 @@ pub trait Backend: Send + Sync + 'static {
         scale: f32,
         out: &mut Self::Buf,
     );
+    /// Causal depthwise convolution then SiLU over each sequence's rows of the step,
+    /// `out[t] = silu(Σ_i w[i] ⊙ x[t - kernel + 1 + i])`, continuing from the sequence's convolution
+    /// state of `l.layer` (the inputs before its first row), which it updates, keeping copies where
+    /// asked (`kv_keep_states`). `x`, `out`: (rows, conv_dim); `w`: [kernel, conv_dim] (ggml order:
+    /// a channel's taps together), F32.
+    #[allow(clippy::too_many_arguments)]
+    fn ssm_conv(
+        &self,
+        x: &Self::Buf,
+        w: &Self::Weight,
+        step: &Self::Step,
+        kvs: &mut [&mut Self::Kv],
+        l: &DeltaNetLayer,
+        out: &mut Self::Buf,
+    );
+    /// The gated delta rule over each sequence's rows, continuing from its delta state of
+    /// `l.layer`, which it updates (keeping copies where asked); the last recurrent layer's call
+    /// ends the step for the state (it then holds the step's positions). `qkv`: (rows, conv_dim),
+    /// the convolution's output: q (`n_k_heads` heads), k (`n_k_heads`), v (`n_v_heads`); q and k
+    /// are L2-normalised per head and q scaled by 1/√head_k; value head h reads q/k head
+    /// h mod n_k_heads (GGUF's tiled head order). `alpha`, `beta`: (rows, n_v_heads) projections:
+    /// per token and head the state decays by exp(a · softplus(alpha + dt_bias)) and learns at
+    /// rate sigmoid(beta). `out`: (rows, n_v_heads · head_v). Any split of a sequence's rows into
+    /// steps gives the same result within f32 rounding (recurrent and chunked forms).
+    #[allow(clippy::too_many_arguments)]
+    fn gated_delta_net(
+        &self,
+        qkv: &Self::Buf,
+        alpha: &Self::Buf,
+        beta: &Self::Buf,
+        dt_bias: &Self::Weight,
+        a: &Self::Weight,
+        step: &Self::Step,
+        kvs: &mut [&mut Self::Kv],
+        l: &DeltaNetLayer,
+        out: &mut Self::Buf,
+    );
+    /// `x *= sigmoid(g)`, with `g` as wide as `x` or one column (one gate per row).
+    fn sigmoid_mul(&self, x: &mut Self::Buf, g: &Self::Buf);
+    /// Split rows made of pairs of `width`-wide parts (`[a₀ b₀ a₁ b₁ …]`, a projection of
+    /// interleaved heads) into `a = [a₀ a₁ …]` and `b = [b₀ b₁ …]`.
+    fn unzip_heads(&self, x: &Self::Buf, width: usize, a: &mut Self::Buf, b: &mut Self::Buf);
     /// `out = silu(gate) * up`.
     fn swiglu(&self, gate: &Self::Buf, up: &Self::Buf, out: &mut Self::Buf);
     /// `out = gelu_tanh(gate) * up` (ggml_geglu: the tanh approximation).

@@ -4,8 +4,8 @@
 //! derived from the roundings the op is allowed (activation quantization, f16 storage), so a
 //! wrong index or a wrong formula fails.
 
-use super::{AttnLayer, Backend, KvType, Rope, StepPlan, StepSeq, WeightSource};
-use crate::model::KvLayer;
+use super::{AttnLayer, Backend, DeltaNetLayer, KvType, Rope, StepPlan, StepSeq, WeightSource};
+use crate::model::{KvLayer, RecurrentLayer};
 use gguf::GgmlType;
 use std::sync::Arc;
 
@@ -776,6 +776,234 @@ pub fn encoder_ops<B: Backend>(b: &B) {
     }
 }
 
+/// The f64 reference of a Gated DeltaNet layer for one sequence: conv state (kernel - 1 rows of
+/// `c` values) and delta state (`nv` heads of `hv` rows of `hk`), as transformers' recurrent form.
+struct DeltaRef {
+    conv: Vec<f64>,
+    m: Vec<f64>,
+}
+
+impl DeltaRef {
+    fn new(l: &DeltaNetLayer) -> DeltaRef {
+        DeltaRef {
+            conv: vec![0.0; (l.kernel - 1) * l.conv_dim()],
+            m: vec![0.0; l.n_v_heads * l.head_v * l.head_k],
+        }
+    }
+
+    /// Rows `x` (t × c), gates `al`, `be` (t × nv): the layer's delta outputs (t × nv·hv).
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &mut self,
+        l: &DeltaNetLayer,
+        w: &[f32],
+        dt: &[f32],
+        a: &[f32],
+        x: &[f32],
+        al: &[f32],
+        be: &[f32],
+    ) -> Vec<f64> {
+        let (c, k, nk, nv, hk, hv) = (l.conv_dim(), l.kernel, l.n_k_heads, l.n_v_heads, l.head_k, l.head_v);
+        let t = x.len() / c;
+        let mut ext: Vec<f64> = self.conv.clone();
+        ext.extend(x.iter().map(|&v| v as f64));
+        let mut out = Vec::with_capacity(t * nv * hv);
+        for r in 0..t {
+            let y: Vec<f64> = (0..c)
+                .map(|ch| {
+                    let s: f64 = (0..k).map(|j| ext[(r + j) * c + ch] * w[ch * k + j] as f64).sum();
+                    s / (1.0 + (-s).exp())
+                })
+                .collect();
+            let unit = |v: &[f64], f: f64| -> Vec<f64> {
+                let n = (v.iter().map(|x| x * x).sum::<f64>() + l.eps as f64).sqrt();
+                v.iter().map(|x| x / n * f).collect()
+            };
+            for h in 0..nv {
+                let kh = h % nk;
+                let q = unit(&y[kh * hk..(kh + 1) * hk], 1.0 / (hk as f64).sqrt());
+                let kk = unit(&y[(nk + kh) * hk..(nk + kh + 1) * hk], 1.0);
+                let v = &y[2 * nk * hk + h * hv..2 * nk * hk + (h + 1) * hv];
+                let z = al[r * nv + h] as f64 + dt[h] as f64;
+                let sp = if z > 20.0 { z } else { z.exp().ln_1p() };
+                let decay = (a[h] as f64 * sp).exp();
+                let rate = 1.0 / (1.0 + (-(be[r * nv + h] as f64)).exp());
+                for (j, &vj) in v.iter().enumerate() {
+                    let row = &mut self.m[(h * hv + j) * hk..(h * hv + j + 1) * hk];
+                    row.iter_mut().for_each(|x| *x *= decay);
+                    let d = (vj - row.iter().zip(&kk).map(|(x, y)| x * y).sum::<f64>()) * rate;
+                    row.iter_mut().zip(&kk).for_each(|(x, y)| *x += d * y);
+                    out.push(row.iter().zip(&q).map(|(x, y)| x * y).sum());
+                }
+            }
+        }
+        self.conv = ext[t * c..].to_vec();
+        out
+    }
+}
+
+/// The Gated DeltaNet ops (`ssm_conv`, `gated_delta_net`) over two sequences' recurrent states
+/// for two steps (a 70-row prompt cut at the chunk end 64 and at kept copies, decode rows, a short
+/// run), against the f64 recurrent reference; then copies: a cut-back to a checkpoint and to a
+/// page's copy continues exactly as the first pass did, and a page exported with its copy imports
+/// into another sequence. Bound: 1e-4 of the largest output of the run (the outputs are ~1e-3 to
+/// 7e-2): f32 sums over heads of 64 values (≤ 64·2⁻²⁴ relative each) through at most 72 tokens of
+/// a contracting recurrence (decay ≤ 1, rate < 1); the CPU (chunked form for runs) measured 3e-8
+/// absolute, 4e-7 of the largest output. A wrong index or formula is off by the outputs' scale.
+pub fn recurrent<B: Backend>(b: &B) {
+    let l = DeltaNetLayer {
+        layer: 0,
+        n_k_heads: 2,
+        n_v_heads: 4,
+        head_k: 64,
+        head_v: 64,
+        kernel: 4,
+        eps: 1e-6,
+    };
+    let (c, nv, vd) = (l.conv_dim(), l.n_v_heads, l.n_v_heads * l.head_v);
+    let r = RecurrentLayer {
+        conv_rows: 3,
+        conv_dim: c,
+        heads: nv,
+        head_k: 64,
+        head_v: 64,
+    };
+    let layers = [KvLayer::recurrent(r), KvLayer::own(64, 64, None)];
+    let wv = values(4 * c, 900);
+    let dtv = values(nv, 901);
+    let av: Vec<f32> = values(nv, 902).iter().map(|v| -0.1 - v.abs()).collect();
+    let ws = Weights::new(&[
+        ("conv", GgmlType::F32, [4, c], &wv),
+        ("dt", GgmlType::F32, [nv, 1], &dtv),
+        ("a", GgmlType::F32, [nv, 1], &av),
+    ]);
+    let (w, dt, a) = (
+        ws.load(b, "conv", false),
+        ws.load(b, "dt", false),
+        ws.load(b, "a", false),
+    );
+    let mut kva = b.alloc_kv(&layers, 256, KvType::F16).unwrap();
+    let mut kvb = b.kv_sibling(&kva, 256);
+    b.kv_reserve(&mut kvb, 256).unwrap();
+    // Inputs of the whole run per sequence, one row per position.
+    let n = 80;
+    let input = |seed: u64| (values(n * c, seed), values(n * nv, seed + 1), values(n * nv, seed + 2));
+    let (ins_a, ins_b) = (input(910), input(920));
+    let (mut ref_a, mut ref_b) = (DeltaRef::new(&l), DeltaRef::new(&l));
+    fn bound(want: &[f64]) -> impl Fn(usize) -> f64 {
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+        move |_| 1e-4 * scale + 1e-9
+    }
+    // Runs a step of (sequence, first position, rows); returns each sequence's outputs.
+    let run = |kvs: &mut [&mut B::Kv], seqs: &[(usize, usize, usize)]| -> Vec<Vec<f32>> {
+        let rows: usize = seqs.iter().map(|s| s.2).sum();
+        let (mut x, mut al, mut be) = (Vec::new(), Vec::new(), Vec::new());
+        for &(s, p, t) in seqs {
+            let i = if s == 0 { &ins_a } else { &ins_b };
+            x.extend_from_slice(&i.0[p * c..(p + t) * c]);
+            al.extend_from_slice(&i.1[p * nv..(p + t) * nv]);
+            be.extend_from_slice(&i.2[p * nv..(p + t) * nv]);
+        }
+        let (xb, alb, beb) = (buf(b, rows, c, &x), buf(b, rows, nv, &al), buf(b, rows, nv, &be));
+        let (mut conv, mut out) = (b.alloc(rows, c), b.alloc(rows, vd));
+        let pl = plan(&seqs.iter().map(|s| (s.1, s.2)).collect::<Vec<_>>());
+        let step = b.begin_step(pl, &kvs.iter().map(|k| &**k).collect::<Vec<_>>()).unwrap();
+        b.run(|| {
+            b.ssm_conv(&xb, &w, &step, kvs, &l, &mut conv);
+            b.gated_delta_net(&conv, &alb, &beb, &dt, &a, &step, kvs, &l, &mut out);
+        });
+        let all = b.read(&out);
+        let mut at = 0;
+        seqs.iter()
+            .map(|s| {
+                at += s.2 * vd;
+                all[at - s.2 * vd..at].to_vec()
+            })
+            .collect()
+    };
+    let reference = |r: &mut DeltaRef, ins: &(Vec<f32>, Vec<f32>, Vec<f32>), p: usize, t: usize| {
+        r.step(
+            &l,
+            &wv,
+            &dtv,
+            &av,
+            &ins.0[p * c..(p + t) * c],
+            &ins.1[p * nv..(p + t) * nv],
+            &ins.2[p * nv..(p + t) * nv],
+        )
+    };
+    b.kv_keep_states(&mut kva, &[64, 66, 71]);
+    let got = run(&mut [&mut kva, &mut kvb], &[(0, 0, 70), (1, 0, 1)]);
+    let (wa, wb) = (
+        reference(&mut ref_a, &ins_a, 0, 70),
+        reference(&mut ref_b, &ins_b, 0, 1),
+    );
+    assert_close("gated_delta_net step 1, 70 rows", &got[0], &wa, bound(&wa));
+    assert_close("gated_delta_net step 1, 1 row", &got[1], &wb, bound(&wb));
+    let got = run(&mut [&mut kva, &mut kvb], &[(0, 70, 1), (1, 1, 5)]);
+    let (wa1, wb) = (
+        reference(&mut ref_a, &ins_a, 70, 1),
+        reference(&mut ref_b, &ins_b, 1, 5),
+    );
+    assert_close("gated_delta_net step 2, decode row", &got[0], &wa1, bound(&wa1));
+    assert_close("gated_delta_net step 2, 5 rows", &got[1], &wb, bound(&wb));
+    assert_eq!((b.kv_state_pos(&kva), b.kv_state_pos(&kvb)), (Some(71), Some(6)));
+    // Back to the checkpoint at 66, then to the page's copy at 64: the same rows come out again.
+    assert_eq!(b.kv_restore(&mut kva, 69), 66);
+    let again = run(&mut [&mut kva], &[(0, 66, 4)]);
+    let want = &wa[66 * vd..70 * vd];
+    assert_close("gated_delta_net after a checkpoint", &again[0], want, bound(want));
+    assert_eq!(b.kv_restore(&mut kva, 65), 64);
+    let page = b.kv_page(&kva, 0);
+    let data = b.page_data(&page);
+    assert_eq!(
+        data.len(),
+        b.kv_page_bytes(&kva) + b.kv_state_bytes(&kva),
+        "a page exported with its copy"
+    );
+    let again = run(&mut [&mut kva], &[(0, 64, 2)]);
+    let want = &wa[64 * vd..66 * vd];
+    assert_close("gated_delta_net after a page's copy", &again[0], want, bound(want));
+    // The exported page and copy, imported into another sequence, continue the same way.
+    let mut kvc = b.kv_sibling(&kva, 256);
+    b.kv_reserve(&mut kvc, 128).unwrap();
+    b.kv_import(&mut kvc, 0, &data).unwrap();
+    assert_eq!(b.kv_restore(&mut kvc, 64), 64);
+    let again = run(&mut [&mut kvc], &[(0, 64, 6)]);
+    let want = &wa[64 * vd..70 * vd];
+    assert_close("gated_delta_net after an imported page", &again[0], want, bound(want));
+    // Nothing kept before 64 on this sequence: a cut to 10 starts over from an empty state.
+    assert_eq!(b.kv_restore(&mut kvc, 10), 0);
+}
+
+/// `sigmoid_mul` (a gate per value and one per row) and `unzip_heads`: exact up to exp's rounding.
+pub fn gates<B: Backend>(b: &B) {
+    let (rows, cols) = (3, 8);
+    let (xv, gv, g1) = (values(rows * cols, 60), values(rows * cols, 61), values(rows, 62));
+    let sig = |g: f32| 1.0 / (1.0 + (-(g as f64)).exp());
+    for (g, gc) in [(&gv, cols), (&g1, 1)] {
+        let mut x = buf(b, rows, cols, &xv);
+        let gb = buf(b, rows, gc, g);
+        b.run(|| b.sigmoid_mul(&mut x, &gb));
+        let want: Vec<f64> = (0..rows * cols)
+            .map(|i| xv[i] as f64 * sig(g[if gc == 1 { i / cols } else { i }]))
+            .collect();
+        assert_close("sigmoid_mul", &b.read(&x), &want, |i| 1e-6 * want[i].abs() + 1e-7);
+    }
+    let x = buf(b, rows, cols, &xv);
+    let (mut qa, mut qb) = (b.alloc(rows, cols / 2), b.alloc(rows, cols / 2));
+    b.run(|| b.unzip_heads(&x, 2, &mut qa, &mut qb));
+    let (ga, gb) = (b.read(&qa), b.read(&qb));
+    for r in 0..rows {
+        for h in 0..2 {
+            for k in 0..2 {
+                assert_eq!(ga[r * 4 + h * 2 + k], xv[r * 8 + h * 4 + k]);
+                assert_eq!(gb[r * 4 + h * 2 + k], xv[r * 8 + h * 4 + 2 + k]);
+            }
+        }
+    }
+}
+
 /// Every op body on one backend.
 pub fn all<B: Backend>(b: &B) {
     encoder_ops(b);
@@ -786,6 +1014,8 @@ pub fn all<B: Backend>(b: &B) {
     elementwise(b);
     rows(b);
     attention(b);
+    recurrent(b);
+    gates(b);
 }
 
 #[cfg(test)]
@@ -832,6 +1062,14 @@ mod cpu {
     #[test]
     fn encoder_ops() {
         super::encoder_ops(&cpu());
+    }
+    #[test]
+    fn recurrent() {
+        super::recurrent(&cpu());
+    }
+    #[test]
+    fn gates() {
+        super::gates(&cpu());
     }
     /// The exact-activation mode (encoders) multiplies through its own GEMM path.
     #[test]
@@ -999,6 +1237,18 @@ mod cuda {
     fn encoder_ops() {
         if let Some(b) = cuda("encoder_ops") {
             super::encoder_ops(&b);
+        }
+    }
+    #[test]
+    fn recurrent() {
+        if let Some(b) = cuda("recurrent") {
+            super::recurrent(&b);
+        }
+    }
+    #[test]
+    fn gates() {
+        if let Some(b) = cuda("gates") {
+            super::gates(&b);
         }
     }
 }

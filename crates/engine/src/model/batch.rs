@@ -42,7 +42,8 @@ pub struct ModelInfo {
 }
 
 /// The cache one layer keeps per position: K and V rows of `k_dim` / `v_dim` values, or none when
-/// the layer reads another layer's cache (`shares`).
+/// the layer reads another layer's cache (`shares`) or is a linear-attention layer, which keeps a
+/// fixed-size recurrent state per sequence instead (`recurrent`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvLayer {
     pub k_dim: usize,
@@ -51,6 +52,32 @@ pub struct KvLayer {
     pub window: Option<usize>,
     /// The layer whose cache this one attends to (Gemma 4's KV-shared layers); it stores nothing.
     pub shares: Option<usize>,
+    /// A linear-attention (Gated DeltaNet) layer's per-sequence state; it keeps no K/V rows.
+    pub recurrent: Option<RecurrentLayer>,
+}
+
+/// The recurrent state of one linear-attention layer for one sequence, in f32 values: the causal
+/// convolution's last `conv_rows` inputs (`conv_dim` channels each) and the delta rule's `heads`
+/// matrices of `head_v` rows by `head_k` values (row j holds column j of the key × value state,
+/// llama.cpp's transposed layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecurrentLayer {
+    pub conv_rows: usize,
+    pub conv_dim: usize,
+    pub heads: usize,
+    pub head_k: usize,
+    pub head_v: usize,
+}
+
+impl RecurrentLayer {
+    /// f32 values of the convolution state.
+    pub fn conv_len(&self) -> usize {
+        self.conv_rows * self.conv_dim
+    }
+    /// f32 values of the delta-rule state.
+    pub fn ssm_len(&self) -> usize {
+        self.heads * self.head_v * self.head_k
+    }
 }
 
 impl KvLayer {
@@ -60,6 +87,18 @@ impl KvLayer {
             v_dim,
             window,
             shares: None,
+            recurrent: None,
+        }
+    }
+
+    /// A linear-attention layer: no K/V rows, a recurrent state per sequence.
+    pub fn recurrent(r: RecurrentLayer) -> KvLayer {
+        KvLayer {
+            k_dim: 0,
+            v_dim: 0,
+            window: None,
+            shares: None,
+            recurrent: Some(r),
         }
     }
 }

@@ -268,6 +268,7 @@ impl<B: Backend> Gemma<B> {
                 v_dim: kvd,
                 window,
                 shares,
+                recurrent: None,
             });
             let moe = match l.opt_mat(&T::FfnGateInp.blk(i), &[e, moe_keys.0.max(1)])? {
                 Some(router) => {

@@ -6,9 +6,10 @@ pub mod bert;
 pub mod blocks;
 pub mod gemma;
 pub mod llama;
+pub mod qwen35;
 pub mod qwen3moe;
 
-pub use batch::{KvLayer, Logits, Model, ModelInfo, Scratch, SeqStep, PAGE};
+pub use batch::{KvLayer, Logits, Model, ModelInfo, RecurrentLayer, Scratch, SeqStep, PAGE};
 pub use bert::{l2_normalize, Pooling};
 
 use crate::backend::{Backend, KvType, Rope, WeightSource};
@@ -41,6 +42,8 @@ pub enum Family {
     Qwen3Moe,
     Gemma3,
     Gemma4,
+    /// Qwen 3.5 / 3.6 hybrids (Gated DeltaNet + gated attention).
+    Qwen35,
 }
 
 /// One row of the engine's side of the architecture table (`gguf::Arch`, shared with convert):
@@ -68,6 +71,8 @@ pub const ARCHITECTURES: &[Arch] = &[
     row(gguf::Arch::Qwen3Moe, Family::Qwen3Moe, true),
     row(gguf::Arch::Gemma3, Family::Gemma3, true),
     row(gguf::Arch::Gemma4, Family::Gemma4, true),
+    row(gguf::Arch::Qwen35, Family::Qwen35, true),
+    row(gguf::Arch::Qwen35Moe, Family::Qwen35, true),
 ];
 
 /// An embedding model (encoder) of any family in [`ENCODERS`], held by `embed` and the server's
@@ -127,6 +132,7 @@ pub fn load<B: Backend>(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> 
         Family::Llama => Box::new(llama::Llama::load(backend, gguf, path)?),
         Family::Qwen3Moe => Box::new(qwen3moe::load(backend, gguf, path)?),
         Family::Gemma3 | Family::Gemma4 => Box::new(gemma::Gemma::load(backend, gguf, path)?),
+        Family::Qwen35 => Box::new(qwen35::Qwen35::load(backend, gguf, path)?),
     })
 }
 

@@ -8,10 +8,11 @@ pub(crate) mod kv;
 pub use dense::matmul as dense_matmul;
 pub use kv::{CpuKv, CpuPage};
 mod pages;
+mod recurrent;
 pub(crate) mod rope;
 mod simd;
 
-use super::{AttnArgs, AttnLayer, Backend, KvType, Rope, StepPlan, WeightSource};
+use super::{AttnArgs, AttnLayer, Backend, DeltaNetLayer, KvType, Rope, StepPlan, WeightSource};
 use crate::{EngineError, Result};
 use gguf::GgmlType;
 use quant::dot::packed::{Packing, PACK_ROWS};
@@ -508,11 +509,93 @@ impl Backend for Cpu {
     }
 
     fn page_data(&self, page: &Arc<CpuPage>) -> Vec<u8> {
-        page.bytes().to_vec()
+        page.export()
     }
 
     fn kv_import(&self, kv: &mut CpuKv, pos0: usize, data: &[u8]) -> Result<()> {
         kv.import(pos0, data)
+    }
+
+    fn kv_state_pos(&self, kv: &CpuKv) -> Option<usize> {
+        kv.state_pos()
+    }
+
+    fn kv_restore(&self, kv: &mut CpuKv, positions: usize) -> usize {
+        kv.restore(positions)
+    }
+
+    fn kv_keep_states(&self, kv: &mut CpuKv, positions: &[usize]) {
+        kv.keep_states(positions)
+    }
+
+    fn kv_state_bytes(&self, kv: &CpuKv) -> usize {
+        kv.state_bytes()
+    }
+
+    fn kv_drop_copies(&self, kv: &mut CpuKv) {
+        kv.drop_copies()
+    }
+
+    fn ssm_conv(
+        &self,
+        x: &CpuBuf,
+        w: &CpuWeight,
+        step: &CpuStep,
+        kvs: &mut [&mut CpuKv],
+        l: &DeltaNetLayer,
+        out: &mut CpuBuf,
+    ) {
+        recurrent::ssm_conv(x, w, step, kvs, l, out)
+    }
+
+    fn gated_delta_net(
+        &self,
+        qkv: &CpuBuf,
+        alpha: &CpuBuf,
+        beta: &CpuBuf,
+        dt_bias: &CpuWeight,
+        a: &CpuWeight,
+        step: &CpuStep,
+        kvs: &mut [&mut CpuKv],
+        l: &DeltaNetLayer,
+        out: &mut CpuBuf,
+    ) {
+        recurrent::gated_delta_net(qkv, alpha, beta, dt_bias, a, step, kvs, l, out)
+    }
+
+    fn sigmoid_mul(&self, x: &mut CpuBuf, g: &CpuBuf) {
+        assert!(
+            g.rows == x.rows && (g.cols == x.cols || g.cols == 1),
+            "sigmoid_mul: gates {}x{} for {}x{}",
+            g.rows,
+            g.cols,
+            x.rows,
+            x.cols
+        );
+        let (n, gc) = (x.cols.max(1), g.cols);
+        for (r, row) in x.view_mut().chunks_mut(n).enumerate() {
+            let gr = g.row(r);
+            for (i, v) in row.iter_mut().enumerate() {
+                *v *= 1.0 / (1.0 + (-gr[if gc == 1 { 0 } else { i }]).exp());
+            }
+        }
+    }
+
+    fn unzip_heads(&self, x: &CpuBuf, width: usize, a: &mut CpuBuf, b: &mut CpuBuf) {
+        assert!(
+            width > 0 && x.cols.is_multiple_of(2 * width),
+            "unzip_heads: rows of {} values in pairs of {width}",
+            x.cols
+        );
+        let half = x.cols / 2;
+        a.shape_from(x.rows, &x.runs, half);
+        b.shape_from(x.rows, &x.runs, half);
+        for r in 0..x.rows {
+            for (h, pair) in x.row(r).chunks(2 * width).enumerate() {
+                a.data[r * half + h * width..r * half + (h + 1) * width].copy_from_slice(&pair[..width]);
+                b.data[r * half + h * width..r * half + (h + 1) * width].copy_from_slice(&pair[width..]);
+            }
+        }
     }
 
     fn begin_step(&self, plan: StepPlan, kvs: &[&CpuKv]) -> Result<CpuStep> {

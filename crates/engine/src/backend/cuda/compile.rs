@@ -21,6 +21,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("matmul", include_str!("kernels/matmul.cu")),
     ("mmq", include_str!("kernels/mmq.cu")),
     ("attention", include_str!("kernels/attention.cu")),
+    ("recurrent", include_str!("kernels/recurrent.cu")),
 ];
 
 /// Where the CUDA toolkit's libraries usually are, for libraries not on the loader's path.

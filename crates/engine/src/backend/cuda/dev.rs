@@ -703,6 +703,17 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
         .iter()
         .map(|s| s.to_string())
         .collect(),
+        "recurrent" => [
+            "ssm_conv",
+            "ssm_conv_state",
+            "gated_delta_net_64",
+            "gated_delta_net_128",
+            "sigmoid_mul",
+            "unzip_heads",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
         _ => Vec::new(),
     }
 }

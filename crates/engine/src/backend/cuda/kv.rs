@@ -3,9 +3,13 @@
 //! from a pool of device slabs; a page is reference-counted (prefix cache and sequences share it)
 //! and copied before a write when shared, as on the CPU. Dropping the last holder returns the page
 //! to its pool's free list.
+//!
+//! A hybrid model's sequence also holds its recurrent state in device memory, with copies kept
+//! with pages or as checkpoints, as on the CPU (`backend::state`).
 
 use super::Dev;
 use crate::backend::kv::{self, Layout};
+use crate::backend::state::{restore_source, SeqState, Source, StateLayout};
 use crate::backend::KvType;
 use crate::model::{KvLayer, PAGE};
 use crate::{EngineError, Result};
@@ -43,6 +47,7 @@ impl Pool {
         Ok(Arc::new(GpuPage {
             ptr,
             pool: self.clone(),
+            state: None,
         }))
     }
 }
@@ -51,6 +56,84 @@ impl Pool {
 pub struct GpuPage {
     pub(super) ptr: u64,
     pool: Arc<Pool>,
+    /// The recurrent state at the page's end, when kept (hybrid models); set and cleared only
+    /// while one holder has the page.
+    state: Option<Arc<GpuSnap>>,
+}
+
+/// A copy of a sequence's recurrent state in device memory (`StateLayout`'s order, f32).
+pub struct GpuSnap {
+    mem: Option<CudaSlice<u8>>,
+    pub(super) ptr: u64,
+    dev: Arc<Dev>,
+    /// Recurrent layers written so far, of `layers`: a copy is used only once complete.
+    done: usize,
+    layers: usize,
+    live: Arc<AtomicUsize>,
+}
+
+impl GpuSnap {
+    fn new(dev: &Arc<Dev>, layout: &StateLayout, live: &Arc<AtomicUsize>) -> Result<GpuSnap> {
+        let mem = dev.alloc_bytes(layout.bytes()).map_err(|e| {
+            EngineError::Backend(format!(
+                "GPU memory for a recurrent-state copy of {} bytes: {e}",
+                layout.bytes()
+            ))
+        })?;
+        live.fetch_add(1, Ordering::Relaxed);
+        Ok(GpuSnap {
+            ptr: dev.ptr(&mem),
+            mem: Some(mem),
+            dev: dev.clone(),
+            done: 0,
+            layers: layout.n_recurrent,
+            live: live.clone(),
+        })
+    }
+
+    pub fn complete(&self) -> bool {
+        self.done == self.layers
+    }
+}
+
+impl Drop for GpuSnap {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        if let Some(m) = self.mem.take() {
+            // Recorded launches may still write it.
+            self.dev.bury(Box::new(m));
+        }
+    }
+}
+
+/// A sequence's recurrent state in device memory.
+pub(super) struct GpuState {
+    pub(super) layout: Arc<StateLayout>,
+    _mem: CudaSlice<u8>,
+    /// Address of the current state.
+    pub(super) ptr: u64,
+    pub(super) seq: SeqState<Arc<GpuSnap>>,
+    snaps: Arc<AtomicUsize>,
+}
+
+impl GpuState {
+    fn new(dev: &Arc<Dev>, layout: Arc<StateLayout>, snaps: Arc<AtomicUsize>) -> Result<GpuState> {
+        let mem = dev.alloc_bytes(layout.bytes()).map_err(|e| {
+            EngineError::Backend(format!(
+                "GPU memory for a recurrent state of {} bytes: {e}",
+                layout.bytes()
+            ))
+        })?;
+        let ptr = dev.ptr(&mem);
+        dev.memset(ptr, layout.bytes());
+        Ok(GpuState {
+            layout,
+            _mem: mem,
+            ptr,
+            seq: SeqState::default(),
+            snaps,
+        })
+    }
 }
 
 impl Drop for GpuPage {
@@ -65,6 +148,8 @@ pub struct CudaKv {
     n_ctx: usize,
     pub(super) pages: Vec<Arc<GpuPage>>,
     pool: Arc<Pool>,
+    /// The recurrent state (hybrid models).
+    pub(super) rec: Option<GpuState>,
 }
 
 impl CudaKv {
@@ -80,22 +165,33 @@ impl CudaKv {
             free: Mutex::new(Vec::new()),
             live: AtomicUsize::new(0),
         });
+        let rec = match StateLayout::new(layers) {
+            Some(l) => Some(GpuState::new(dev, Arc::new(l), Arc::new(AtomicUsize::new(0)))?),
+            None => None,
+        };
         let mut kv = CudaKv {
             layout: Arc::new(layout),
             n_ctx,
             pages: Vec::new(),
             pool,
+            rec,
         };
         kv.reserve(n_ctx)?;
         Ok(kv)
     }
 
+    /// An empty sequence in the same pool. Its recurrent state (hybrid models) is allocated here;
+    /// without the memory for it this fails as an allocation does.
     pub fn sibling(&self, n_ctx: usize) -> CudaKv {
         CudaKv {
             layout: self.layout.clone(),
             n_ctx,
             pages: Vec::new(),
             pool: self.pool.clone(),
+            rec: self.rec.as_ref().map(|r| {
+                GpuState::new(&self.pool.dev, r.layout.clone(), r.snaps.clone())
+                    .unwrap_or_else(|e| self.pool.dev.fail("allocating a recurrent state", e))
+            }),
         }
     }
 
@@ -107,8 +203,12 @@ impl CudaKv {
         (self.pages.len() * PAGE).min(self.n_ctx)
     }
 
+    /// Live pages of the pool, plus its live state copies as the pages their bytes fill.
     pub fn live_pages(&self) -> usize {
-        self.pool.live.load(Ordering::Relaxed)
+        let snaps = self.rec.as_ref().map_or(0, |r| {
+            r.snaps.load(Ordering::Relaxed) * r.layout.page_equivalents(self.layout.page_bytes)
+        });
+        self.pool.live.load(Ordering::Relaxed) + snaps
     }
 
     pub fn page_bytes(&self) -> usize {
@@ -125,7 +225,11 @@ impl CudaKv {
         })
     }
 
+    /// Drop the pages past `positions`; a recurrent state past them is cut back first.
     pub fn release(&mut self, positions: usize) {
+        if self.rec.as_ref().is_some_and(|r| r.seq.pos > positions) {
+            self.restore(positions);
+        }
         kv::release_pages(&mut self.pages, positions);
     }
 
@@ -156,6 +260,19 @@ impl CudaKv {
 
     pub fn import(&mut self, pos0: usize, data: &[u8]) -> Result<()> {
         let pb = self.layout.page_bytes;
+        if let Some(sb) = self.rec.as_ref().map(|r| r.layout.bytes()) {
+            if data.len() == pb + sb {
+                self.import(pos0, &data[..pb])?;
+                let r = self.rec.as_ref().expect("checked");
+                let mut snap = GpuSnap::new(&self.pool.dev, &r.layout, &r.snaps)?;
+                self.pool.dev.write_bytes(snap.ptr, &data[pb..]);
+                snap.done = snap.layers;
+                let b = pos0 / PAGE;
+                self.own_page(b)?;
+                Arc::get_mut(&mut self.pages[b]).expect("owned").state = Some(Arc::new(snap));
+                return Ok(());
+            }
+        }
         self.layout
             .check_import(pos0, data.len(), self.pages.len(), self.capacity())?;
         for (i, chunk) in data.chunks(pb).enumerate() {
@@ -167,7 +284,115 @@ impl CudaKv {
     }
 }
 
-/// A page's bytes, read from the device.
+impl CudaKv {
+    pub fn state_pos(&self) -> Option<usize> {
+        self.rec.as_ref().map(|r| r.seq.pos)
+    }
+
+    pub fn state_bytes(&self) -> usize {
+        self.rec.as_ref().map_or(0, |r| r.layout.bytes())
+    }
+
+    pub fn keep_states(&mut self, positions: &[usize]) {
+        if let Some(r) = &mut self.rec {
+            r.seq.keep(positions);
+        }
+    }
+
+    /// Drop the state copies only this sequence holds (see `Backend::kv_drop_copies`).
+    pub fn drop_copies(&mut self) {
+        let Some(r) = &mut self.rec else { return };
+        r.seq.checkpoints.clear();
+        for page in &mut self.pages {
+            if let Some(pg) = Arc::get_mut(page) {
+                pg.state = None;
+            }
+        }
+    }
+
+    /// Cut back to at most `target` (see `Backend::kv_restore`).
+    pub fn restore(&mut self, target: usize) -> usize {
+        let Some(r) = &mut self.rec else { return target };
+        let with_copies = self
+            .pages
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.state.as_ref().is_some_and(|s| s.complete()))
+            .map(|(b, _)| b);
+        let checkpoints = r.seq.checkpoints.iter().map(|(p, s)| (*p, s.complete()));
+        let (p, src) = restore_source(target, r.seq.pos, checkpoints, with_copies);
+        let (dev, bytes) = (&self.pool.dev, r.layout.bytes());
+        match src {
+            Source::Current => {}
+            Source::Checkpoint(i) => dev.copy_dtod(r.seq.checkpoints[i].1.ptr, r.ptr, bytes),
+            Source::Page(b) => dev.copy_dtod(self.pages[b].state.as_ref().expect("a copy").ptr, r.ptr, bytes),
+            Source::Zero => dev.memset(r.ptr, bytes),
+        }
+        r.seq.pos = p;
+        r.seq.checkpoints.retain(|c| c.0 <= p);
+        r.seq.want.retain(|&w| w > p);
+        for (b, page) in self.pages.iter_mut().enumerate() {
+            if (b + 1) * PAGE > p {
+                if let Some(pg) = Arc::get_mut(page) {
+                    pg.state = None;
+                }
+            }
+        }
+        p
+    }
+
+    /// The device address of the state copy kept at position `p`, made when missing (with its
+    /// page at a page end, as a checkpoint elsewhere), and whether a shared page was copied to
+    /// hold it (the step's page table must then follow).
+    pub(super) fn copy_target(&mut self, p: usize) -> Result<(u64, bool)> {
+        let (layout, snaps) = {
+            let r = self.rec.as_ref().expect("a cache with recurrent layers");
+            (r.layout.clone(), r.snaps.clone())
+        };
+        let dev = self.pool.dev.clone();
+        if !p.is_multiple_of(PAGE) {
+            let r = self.rec.as_mut().expect("checked above");
+            if !r.seq.checkpoints.iter().any(|c| c.0 == p) {
+                let s = Arc::new(GpuSnap::new(&dev, &layout, &snaps)?);
+                r.seq.checkpoint(p, || s);
+            }
+            let c = r.seq.checkpoints.iter().find(|c| c.0 == p).expect("just made");
+            return Ok((c.1.ptr, false));
+        }
+        let b = p / PAGE - 1;
+        let replaced = self.own_page(b)?;
+        let slot = &mut Arc::get_mut(&mut self.pages[b]).expect("owned").state;
+        if slot.as_mut().is_none_or(|s| Arc::get_mut(s).is_none()) {
+            *slot = Some(Arc::new(GpuSnap::new(&dev, &layout, &snaps)?));
+        }
+        Ok((slot.as_ref().expect("made").ptr, replaced))
+    }
+
+    /// The copy at `p` has one more layer written.
+    pub(super) fn copy_layer_done(&mut self, p: usize) {
+        let snap = if p.is_multiple_of(PAGE) {
+            Arc::get_mut(&mut self.pages[p / PAGE - 1])
+                .and_then(|pg| pg.state.as_mut())
+                .and_then(Arc::get_mut)
+        } else {
+            self.rec
+                .as_mut()
+                .and_then(|r| r.seq.checkpoints.iter_mut().find(|c| c.0 == p))
+                .and_then(|c| Arc::get_mut(&mut c.1))
+        };
+        if let Some(s) = snap {
+            s.done += 1;
+        }
+    }
+}
+
+/// A page's bytes, read from the device, followed by its recurrent-state copy when it holds a
+/// complete one.
 pub fn page_data(page: &GpuPage) -> Vec<u8> {
-    page.pool.dev.read_bytes(page.ptr, page.pool.page_bytes)
+    let mut out = page.pool.dev.read_bytes(page.ptr, page.pool.page_bytes);
+    if let Some(s) = page.state.as_ref().filter(|s| s.complete()) {
+        let bytes = s.mem.as_ref().map_or(0, |m| m.len());
+        out.extend(page.pool.dev.read_bytes(s.ptr, bytes));
+    }
+    out
 }

@@ -10,12 +10,13 @@ mod compile;
 mod dev;
 mod kv;
 mod prof;
+mod recurrent;
 
 pub use kv::{CudaKv, GpuPage};
 
 use dev::{blocks, Dev, StepArgs, A};
 
-use super::{AttnLayer, Backend, KvType, Rope, StepPlan, WeightSource};
+use super::{AttnLayer, Backend, DeltaNetLayer, KvType, Rope, StepPlan, WeightSource};
 use crate::{EngineError, Result};
 use cudarc::driver::CudaSlice;
 use gguf::GgmlType;
@@ -485,6 +486,26 @@ impl Backend for Cuda {
 
     fn kv_import(&self, kv: &mut CudaKv, pos0: usize, data: &[u8]) -> Result<()> {
         kv.import(pos0, data)
+    }
+
+    fn kv_state_pos(&self, kv: &CudaKv) -> Option<usize> {
+        kv.state_pos()
+    }
+
+    fn kv_restore(&self, kv: &mut CudaKv, positions: usize) -> usize {
+        kv.restore(positions)
+    }
+
+    fn kv_keep_states(&self, kv: &mut CudaKv, positions: &[usize]) {
+        kv.keep_states(positions)
+    }
+
+    fn kv_state_bytes(&self, kv: &CudaKv) -> usize {
+        kv.state_bytes()
+    }
+
+    fn kv_drop_copies(&self, kv: &mut CudaKv) {
+        kv.drop_copies()
     }
 
     fn begin_step(&self, plan: StepPlan, kvs: &[&CudaKv]) -> Result<CudaStep> {
@@ -1000,6 +1021,42 @@ impl Backend for Cuda {
             let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
             self.dev.write_bytes(x.ptr, &bytes);
         }
+    }
+
+    // Hybrid models' ops: `recurrent.rs`.
+    fn ssm_conv(
+        &self,
+        x: &CudaBuf,
+        w: &CudaWeight,
+        step: &CudaStep,
+        kvs: &mut [&mut CudaKv],
+        l: &DeltaNetLayer,
+        out: &mut CudaBuf,
+    ) {
+        self.ssm_conv_op(x, w, step, kvs, l, out)
+    }
+
+    fn gated_delta_net(
+        &self,
+        qkv: &CudaBuf,
+        alpha: &CudaBuf,
+        beta: &CudaBuf,
+        dt_bias: &CudaWeight,
+        a: &CudaWeight,
+        step: &CudaStep,
+        kvs: &mut [&mut CudaKv],
+        l: &DeltaNetLayer,
+        out: &mut CudaBuf,
+    ) {
+        self.gated_delta_net_op(qkv, alpha, beta, dt_bias, a, step, kvs, l, out)
+    }
+
+    fn sigmoid_mul(&self, x: &mut CudaBuf, g: &CudaBuf) {
+        self.sigmoid_mul_op(x, g)
+    }
+
+    fn unzip_heads(&self, x: &CudaBuf, width: usize, a: &mut CudaBuf, b: &mut CudaBuf) {
+        self.unzip_heads_op(x, width, a, b)
     }
 }
 
