@@ -128,6 +128,14 @@ m1)
   prof tg-x1 20 bench -m $m --device cuda -p 1 -n 24 -r 1
   prof tg-x64 137 bench -m $m --device cuda -p 1 -n 8 -r 1 --parallel 64
   ;;
+q1)
+  # 2026-12-03, fifth call: after the merge of the Qwen 3.5 graph — the CUDA op tests (recurrent and
+  # gates included) and the fixtures on CUDA (the Qwen 3.5 ones, and every quantized file against the
+  # CPU backend).
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  timeout 150 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 240 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "Δ|NOT RUN|test result|panicked"
+  ;;
 f1)
   # 2026-12-03, third and fourth calls (f1 then f2 on the same warm machine): the measurements.
   # f1: the GPU, the copy bandwidth, llama.cpp's build and the 8B model in the background; op
@@ -477,8 +485,8 @@ all)
     $D/hf2q convert $W/l8b -o $m --quant $q 2>&1 | tail -1 | tee -a $OUT/make.txt
     $D/hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 > $OUT/hf2q-bench-$q.txt 2>&1
     tail -n 3 $OUT/hf2q-bench-$q.txt
-    # The same decode with f32 activations for every type (HF2Q_CUDA_MMVQ=0), to compare.
-    [ $q != bf16 ] && HF2Q_CUDA_MMVQ=0 $D/hf2q bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | tail -n 1 | sed 's/^/MMVQ=0 /' | tee -a $OUT/hf2q-bench-$q.txt
+    # The same decode with the f32 matrix-vector kernels for every type (HF2Q_CUDA_MMQ=0), to compare.
+    [ $q != bf16 ] && HF2Q_CUDA_MMQ=0 $D/hf2q bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | tail -n 1 | sed 's/^/MMQ=0 /' | tee -a $OUT/hf2q-bench-$q.txt
   done
   rm -rf $W/l8b
   ;&

@@ -380,7 +380,30 @@ impl<B: Backend> Qwen35<B> {
         Ok(())
     }
 
-    fn forward_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>> {
+    /// One step (its sequences checked against their recurrent states), then `out` of its logits.
+    fn step<R>(
+        &self,
+        s: &mut Scratch,
+        seqs: &mut [SeqStep<'_, B>],
+        out: impl FnOnce(&B, &HeadBufs<B>) -> Vec<R> + Send,
+    ) -> Result<Vec<R>>
+    where
+        R: Send,
+    {
+        let b = &*self.backend;
+        let total = batch::check_step(b, s, seqs)?;
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        let bufs = s.get::<Bufs<B>>()?;
+        b.run(|| {
+            self.check_states(seqs)?;
+            self.forward_inner(bufs, seqs)?;
+            Ok(out(b, &bufs.head))
+        })
+    }
+
+    fn forward_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<()> {
         let b = &*self.backend;
         let eps = self.eps;
         let hd = self.head_dim;
@@ -461,7 +484,7 @@ impl<B: Backend> Qwen35<B> {
             dump.put(b, &format!("l_out-{il}"), &s.x);
         }
         let output = self.output.as_ref().unwrap_or(&self.tok_embd);
-        Ok(blocks::logits(
+        blocks::logits(
             b,
             seqs,
             &s.x,
@@ -471,7 +494,8 @@ impl<B: Backend> Qwen35<B> {
             None,
             &mut s.head,
             &mut dump,
-        ))
+        );
+        Ok(())
     }
 }
 
@@ -548,15 +572,16 @@ impl<B: Backend> Model<B> for Qwen35<B> {
     }
 
     fn forward(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>> {
+        self.step(s, seqs, |b, h| h.read(b))
+    }
+
+    fn forward_argmax(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<u32>> {
+        self.step(s, seqs, |b, h| h.argmax(b))
+    }
+
+    fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>> {
         let b = &*self.backend;
-        let total = batch::check_step(b, s, seqs)?;
-        if total == 0 {
-            return Ok(Vec::new());
-        }
         let bufs = s.get::<Bufs<B>>()?;
-        b.run(|| {
-            self.check_states(seqs)?;
-            self.forward_inner(bufs, seqs)
-        })
+        b.run(|| bufs.head.row(b, i))
     }
 }
