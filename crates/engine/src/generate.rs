@@ -6,6 +6,7 @@ use crate::backend::{Backend, KvType};
 use crate::chat::ChatTemplate;
 use crate::model::{Logits, Model, Scratch, SeqStep};
 use crate::sampler::{Sampler, SamplingParams};
+use crate::spec::{NgramDrafter, SpecMode, SpecStats};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::{EngineError, Result};
 use std::path::{Path, PathBuf};
@@ -74,6 +75,9 @@ pub struct GenerateParams {
     pub n_batch: usize,
     /// Report each sampled token's log-probability and this many alternatives (`None`: off).
     pub logprobs: Option<usize>,
+    /// Tokens proposed ahead and checked in one step (`spec`), at most `draft_max` at a time.
+    pub spec: SpecMode,
+    pub draft_max: usize,
 }
 
 impl Default for GenerateParams {
@@ -85,6 +89,8 @@ impl Default for GenerateParams {
             ignore_eos: false,
             n_batch: 512,
             logprobs: None,
+            spec: SpecMode::Off,
+            draft_max: 8,
         }
     }
 }
@@ -97,6 +103,8 @@ pub struct Generated {
     pub prompt_tokens: usize,
     pub prefill_time: Duration,
     pub decode_time: Duration,
+    /// What speculative decoding did (zeros when off).
+    pub spec: SpecStats,
 }
 
 /// One conversation's state: its KV cache and the tokens already in it.
@@ -247,6 +255,11 @@ impl Decoding {
         self
     }
 
+    /// Tokens the sequence may still generate (its `max_tokens` less those generated).
+    pub fn remaining(&self) -> usize {
+        self.max_tokens.saturating_sub(self.tokens.len())
+    }
+
     /// The stop string that ended the sequence (`None` if it ended otherwise or goes on).
     pub fn matched_stop(&self) -> Option<&str> {
         self.matched.as_deref()
@@ -272,6 +285,13 @@ impl Decoding {
     }
 
     pub fn step(&mut self, tokenizer: &Tokenizer, logits: &mut [f32]) -> Step {
+        self.step_draft(tokenizer, logits, None)
+    }
+
+    /// `step` when `draft` was proposed for this token (speculative decoding,
+    /// `Sampler::sample_draft`): greedy picks the same token as `step`; sampling keeps the draft
+    /// with its probability under the chain.
+    pub fn step_draft(&mut self, tokenizer: &Tokenizer, logits: &mut [f32], draft: Option<u32>) -> Step {
         if self.tokens.len() >= self.max_tokens {
             return self.finish(Finish::Length, None);
         }
@@ -281,7 +301,10 @@ impl Decoding {
                 return self.finish(Finish::Stop, None);
             }
         }
-        let tok = self.sampler.sample(logits);
+        let tok = match draft {
+            Some(d) => self.sampler.sample_draft(logits, d),
+            None => self.sampler.sample(logits),
+        };
         let logprob = lp.map(|(lp, k)| TokenLogprob {
             token: tok,
             logprob: lp[tok as usize],
@@ -417,29 +440,41 @@ pub fn generate<B: Backend>(
     // Greedy decoding takes each step's token as the backend finds it (a GPU hands back the id,
     // not the row); the prompt's last row comes whole.
     let by_argmax = d.greedy_only() && !margins;
-    let mut best: Option<u32> = None;
+    let spec = params.spec.on(m.model.backend().as_ref());
+    let mut drafter = (spec == SpecMode::Ngram && !margins).then(|| NgramDrafter::new(params.draft_max));
+    let stats = |dr: &Option<NgramDrafter>| dr.as_ref().map(|d| d.stats).unwrap_or_default();
+    if margins {
+        debug_margin(0, &logits);
+    }
+    // The steps whose tokens are final, in order; the last one's token is fed next.
+    let mut pending = vec![d.step(&m.tokenizer, &mut logits)];
     loop {
-        if margins {
-            debug_margin(d.tokens.len(), &logits);
+        let mut next = None;
+        for st in pending.drain(..) {
+            if !st.text.is_empty() && !on_text(&st.text) {
+                let g = done(
+                    d.tokens,
+                    d.text,
+                    Finish::Cancelled,
+                    prompt.len(),
+                    prefill_time,
+                    t1.elapsed(),
+                );
+                return Ok(Generated {
+                    spec: stats(&drafter),
+                    ..g
+                });
+            }
+            if let Some(f) = st.finish {
+                let g = done(d.tokens, d.text, f, prompt.len(), prefill_time, t1.elapsed());
+                return Ok(Generated {
+                    spec: stats(&drafter),
+                    ..g
+                });
+            }
+            next = st.token;
         }
-        let st = match best.take() {
-            Some(t) => d.step_token(&m.tokenizer, t),
-            None => d.step(&m.tokenizer, &mut logits),
-        };
-        if !st.text.is_empty() && !on_text(&st.text) {
-            return Ok(done(
-                d.tokens,
-                d.text,
-                Finish::Cancelled,
-                prompt.len(),
-                prefill_time,
-                t1.elapsed(),
-            ));
-        }
-        if let Some(f) = st.finish {
-            return Ok(done(d.tokens, d.text, f, prompt.len(), prefill_time, t1.elapsed()));
-        }
-        let Some(tok) = st.token else {
+        let Some(tok) = next else {
             unreachable!("a step without a token finishes")
         };
         if session.tokens.len() + 1 >= n_ctx {
@@ -448,29 +483,83 @@ pub fn generate<B: Backend>(
             if !rest.text.is_empty() {
                 on_text(&rest.text);
             }
-            return Ok(done(
+            let g = done(
                 d.tokens,
                 d.text,
                 Finish::Length,
                 prompt.len(),
                 prefill_time,
                 t1.elapsed(),
-            ));
+            );
+            return Ok(Generated {
+                spec: stats(&drafter),
+                ..g
+            });
         }
         let pos0 = session.tokens.len();
+        // Drafts within the context and the token limit, checked in one step.
+        let room = (n_ctx - pos0 - 1).min(params.max_tokens.saturating_sub(d.tokens.len() + 1));
+        let drafts = match &mut drafter {
+            Some(dr) => {
+                let mut h = session.tokens.clone();
+                h.push(tok);
+                dr.propose(&h, room)
+            }
+            None => Vec::new(),
+        };
+        if !drafts.is_empty() {
+            let fed: Vec<u32> = std::iter::once(tok).chain(drafts.iter().copied()).collect();
+            let b = m.model.backend();
+            // A hybrid model's recurrent state can go back to any of the drafted positions.
+            let marks: Vec<usize> = (pos0 + 1..pos0 + fed.len()).collect();
+            b.kv_keep_states(&mut session.kv, &marks);
+            let argmax = m.model.forward_argmax(
+                &mut session.scratch,
+                &mut [SeqStep {
+                    kv: &mut session.kv,
+                    tokens: &fed,
+                    pos0,
+                    logits: Logits::Each,
+                }],
+            )?;
+            let scratch = &mut session.scratch;
+            let checked = crate::spec::check(&mut d, &m.tokenizer, &drafts, &argmax, |i| {
+                m.model.logits_row(scratch, i)
+            })?;
+            let rows = checked.rows();
+            session.tokens.extend_from_slice(&fed[..rows]);
+            let at = b.kv_restore(&mut session.kv, session.tokens.len());
+            if at != session.tokens.len() {
+                return Err(EngineError::Backend(format!(
+                    "speculative decoding: the cache went back to position {at}, not {}",
+                    session.tokens.len()
+                )));
+            }
+            if let Some(dr) = &mut drafter {
+                dr.feedback(drafts.len(), rows - 1);
+            }
+            pending = checked.steps;
+            continue;
+        }
         let mut seq = [SeqStep {
             kv: &mut session.kv,
             tokens: &[tok],
             pos0,
             logits: Logits::Last,
         }];
-        if by_argmax {
-            best = m.model.forward_argmax(&mut session.scratch, &mut seq)?.first().copied();
+        let st = if by_argmax {
+            let best = m.model.forward_argmax(&mut session.scratch, &mut seq)?;
+            d.step_token(&m.tokenizer, best.first().copied().unwrap_or(0))
         } else {
             let l = m.model.forward(&mut session.scratch, &mut seq)?;
             logits = l.into_iter().next().unwrap_or_default();
-        }
+            if margins {
+                debug_margin(d.tokens.len(), &logits);
+            }
+            d.step(&m.tokenizer, &mut logits)
+        };
         session.tokens.push(tok);
+        pending.push(st);
     }
 }
 
@@ -491,6 +580,7 @@ fn debug_margin(step: usize, logits: &[f32]) {
 
 fn done(tokens: Vec<u32>, text: String, finish: Finish, prompt_tokens: usize, p: Duration, d: Duration) -> Generated {
     Generated {
+        spec: SpecStats::default(),
         tokens,
         text,
         finish,

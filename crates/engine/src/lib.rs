@@ -1,6 +1,7 @@
 //! hf2q's runtime: the [`backend::Backend`] seam with its CPU implementation, model graphs
 //! ([`model`]), the tokenizer built from GGUF metadata ([`tokenizer`]), chat templates ([`chat`]),
-//! sampling ([`sampler`]), and discovery of the compute devices ([`device`]).
+//! sampling ([`sampler`]), speculative decoding ([`spec`]), and discovery of the compute devices
+//! ([`device`]).
 
 pub mod backend;
 pub mod chat;
@@ -11,6 +12,7 @@ pub mod generate;
 pub mod grammar;
 pub mod model;
 pub mod sampler;
+pub mod spec;
 pub mod tokenizer;
 
 /// Errors of the engine. `Input` and `Unsupported` are the caller's to fix (exit 3 in the CLI).

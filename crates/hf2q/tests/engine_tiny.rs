@@ -658,6 +658,55 @@ fn gemma4_forced_tool_call_through_serve() {
     );
 }
 
+/// Speculative decoding (n-gram drafts, each checked row computed as a decode step would
+/// compute it) gives every fixture's greedy continuation token for token — on the hybrid models
+/// the recurrent state goes back to the last kept draft through its per-token checkpoints.
+#[test]
+fn speculation_keeps_the_greedy_tokens() {
+    use engine::generate::{generate, GenerateParams, LoadedModel, Session};
+    let (root, full) = tiny_dir();
+    let models: &[&str] = if full {
+        &[
+            "llama",
+            "qwen3",
+            "qwen3_moe",
+            "gemma3",
+            "gemma4",
+            "qwen3_5",
+            "qwen3_5_moe_text",
+        ]
+    } else {
+        &["llama"]
+    };
+    for &model in models {
+        let r = reference(&root.join(model));
+        if r.greedy.is_empty() {
+            continue;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(format!("{model}.f32.gguf"));
+        drop(load_on(Arc::new(Cpu::new(2).unwrap()), model, "f32", tmp.path()));
+        let m = LoadedModel::load(Arc::new(Cpu::new(2).unwrap()), &path).unwrap();
+        for k in [2, 5] {
+            let mut session = Session::new(&m, 64, KvType::F16, 64).unwrap();
+            let params = GenerateParams {
+                max_tokens: r.greedy.len(),
+                sampling: engine::sampler::SamplingParams::greedy(),
+                ignore_eos: true,
+                spec: engine::spec::SpecMode::Ngram,
+                draft_max: k,
+                ..GenerateParams::default()
+            };
+            let g = generate(&m, &mut session, &r.ids, &params, |_| true).unwrap();
+            eprintln!("{model} --draft-max {k}: {:?}", g.spec);
+            assert_eq!(
+                g.tokens, r.greedy,
+                "{model}: greedy tokens with speculation (--draft-max {k})"
+            );
+        }
+    }
+}
+
 /// The same fixtures, F32 and F16, on the CUDA backend with the same tolerances (GPU 0). Without a
 /// GPU this does not run, and says so.
 #[test]
@@ -700,10 +749,18 @@ fn fixtures_on_cuda() {
         check_on(b.clone(), model, "f32", if gemma { 1e-2 } else { 5e-3 }, false);
         check_on(b.clone(), model, "f16", if gemma { 2e-2 } else { 1e-2 }, false);
         for ftype in ["q8_0", "q4_k_m"] {
-            failed.extend(quantized_follows_cpu(b.clone(), model, ftype, if gemma { 0.2 } else { 3e-2 }));
+            failed.extend(quantized_follows_cpu(
+                b.clone(),
+                model,
+                ftype,
+                if gemma { 0.2 } else { 3e-2 },
+            ));
         }
     }
-    assert!(failed.is_empty(), "quantized files on CUDA against the CPU: {failed:#?}");
+    assert!(
+        failed.is_empty(),
+        "quantized files on CUDA against the CPU: {failed:#?}"
+    );
 }
 
 /// A quantized conversion on backend `b` against the CPU backend on the same file, the whole

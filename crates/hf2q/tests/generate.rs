@@ -27,11 +27,17 @@ fn quantize(src: &Path, dir: &Path, ty: &str) -> PathBuf {
     out
 }
 
+/// Greedy chat reply, one token per step.
 fn chat(model: &Path, prompt: &str) -> String {
+    chat_with(model, prompt, &["--spec", "off"])
+}
+
+fn chat_with(model: &Path, prompt: &str, extra: &[&str]) -> String {
     let out = hf2q()
         .args(["generate", "-m"])
         .arg(model)
         .args(["--chat", "-p", prompt, "-n", "64", "--temp", "0", "-t", "2"])
+        .args(extra)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -60,6 +66,11 @@ fn greedy_chat_matches_llama_cpp() {
         );
         let got = chat(&models[q], prompt);
         assert_eq!(got, want, "{q} {prompt:?}");
+        // Speculative decoding (n-gram drafts checked a step at a time) gives the same bytes.
+        for k in ["3", "16"] {
+            let got = chat_with(&models[q], prompt, &["--spec", "ngram", "--draft-max", k]);
+            assert_eq!(got, want, "{q} {prompt:?} with --spec ngram --draft-max {k}");
+        }
     }
 }
 
@@ -241,7 +252,7 @@ fn gemma3_greedy_matches_llama_cpp() {
         let out = hf2q()
             .args(["generate", "-m"])
             .arg(&model)
-            .args(["-p", prompt, "-n", "48", "--temp", "0", "-t", "2"])
+            .args(["-p", prompt, "-n", "48", "--temp", "0", "-t", "2", "--spec", "off"])
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -249,6 +260,18 @@ fn gemma3_greedy_matches_llama_cpp() {
             String::from_utf8(out.stdout).unwrap(),
             g["text"].as_str().unwrap(),
             "{prompt:?}"
+        );
+        let out = hf2q()
+            .args(["generate", "-m"])
+            .arg(&model)
+            .args(["-p", prompt, "-n", "48", "--temp", "0", "-t", "2", "--spec", "ngram"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            g["text"].as_str().unwrap(),
+            "{prompt:?} with --spec ngram"
         );
     }
 }

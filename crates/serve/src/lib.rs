@@ -92,6 +92,9 @@ pub struct ServeConfig {
     /// `--debug-responses`: non-streamed chat and completions replies carry llama-server's
     /// `__verbose` object (the rendered prompt), as a request's `"verbose": true` asks.
     pub debug_responses: bool,
+    /// `--spec`, `--draft-max`: speculative decoding of every request.
+    pub spec: engine::spec::SpecMode,
+    pub draft_max: usize,
 }
 
 /// `--kv-budget`: KV cache positions, or bytes converted with the model's bytes per position.
@@ -887,6 +890,8 @@ fn prepare(w: Arc<Worker>, mut prompt: Vec<u32>, v: api::Valid) -> Result<Prepar
         ignore_eos: false,
         n_batch: 512,
         logprobs: v.logprobs,
+        spec: w.spec,
+        draft_max: w.draft_max,
     };
     Ok(Prepared {
         worker: w,

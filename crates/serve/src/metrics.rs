@@ -179,6 +179,25 @@ pub(crate) fn render(st: &AppState) -> String {
             out.push_str(&format!("{name}{{model=\"{}\"}} {}\n", w.id, value(w)));
         }
     }
+    let spec: [Gauge<crate::worker::Worker, usize>; 3] = [
+        ("hf2q_spec_checks_total", "Speculative decoding: steps that checked drafted tokens.", |w| {
+            w.spec_stats().checks
+        }),
+        ("hf2q_spec_draft_tokens_total", "Speculative decoding: tokens drafted and checked.", |w| {
+            w.spec_stats().drafted
+        }),
+        (
+            "hf2q_spec_accepted_tokens_total",
+            "Speculative decoding: drafted tokens that were the model's own (accepted tokens per check: (accepted + checks) / checks).",
+            |w| w.spec_stats().accepted,
+        ),
+    ];
+    for (name, help, value) in spec {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+        for w in &workers {
+            out.push_str(&format!("{name}{{model=\"{}\"}} {}\n", w.id, value(w)));
+        }
+    }
     let embedders = st.embedders.read().unwrap_or_else(|e| e.into_inner()).clone();
     let embed_gauges: [Gauge<crate::embed::Embedder, f64>; 6] = [
         (

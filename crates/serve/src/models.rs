@@ -335,6 +335,8 @@ fn load_one<B: Backend>(state: &AppState, backend: &Arc<B>, path: &std::path::Pa
             .unwrap_or_else(|| engine::backend::Backend::prefill_chunk(m.model.backend().as_ref())),
         kv_budget,
         seed: state.cfg.seed,
+        spec: state.cfg.spec,
+        draft_max: state.cfg.draft_max,
     };
     let w = Worker::start(id.clone(), m, limits, store).map_err(|e| e.to_string())?;
     state

@@ -29,6 +29,7 @@ use engine::chat::ChatTemplate;
 use engine::generate::{Decoding, Finish, GenerateParams, LoadedModel};
 use engine::model::{Logits, SeqStep};
 use engine::model::{Model, ModelInfo};
+use engine::spec::{NgramDrafter, SpecMode, SpecStats};
 use engine::tokenizer::Tokenizer;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -166,6 +167,9 @@ pub struct Limits {
     pub kv_budget: usize,
     /// The sampling seed of requests that give none (`--seed`).
     pub seed: Option<u64>,
+    /// Speculative decoding of the model's requests (`--spec`, `--draft-max`).
+    pub spec: SpecMode,
+    pub draft_max: usize,
 }
 
 /// What the request handlers need of a served model; the decoder itself lives on the engine
@@ -203,6 +207,10 @@ pub struct Worker {
     prefix_blocks: Arc<AtomicUsize>,
     /// The sampling seed of requests that give none (`--seed`).
     pub seed: Option<u64>,
+    /// Speculative decoding of its requests.
+    pub spec: SpecMode,
+    pub draft_max: usize,
+    spec_stats: Arc<Mutex<SpecStats>>,
 }
 
 impl Drop for Worker {
@@ -224,6 +232,8 @@ struct Active {
     /// When the job got its slot, and when its first token was sampled.
     started: std::time::Instant,
     first: Option<std::time::Instant>,
+    /// Proposes tokens ahead of the next (speculative decoding).
+    drafter: Option<NgramDrafter>,
 }
 
 struct Slot<B: Backend> {
@@ -286,12 +296,14 @@ impl Worker {
         let kv_cached = Arc::new(AtomicUsize::new(0));
         let prefix_blocks = Arc::new(AtomicUsize::new(0));
         let held = Arc::new(AtomicUsize::new(0));
+        let spec_stats = Arc::new(Mutex::new(SpecStats::default()));
         let gauges = Gauges {
             active: active.clone(),
             held: held.clone(),
             kv_active: kv_active.clone(),
             kv_cached: kv_cached.clone(),
             prefix_blocks: prefix_blocks.clone(),
+            spec: spec_stats.clone(),
         };
         let m = Engine { model, tokenizer };
         let sched = Sched {
@@ -332,6 +344,9 @@ impl Worker {
             kv_capacity: limits.kv_budget,
             prefix_blocks,
             seed: limits.seed,
+            spec: limits.spec,
+            draft_max: limits.draft_max,
+            spec_stats,
         })
     }
 
@@ -388,6 +403,11 @@ impl Worker {
     pub fn prefix_blocks(&self) -> usize {
         self.prefix_blocks.load(Ordering::Relaxed)
     }
+
+    /// What speculative decoding did so far.
+    pub fn spec_stats(&self) -> SpecStats {
+        *self.spec_stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -404,6 +424,7 @@ struct Gauges {
     kv_active: Arc<AtomicUsize>,
     kv_cached: Arc<AtomicUsize>,
     prefix_blocks: Arc<AtomicUsize>,
+    spec: Arc<Mutex<SpecStats>>,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -565,7 +586,7 @@ fn schedule<B: Backend>(m: &Engine<B>, mut sc: Sched<B>, queue: &JobQueue, gauge
                 sc.retire(b, i);
             }
         }
-        let finished = step(m, &mut sc.slots, &mut scratch, limits.prefill_chunk);
+        let finished = step(m, &mut sc.slots, &mut scratch, limits.prefill_chunk, &gauges.spec);
         for i in finished {
             sc.retire(b, i);
         }
@@ -698,7 +719,9 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
         processed: cached,
         ms: 0.0,
     }));
+    let drafter = (job.params.spec.on(b) == SpecMode::Ngram).then(|| NgramDrafter::new(job.params.draft_max));
     slot.active = Some(Active {
+        drafter,
         job,
         decoding,
         fed: cached,
@@ -712,22 +735,50 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
     Admit::Started
 }
 
-/// One batched forward: a decode token for every generating slot, then prompt chunks. Returns
-/// the slots whose request ended (their tokens are still cached).
+/// What one slot feeds a step: tokens (with `drafts` drafted ones after the first: a check,
+/// speculative decoding) and whether it wants logits.
+struct Feed {
+    slot: usize,
+    tokens: Vec<u32>,
+    wants: bool,
+    drafts: usize,
+}
+
+/// One batched forward: a decode token for every generating slot (with the tokens its drafter
+/// proposes after it, checked in the same step), then prompt chunks. Returns the slots whose
+/// request ended (their tokens are still cached).
 fn step<B: Backend>(
     m: &Engine<B>,
     slots: &mut [Slot<B>],
     scratch: &mut engine::model::Scratch,
     prefill_chunk: usize,
+    spec: &Mutex<SpecStats>,
 ) -> Vec<usize> {
+    let backend = m.model.backend().clone();
     // Plan what each slot feeds this step.
     let mut budget = prefill_chunk;
-    let mut feeds: Vec<(usize, Vec<u32>, bool)> = Vec::new(); // (slot, tokens, wants logits)
-    for (i, s) in slots.iter().enumerate() {
-        let Some(a) = &s.active else { continue };
-        if let Some(t) = a.next {
-            feeds.push((i, vec![t], true));
+    let mut feeds: Vec<Feed> = Vec::new();
+    for (i, s) in slots.iter_mut().enumerate() {
+        let Some(a) = &mut s.active else { continue };
+        let Some(t) = a.next else { continue };
+        let mut tokens = vec![t];
+        if let Some(dr) = &mut a.drafter {
+            // Drafts within the context, the reservation and the reply's token limit.
+            let room = backend
+                .kv_capacity(&s.kv)
+                .min(s.n_ctx)
+                .saturating_sub(s.tokens.len() + 1)
+                .min(a.decoding.remaining().saturating_sub(1));
+            let mut h = s.tokens.clone();
+            h.push(t);
+            tokens.extend(dr.propose(&h, room));
         }
+        feeds.push(Feed {
+            slot: i,
+            drafts: tokens.len() - 1,
+            tokens,
+            wants: true,
+        });
     }
     // Prompts are fed in chunks that end at multiples of the chunk size, whatever else runs: a
     // chunk that does not fit in this step's room waits for the next step (unless no prompt was
@@ -745,57 +796,84 @@ fn step<B: Backend>(
             budget = budget.saturating_sub(n);
             prefilled = true;
             let last = a.fed + n == a.job.prompt.len();
-            feeds.push((i, a.job.prompt[a.fed..a.fed + n].to_vec(), last));
+            feeds.push(Feed {
+                slot: i,
+                tokens: a.job.prompt[a.fed..a.fed + n].to_vec(),
+                wants: last,
+                drafts: 0,
+            });
         }
     }
     if feeds.is_empty() {
         return Vec::new();
     }
     // Borrow each fed slot's cache once, in slot order.
-    feeds.sort_by_key(|f| f.0);
+    feeds.sort_by_key(|f| f.slot);
     let mut steps = Vec::with_capacity(feeds.len());
     let mut rest: &mut [Slot<B>] = slots;
     let mut base = 0;
-    for (i, toks, logits) in &feeds {
-        let (_, tail) = rest.split_at_mut(i - base);
+    for f in &feeds {
+        let (_, tail) = rest.split_at_mut(f.slot - base);
         let (one, tail) = tail.split_at_mut(1);
         let s = &mut one[0];
+        let pos0 = s.tokens.len();
+        let logits = if f.drafts > 0 {
+            // Each row as a decode step would compute it; a hybrid model's state can go back to
+            // any drafted position.
+            let marks: Vec<usize> = (pos0 + 1..pos0 + f.tokens.len()).collect();
+            backend.kv_keep_states(&mut s.kv, &marks);
+            Logits::Each
+        } else if f.wants {
+            Logits::Last
+        } else {
+            Logits::None
+        };
         steps.push(SeqStep {
-            pos0: s.tokens.len(),
+            pos0,
             kv: &mut s.kv,
-            tokens: toks,
-            logits: if *logits { Logits::Last } else { Logits::None },
+            tokens: &f.tokens,
+            logits,
         });
         rest = tail;
-        base = i + 1;
+        base = f.slot + 1;
     }
     // Each logits row reduced to its argmax where it was computed; a sequence that samples
     // otherwise reads its whole row below.
     let out = m.model.forward_argmax(scratch, &mut steps);
     drop(steps);
-    let mut out = match out {
-        Ok(o) => o.into_iter().enumerate(),
+    let out = match out {
+        Ok(o) => o,
         Err(e) => {
             // Fail the sequences of this step; their caches are reset.
             let err: ApiError = e.into();
-            for (i, _, _) in &feeds {
-                if let Some(a) = slots[*i].active.take() {
+            for f in &feeds {
+                if let Some(a) = slots[f.slot].active.take() {
                     a.job.send(Event::Error(err.clone()));
                 }
-                slots[*i].tokens.clear();
+                slots[f.slot].tokens.clear();
                 // A recurrent state the failed step left midway is no longer any position's.
-                m.model.backend().kv_restore(&mut slots[*i].kv, 0);
+                backend.kv_restore(&mut slots[f.slot].kv, 0);
             }
             return Vec::new();
         }
     };
     let mut finished = Vec::new();
-    for (i, toks, wants) in feeds {
-        let s = &mut slots[i];
-        s.tokens.extend_from_slice(&toks);
+    // The step's logits rows, in feed order.
+    let mut row = 0;
+    for f in feeds {
+        let s = &mut slots[f.slot];
+        let r0 = row;
+        row += if f.drafts > 0 {
+            f.tokens.len()
+        } else {
+            usize::from(f.wants)
+        };
+        if f.drafts == 0 {
+            s.tokens.extend_from_slice(&f.tokens);
+        }
         let Some(a) = &mut s.active else { continue };
         if a.next.is_none() {
-            a.fed += toks.len();
+            a.fed += f.tokens.len();
             a.job.send(Event::Progress(Progress {
                 total: a.job.prompt.len(),
                 cache: a.cached,
@@ -803,50 +881,91 @@ fn step<B: Backend>(
                 ms: a.started.elapsed().as_secs_f64() * 1e3,
             }));
         }
-        if !wants {
+        if !f.wants {
             continue;
         }
         a.first.get_or_insert_with(std::time::Instant::now);
-        let (row, best) = out.next().unwrap_or_default();
-        let st = if a.decoding.greedy_only() {
-            a.decoding.step_token(&m.tokenizer, best)
-        } else {
-            match m.model.logits_row(scratch, row) {
-                Ok(mut logits) => a.decoding.step(&m.tokenizer, &mut logits),
-                Err(e) => {
-                    // As a failed step: the sequence ends with the error, its cache is reset.
-                    a.job.send(Event::Error(e.into()));
-                    s.active = None;
-                    s.tokens.clear();
-                    continue;
+        let taken = if f.drafts > 0 {
+            let argmax = out.get(r0..r0 + f.tokens.len()).unwrap_or(&[]);
+            let checked = engine::spec::check(&mut a.decoding, &m.tokenizer, &f.tokens[1..], argmax, |i| {
+                m.model.logits_row(scratch, r0 + i)
+            });
+            checked.and_then(|c| {
+                let n = c.rows();
+                s.tokens.extend_from_slice(&f.tokens[..n]);
+                let at = backend.kv_restore(&mut s.kv, s.tokens.len());
+                if at != s.tokens.len() {
+                    return Err(engine::EngineError::Backend(format!(
+                        "speculative decoding: the cache went back to position {at}, not {}",
+                        s.tokens.len()
+                    )));
                 }
+                if let Some(dr) = &mut a.drafter {
+                    dr.feedback(f.drafts, n - 1);
+                }
+                let mut st = spec.lock().unwrap_or_else(|e| e.into_inner());
+                st.add(&SpecStats {
+                    checks: 1,
+                    drafted: f.drafts,
+                    accepted: n - 1,
+                });
+                Ok(c.steps)
+            })
+        } else if a.decoding.greedy_only() {
+            Ok(vec![a
+                .decoding
+                .step_token(&m.tokenizer, out.get(r0).copied().unwrap_or(0))])
+        } else {
+            m.model
+                .logits_row(scratch, r0)
+                .map(|mut logits| vec![a.decoding.step(&m.tokenizer, &mut logits)])
+        };
+        let taken = match taken {
+            Ok(t) => t,
+            Err(e) => {
+                // As a failed step: the sequence ends with the error, its cache is reset.
+                a.job.send(Event::Error(e.into()));
+                s.active = None;
+                s.tokens.clear();
+                backend.kv_restore(&mut s.kv, 0);
+                continue;
             }
         };
-        let mut gone = (!st.text.is_empty() || st.logprob.is_some()) && !a.job.send(Event::Token(st.text, st.logprob));
-        // No room for the sampled token: the context is full, the answer ends here.
-        let full = st.finish.is_none() && s.tokens.len() >= s.n_ctx;
-        if full && !gone {
-            let rest = a.decoding.flush();
-            gone = !rest.is_empty() && !a.job.send(Event::Token(rest, None));
+        let n = taken.len();
+        let mut finish = None;
+        let mut next = None;
+        for (k, st) in taken.into_iter().enumerate() {
+            let mut gone =
+                (!st.text.is_empty() || st.logprob.is_some()) && !a.job.send(Event::Token(st.text, st.logprob));
+            // No room for the sampled token: the context is full, the answer ends here.
+            let full = k + 1 == n && st.finish.is_none() && s.tokens.len() >= s.n_ctx;
+            if full && !gone {
+                let rest = a.decoding.flush();
+                gone = !rest.is_empty() && !a.job.send(Event::Token(rest, None));
+            }
+            finish = if gone {
+                Some(Finish::Cancelled)
+            } else if full {
+                Some(Finish::Length)
+            } else {
+                st.finish
+            };
+            next = st.token;
+            if finish.is_some() {
+                break;
+            }
         }
-        let finish = if gone {
-            Some(Finish::Cancelled)
-        } else if full {
-            Some(Finish::Length)
-        } else {
-            st.finish
-        };
         match finish {
-            None => a.next = st.token,
-            Some(f) => {
-                finished.push(i);
+            None => a.next = next,
+            Some(why) => {
+                finished.push(f.slot);
                 let a = s.active.take().expect("active");
-                if f != Finish::Cancelled {
+                if why != Finish::Cancelled {
                     let first = a.first.unwrap_or(a.started);
                     a.job.send(Event::Done {
                         prompt_ms: (first - a.started).as_secs_f64() * 1e3,
                         predicted_ms: first.elapsed().as_secs_f64() * 1e3,
-                        finish: f,
+                        finish: why,
                         prompt_tokens: a.job.prompt.len(),
                         completion_tokens: a.decoding.tokens.len(),
                         cached_tokens: a.cached,

@@ -89,6 +89,10 @@ pub struct StepSeq {
     pub rows: usize,
     /// Position of the first row; rows are consecutive positions.
     pub pos0: usize,
+    /// Each row is computed as a one-row step at its position would compute it (the rows that
+    /// check drafted tokens: speculative decoding's output must equal decoding's), not as a
+    /// prompt chunk.
+    pub alone: bool,
 }
 
 /// What every layer of a forward step reads besides activations: the token ids, their positions
@@ -103,9 +107,18 @@ pub struct StepPlan {
 }
 
 impl StepPlan {
-    /// Rows per sequence, in order.
+    /// Rows per sequence, in order (`set_runs`); a sequence whose rows stand alone is a run of
+    /// one row per row.
     pub fn row_runs(&self) -> Vec<usize> {
-        self.seqs.iter().map(|s| s.rows).collect()
+        let mut runs = Vec::with_capacity(self.seqs.len());
+        for s in &self.seqs {
+            if s.alone {
+                runs.extend(std::iter::repeat_n(1, s.rows));
+            } else {
+                runs.push(s.rows);
+            }
+        }
+        runs
     }
 }
 
@@ -186,6 +199,12 @@ pub trait Backend: Send + Sync + 'static {
     /// the time to first token of many concurrent prompts.
     fn prefill_chunk(&self) -> usize {
         256
+    }
+    /// Whether `--spec auto` drafts tokens on this backend (speculative decoding measured to pay
+    /// here: on the CPU a check of 9 rows costs ~3.4 steps and copying tasks run 2.3× faster,
+    /// ordinary chat 1.4-1.6×; bench/runs/2026-12-03-xeon-2c/spec).
+    fn spec_by_default(&self) -> bool {
+        true
     }
     /// Run `f` (a forward step) on this backend's workers.
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R;

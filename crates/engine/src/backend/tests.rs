@@ -580,7 +580,12 @@ pub fn plan(seqs: &[(usize, usize)]) -> StepPlan {
     let mut row0 = 0;
     let mut p = StepPlan::default();
     for &(pos0, rows) in seqs {
-        p.seqs.push(StepSeq { row0, rows, pos0 });
+        p.seqs.push(StepSeq {
+            row0,
+            rows,
+            pos0,
+            alone: false,
+        });
         p.positions.extend(pos0..pos0 + rows);
         p.ids.extend(std::iter::repeat_n(0, rows));
         row0 += rows;

@@ -19,6 +19,9 @@ pub enum Logits {
     All,
     /// The rows from this index of the sequence's step on (perplexity scores the second half).
     From(usize),
+    /// Every row, each computed as a one-row step at its position would compute it: the rows
+    /// that check drafted tokens (speculative decoding), whose logits must be decoding's.
+    Each,
 }
 
 /// One sequence's part of a batched forward step: `tokens` at positions `pos0 ..`.
@@ -188,6 +191,7 @@ pub(crate) fn begin_step<B: Backend>(b: &B, seqs: &[SeqStep<'_, B>]) -> Result<B
                 row0,
                 rows: q.tokens.len(),
                 pos0: q.pos0,
+                alone: q.logits == Logits::Each,
             };
             row0 += s.rows;
             s
@@ -211,7 +215,7 @@ pub(crate) fn output_rows<B: Backend>(seqs: &[SeqStep<'_, B>]) -> Vec<usize> {
         match q.logits {
             Logits::None => {}
             Logits::Last => rows.push(row0 + n - 1),
-            Logits::All => rows.extend(row0..row0 + n),
+            Logits::All | Logits::Each => rows.extend(row0..row0 + n),
             Logits::From(i) => rows.extend(row0 + i.min(n)..row0 + n),
         }
         row0 += n;
@@ -221,15 +225,16 @@ pub(crate) fn output_rows<B: Backend>(seqs: &[SeqStep<'_, B>]) -> Vec<usize> {
 
 /// Logits rows per sequence (for `Backend::set_runs`).
 pub(crate) fn logit_runs<B: Backend>(seqs: &[SeqStep<'_, B>]) -> Vec<usize> {
-    seqs.iter()
-        .map(|q| {
-            let n = q.tokens.len();
-            match q.logits {
-                Logits::None => 0,
-                Logits::Last => usize::from(n > 0),
-                Logits::All => n,
-                Logits::From(i) => n.saturating_sub(i),
-            }
-        })
-        .collect()
+    let mut runs = Vec::with_capacity(seqs.len());
+    for q in seqs {
+        let n = q.tokens.len();
+        match q.logits {
+            Logits::None => runs.push(0),
+            Logits::Last => runs.push(usize::from(n > 0)),
+            Logits::All => runs.push(n),
+            Logits::From(i) => runs.push(n.saturating_sub(i)),
+            Logits::Each => runs.extend(std::iter::repeat_n(1, n)),
+        }
+    }
+    runs
 }

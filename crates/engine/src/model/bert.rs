@@ -230,6 +230,7 @@ impl<B: Backend> Bert<B> {
                 row0,
                 rows: t.len(),
                 pos0: 0,
+                alone: false,
             });
             row0 += t.len();
         }

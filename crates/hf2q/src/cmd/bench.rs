@@ -39,6 +39,10 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Speculative decoding in the tg test (`--spec ngram`: n-gram drafts from the tokens so far,
+    /// greedy): its acceptance and tokens per check are reported.
+    #[command(flatten)]
+    pub spec: super::generate::SpecArgs,
 }
 
 struct Row {
@@ -47,6 +51,8 @@ struct Row {
     /// Concurrent sequences (1 for the single-sequence tests).
     seqs: usize,
     samples: Vec<f64>,
+    /// Speculative decoding's counts over the measured repetitions (`--spec`).
+    spec: Option<engine::spec::SpecStats>,
 }
 
 pub fn run(args: BenchArgs) -> CliResult {
@@ -114,6 +120,9 @@ fn bench<B: Backend>(args: &BenchArgs, cpu: &B, m: LoadedModel<B>) -> CliResult 
                     "avg_ts": mean,
                     "stddev_ts": sd,
                     "samples_ts": r.samples,
+                    "spec_checks": r.spec.map(|s| s.checks),
+                    "spec_drafted": r.spec.map(|s| s.drafted),
+                    "spec_accepted": r.spec.map(|s| s.accepted),
                 })
             })
             .collect();
@@ -129,6 +138,18 @@ fn bench<B: Backend>(args: &BenchArgs, cpu: &B, m: LoadedModel<B>) -> CliResult 
             super::human_bytes(file_size),
             cpu.threads(),
             r.test
+        );
+    }
+    for r in rows.iter().filter_map(|r| r.spec.map(|s| (r, s))) {
+        let (r, s) = r;
+        println!(
+            "{}: {} checks, {} tokens drafted, {} accepted ({:.1} %), {:.2} tokens per check",
+            r.test,
+            s.checks,
+            s.drafted,
+            s.accepted,
+            100.0 * s.acceptance(),
+            s.tokens_per_check()
         );
     }
     Ok(())
@@ -201,10 +222,35 @@ fn single<B: Backend>(
             n,
             seqs: 1,
             samples,
+            spec: None,
         });
     }
     for &n in args.n_gen.iter().filter(|&&n| n > 0) {
         let mut samples = Vec::new();
+        let spec = args
+            .spec
+            .mode
+            .unwrap_or(engine::spec::SpecMode::Off)
+            .on(m.model.backend().as_ref());
+        if spec == engine::spec::SpecMode::Ngram {
+            let mut stats = engine::spec::SpecStats::default();
+            for rep in 0..=args.reps {
+                let t = Instant::now();
+                let st = decode_spec(m, &mut scratch, &mut kv, bos, n, args.spec.draft_max)?;
+                if rep > 0 {
+                    samples.push(n as f64 / t.elapsed().as_secs_f64());
+                    stats.add(&st);
+                }
+            }
+            rows.push(Row {
+                test: format!("tg{n} ngram"),
+                n,
+                seqs: 1,
+                samples,
+                spec: Some(stats),
+            });
+            continue;
+        }
         for rep in 0..=args.reps {
             let t = Instant::now();
             let mut tok = bos;
@@ -230,9 +276,53 @@ fn single<B: Backend>(
             n,
             seqs: 1,
             samples,
+            spec: None,
         });
     }
     Ok(rows)
+}
+
+/// Greedy decoding of `n` tokens after `bos` with n-gram drafts checked a step at a time (the
+/// rows of a check computed as decode steps would compute them); returns what speculation did.
+fn decode_spec<B: Backend>(
+    m: &LoadedModel<B>,
+    scratch: &mut engine::model::Scratch,
+    kv: &mut B::Kv,
+    bos: u32,
+    n: usize,
+    draft_max: usize,
+) -> Result<engine::spec::SpecStats, CliError> {
+    let model = &m.model;
+    let b = model.backend();
+    let mut drafter = engine::spec::NgramDrafter::new(draft_max);
+    let mut hist = vec![bos];
+    let (mut tok, mut pos) = (bos, 0);
+    b.kv_restore(kv, 0);
+    while pos < n {
+        let drafts = drafter.propose(&hist, n - pos - 1);
+        let fed: Vec<u32> = std::iter::once(tok).chain(drafts.iter().copied()).collect();
+        let marks: Vec<usize> = (pos + 1..pos + fed.len()).collect();
+        b.kv_keep_states(kv, &marks);
+        let logits = if drafts.is_empty() { Logits::Last } else { Logits::Each };
+        let am = model.forward_argmax(
+            scratch,
+            &mut [SeqStep {
+                kv,
+                tokens: &fed,
+                pos0: pos,
+                logits,
+            }],
+        )?;
+        let kept = drafts.iter().zip(&am).take_while(|(d, a)| d == a).count();
+        hist.extend_from_slice(&am[..=kept]);
+        tok = am[kept];
+        pos += kept + 1;
+        if !drafts.is_empty() {
+            b.kv_restore(kv, pos);
+            drafter.feedback(drafts.len(), kept);
+        }
+    }
+    Ok(drafter.stats)
 }
 
 /// The `--parallel` tests: for each count B, prompt length P and decode length N, B sequences
@@ -291,12 +381,14 @@ fn batched<B: Backend>(
                     n: p,
                     seqs: b,
                     samples: pp,
+                    spec: None,
                 });
                 rows.push(Row {
                     test: format!("tg{n} x{b}"),
                     n,
                     seqs: b,
                     samples: tg,
+                    spec: None,
                 });
             }
         }

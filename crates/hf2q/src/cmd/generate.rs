@@ -49,6 +49,37 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     pub ignore_eos: bool,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+/// Speculative decoding.
+#[derive(Args, Clone, Debug)]
+pub struct SpecArgs {
+    /// Propose tokens ahead and check them in one step: `ngram` looks them up in the prompt and
+    /// the text so far (strong when the reply quotes or edits text of the prompt), `off` decodes
+    /// one token per step, `auto` is ngram on the CPU and off on a GPU (not yet measured there).
+    /// The output is the same either way with greedy sampling (--temp 0), and has the same
+    /// distribution otherwise [default: auto for generate, off for serve and bench]
+    #[arg(long = "spec", value_parser = parse_spec)]
+    pub mode: Option<engine::spec::SpecMode>,
+    /// Most tokens proposed per step (at most 16).
+    #[arg(long, default_value_t = 8, value_parser = parse_draft_max)]
+    pub draft_max: usize,
+}
+
+fn parse_draft_max(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(k) if (1..=engine::spec::MAX_DRAFT).contains(&k) => Ok(k),
+        _ => Err(format!(
+            "expected a number of tokens from 1 to {}, got {s:?}",
+            engine::spec::MAX_DRAFT
+        )),
+    }
+}
+
+fn parse_spec(s: &str) -> Result<engine::spec::SpecMode, String> {
+    engine::spec::SpecMode::parse(s).ok_or_else(|| format!("expected auto, ngram or off, got {s:?}"))
 }
 
 #[derive(Args, Clone)]
@@ -191,6 +222,8 @@ fn run_loaded<B: Backend>(
         ignore_eos: args.ignore_eos,
         n_batch: args.batch,
         logprobs: None,
+        spec: args.spec.mode.unwrap_or(engine::spec::SpecMode::Auto),
+        draft_max: args.spec.draft_max,
     };
     if !args.chat {
         let text = match prompt {
@@ -325,4 +358,14 @@ fn report(g: &Generated) {
         g.tokens.len(),
         rate(g.tokens.len().saturating_sub(1), g.decode_time)
     );
+    if g.spec.checks > 0 {
+        tracing::info!(
+            "speculative: {} checks, {} tokens drafted, {} accepted ({:.1} %), {:.2} tokens per check",
+            g.spec.checks,
+            g.spec.drafted,
+            g.spec.accepted,
+            100.0 * g.spec.acceptance(),
+            g.spec.tokens_per_check()
+        );
+    }
 }

@@ -58,6 +58,8 @@ pub struct ServeArgs {
     /// The sampling seed of requests that give none (default: a random one per request).
     #[arg(long)]
     pub seed: Option<u64>,
+    #[command(flatten)]
+    pub spec: super::generate::SpecArgs,
     /// How embedding models pool their token states (default: as the GGUF says): mean, cls, last,
     /// or none — one vector per token, returned by llama-server's /embeddings route (/v1/embeddings
     /// then answers 400).
@@ -295,6 +297,8 @@ pub fn run(mut args: ServeArgs) -> CliResult {
             max_inputs: args.embed_max_inputs,
             max_tokens: args.embed_max_tokens,
         },
+        spec: args.spec.mode.unwrap_or(engine::spec::SpecMode::Off),
+        draft_max: args.spec.draft_max,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

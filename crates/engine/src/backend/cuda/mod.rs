@@ -322,6 +322,11 @@ impl Backend for Cuda {
         1
     }
 
+    fn spec_by_default(&self) -> bool {
+        // Not yet measured on a GPU: `--spec ngram` turns it on.
+        false
+    }
+
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         self.dev
             .ctx
@@ -1409,8 +1414,9 @@ impl Cuda {
     }
 
     /// The step's split-K attention rows (`attention`): rows of sequences of at most
-    /// `ATTN_SPLIT_ROWS` rows, numbered in order (-1 for the others) on the device, and their
-    /// count; made once per step.
+    /// `ATTN_SPLIT_ROWS` rows, or whose rows stand alone (drafted tokens being checked: each as
+    /// a decode row), numbered in order (-1 for the others) on the device, and their count; made
+    /// once per step.
     fn split_rows(&self, step: &CudaStep) -> (u64, usize) {
         let mut memo = step.split.lock().unwrap_or_else(|e| e.into_inner());
         *memo.get_or_insert_with(|| {
@@ -1418,7 +1424,7 @@ impl Cuda {
             let mut n = 0i32;
             for s in &step.plan.seqs {
                 for _ in 0..s.rows {
-                    if s.rows <= ATTN_SPLIT_ROWS {
+                    if s.rows <= ATTN_SPLIT_ROWS || s.alone {
                         idx.push(n);
                         n += 1;
                     } else {
@@ -1441,7 +1447,7 @@ impl Cuda {
         *memo[split as usize].get_or_insert_with(|| {
             let mut t: Vec<i32> = Vec::new();
             for s in &step.plan.seqs {
-                if split && s.rows <= ATTN_SPLIT_ROWS {
+                if split && (s.rows <= ATTN_SPLIT_ROWS || s.alone) {
                     continue;
                 }
                 for r0 in (0..s.rows).step_by(64) {

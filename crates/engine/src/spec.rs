@@ -1,0 +1,250 @@
+//! Speculative decoding: tokens proposed cheaply (here by n-gram lookup in the sequence's own
+//! tokens, llama.cpp's and vLLM's "prompt lookup") are checked by one forward step of the target
+//! model over `[last, d1 .. dk]` whose rows are each computed as a one-row decode step would
+//! compute them (`Logits::Each`): row i's token is chosen exactly as decoding would choose it, and
+//! while it equals the draft `d(i+1)` the next row counts too. Greedy output is therefore the same
+//! bytes as decoding without drafts; with sampling, a draft is kept with its probability under the
+//! sampler's chain and otherwise a token is drawn from the chain without it
+//! (`Sampler::sample_draft`), which keeps the chain's distribution.
+
+use crate::generate::{Decoding, Step};
+use crate::tokenizer::Tokenizer;
+use crate::Result;
+
+/// How a generation proposes tokens ahead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SpecMode {
+    /// One token per step.
+    #[default]
+    Off,
+    /// n-gram lookup in the prompt and the tokens generated so far.
+    Ngram,
+    /// What the backend does best by measurement (`Backend::spec_by_default`): n-gram lookup on
+    /// the CPU, one token per step on CUDA (not yet measured there).
+    Auto,
+}
+
+impl SpecMode {
+    pub fn parse(s: &str) -> Option<SpecMode> {
+        match s.to_ascii_lowercase().as_str() {
+            "off" | "none" => Some(SpecMode::Off),
+            "ngram" => Some(SpecMode::Ngram),
+            "auto" => Some(SpecMode::Auto),
+            _ => None,
+        }
+    }
+
+    /// `Auto` made definite for a backend.
+    pub fn on<B: crate::backend::Backend>(self, b: &B) -> SpecMode {
+        match self {
+            SpecMode::Auto if b.spec_by_default() => SpecMode::Ngram,
+            SpecMode::Auto => SpecMode::Off,
+            m => m,
+        }
+    }
+}
+
+/// The most tokens one check proposes (the check is a step of `1 + k` rows).
+pub const MAX_DRAFT: usize = 16;
+/// Lengths of the n-grams looked up, longest first.
+const NGRAM_MAX: usize = 4;
+const NGRAM_MIN: usize = 2;
+/// Steps without proposals after a check that kept none of its drafts, doubling while checks keep
+/// failing (a failed check costs a step of `1 + k` rows for one token).
+const COOL_MAX: usize = 32;
+
+/// n-gram lookup with a draft length that follows how many drafts were kept.
+#[derive(Clone, Debug)]
+pub struct NgramDrafter {
+    k_max: usize,
+    /// Tokens to propose next time.
+    k: usize,
+    /// Steps left before proposing again, and the pause after the next failed check.
+    wait: usize,
+    cool: usize,
+    pub stats: SpecStats,
+}
+
+/// What speculation did over a generation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpecStats {
+    /// Checking steps and the drafts they checked.
+    pub checks: usize,
+    pub drafted: usize,
+    /// Drafts that were the model's own next tokens.
+    pub accepted: usize,
+}
+
+impl SpecStats {
+    /// Accepted over drafted (0 with no drafts).
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+    /// Tokens gained per checking step (accepted drafts plus the check's own token).
+    pub fn tokens_per_check(&self) -> f64 {
+        if self.checks == 0 {
+            0.0
+        } else {
+            (self.accepted + self.checks) as f64 / self.checks as f64
+        }
+    }
+    pub fn add(&mut self, o: &SpecStats) {
+        self.checks += o.checks;
+        self.drafted += o.drafted;
+        self.accepted += o.accepted;
+    }
+}
+
+impl NgramDrafter {
+    /// At most `k_max` drafts per check (capped at [`MAX_DRAFT`]).
+    pub fn new(k_max: usize) -> NgramDrafter {
+        let k_max = k_max.clamp(1, MAX_DRAFT);
+        NgramDrafter {
+            k_max,
+            k: k_max,
+            wait: 0,
+            cool: 1,
+            stats: SpecStats::default(),
+        }
+    }
+
+    /// Up to `limit` tokens that followed the latest earlier occurrence of `history`'s last n
+    /// tokens (n from 4 down to 2), or none (also while pausing after failed checks).
+    pub fn propose(&mut self, history: &[u32], limit: usize) -> Vec<u32> {
+        if self.wait > 0 {
+            self.wait -= 1;
+            return Vec::new();
+        }
+        let k = self.k.min(limit);
+        if k == 0 {
+            return Vec::new();
+        }
+        lookup(history, k)
+    }
+
+    /// A check of `drafted` tokens kept `accepted` of them: the next draft length follows (all
+    /// kept: twice as many, up to the maximum; else one more than were kept, or half as many as
+    /// before if that is more), and a check that kept none pauses the proposals.
+    pub fn feedback(&mut self, drafted: usize, accepted: usize) {
+        self.stats.checks += 1;
+        self.stats.drafted += drafted;
+        self.stats.accepted += accepted;
+        if accepted == drafted {
+            self.k = (self.k * 2).min(self.k_max);
+            self.cool = 1;
+        } else {
+            self.k = (accepted + 1).max(self.k / 2).clamp(1, self.k_max);
+        }
+        if accepted == 0 {
+            self.wait = self.cool;
+            self.cool = (self.cool * 2).min(COOL_MAX);
+        }
+    }
+}
+
+/// The `k` tokens after the latest earlier occurrence of the last n tokens of `h`.
+fn lookup(h: &[u32], k: usize) -> Vec<u32> {
+    let len = h.len();
+    for n in (NGRAM_MIN..=NGRAM_MAX).rev() {
+        if len <= n {
+            continue;
+        }
+        let pat = &h[len - n..];
+        // Latest start i < len - n with h[i .. i + n] == pat and something after it.
+        for i in (0..len - n).rev() {
+            if &h[i..i + n] == pat {
+                let from = i + n;
+                let to = (from + k).min(len);
+                if from < to {
+                    return h[from..to].to_vec();
+                }
+            }
+        }
+    }
+    Vec::new()
+}
+
+/// The rows of a check (a step that fed `[last] + drafts` with `Logits::Each`) gone through in
+/// order as decoding would: row i's token is chosen with `drafts[i]` as its draft; while it
+/// equals that draft the next row is taken. `argmax` are the backend's argmax of the rows (used
+/// when `d.greedy_only()`), `row(i)` reads row i's logits otherwise.
+pub struct Checked {
+    /// Each taken row's step, in order; the last one's token is the next to feed (none when
+    /// the sequence ended).
+    pub steps: Vec<Step>,
+}
+
+impl Checked {
+    /// Rows taken: the fed tokens whose K/V (and recurrent state) stay.
+    pub fn rows(&self) -> usize {
+        self.steps.len()
+    }
+}
+
+pub fn check(
+    d: &mut Decoding,
+    tok: &Tokenizer,
+    drafts: &[u32],
+    argmax: &[u32],
+    mut row: impl FnMut(usize) -> Result<Vec<f32>>,
+) -> Result<Checked> {
+    let mut steps = Vec::with_capacity(drafts.len() + 1);
+    for i in 0..=drafts.len() {
+        let draft = drafts.get(i).copied();
+        let st = if d.greedy_only() {
+            d.step_token(tok, argmax.get(i).copied().unwrap_or(0))
+        } else {
+            let mut l = row(i)?;
+            d.step_draft(tok, &mut l, draft)
+        };
+        let go_on = st.finish.is_none() && draft.is_some() && st.token == draft;
+        steps.push(st);
+        if !go_on {
+            break;
+        }
+    }
+    Ok(Checked { steps })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_takes_the_latest_longest_match() {
+        // ... 5 6 7 8 | 9 ... 5 6 7 8 | 1 2 ... 6 7 8 -> after the latest "6 7 8": 1 2
+        let h = [5, 6, 7, 8, 9, 3, 5, 6, 7, 8, 1, 2, 4, 6, 7, 8];
+        assert_eq!(lookup(&h, 2), vec![1, 2]);
+        // Only a 2-gram matches: "4 6" appears once, "6 7" ... the latest "7 8" is followed by 1.
+        assert_eq!(lookup(&[1, 7, 8, 3, 9, 7, 8], 3), vec![3, 9, 7]);
+        assert!(lookup(&[1, 2, 3], 4).is_empty());
+        // Proposals stop at the history's end.
+        assert_eq!(lookup(&[1, 2, 1, 2], 5), vec![1, 2]);
+    }
+
+    #[test]
+    fn drafts_grow_when_kept_and_pause_when_refused() {
+        let mut d = NgramDrafter::new(8);
+        let h = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2];
+        assert_eq!(d.propose(&h, 100).len(), 8.min(h.len() - 2));
+        d.feedback(8, 1);
+        assert_eq!(d.k, 4);
+        d.feedback(4, 4);
+        assert_eq!(d.k, 8);
+        d.feedback(8, 0);
+        assert_eq!(d.k, 4);
+        // Paused one step, then proposes again; a second failure pauses two.
+        assert!(d.propose(&h, 100).is_empty());
+        assert_eq!(d.propose(&h, 100).len(), 4);
+        d.feedback(4, 0);
+        assert!(d.propose(&h, 100).is_empty());
+        assert!(d.propose(&h, 100).is_empty());
+        assert!(!d.propose(&h, 100).is_empty());
+        assert_eq!(d.stats.checks, 4);
+        assert_eq!(d.stats.accepted, 5);
+    }
+}
