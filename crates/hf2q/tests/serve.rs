@@ -295,20 +295,7 @@ fn concurrent_requests_get_the_same_replies() {
                              "messages": [{"role": "user", "content": prompt}]});
             let (st, _, body) = s.request("POST", "/v1/chat/completions", Some(&req.to_string()), None);
             assert_eq!(st, 200, "{body}");
-            let text: String = if k % 2 == 0 {
-                body.split("\n\n")
-                    .filter_map(|e| e.strip_prefix("data: "))
-                    .filter(|e| *e != "[DONE]")
-                    .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-                    .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
-                    .collect()
-            } else {
-                serde_json::from_str::<Value>(&body).unwrap()["choices"][0]["message"]["content"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            };
-            assert_eq!(text, want, "request {k}");
+            assert_eq!(common::server::chat_text(&body, k % 2 == 0), want, "request {k}");
         }));
     }
     for h in handles {

@@ -157,6 +157,36 @@ pub trait Model<B: Backend>: Send + Sync {
     }
 }
 
+/// A family's step buffers, as the steps every family shares need them.
+pub(crate) trait StepBufs<B: Backend>: Any + Send + Sync {
+    fn head(&self) -> &super::blocks::HeadBufs<B>;
+}
+
+/// What every family's `forward` and `forward_argmax` do: check the step, run the family's graph
+/// (`run`) on its buffers in the scratch, then `out` of the step's logits.
+pub(crate) fn step<B: Backend, T: StepBufs<B>, R: Send>(
+    b: &B,
+    s: &mut Scratch,
+    seqs: &mut [SeqStep<'_, B>],
+    run: impl FnOnce(&mut T, &mut [SeqStep<'_, B>]) -> Result<()> + Send,
+    out: impl FnOnce(&B, &super::blocks::HeadBufs<B>) -> Vec<R> + Send,
+) -> Result<Vec<R>> {
+    if check_step(b, s, seqs)? == 0 {
+        return Ok(Vec::new());
+    }
+    let bufs = s.get::<T>()?;
+    b.run(|| {
+        run(bufs, seqs)?;
+        Ok(out(b, bufs.head()))
+    })
+}
+
+/// Row `i` of the logits of the scratch's last step (`Model::logits_row`).
+pub(crate) fn logits_row<B: Backend, T: StepBufs<B>>(b: &B, s: &mut Scratch, i: usize) -> Result<Vec<f32>> {
+    let bufs = s.get::<T>()?;
+    b.run(|| bufs.head().row(b, i))
+}
+
 /// Checks every family makes before a step: the batch fits the scratch, each sequence its cache.
 pub(crate) fn check_step<B: Backend>(b: &B, s: &Scratch, seqs: &[SeqStep<'_, B>]) -> Result<usize> {
     let total: usize = seqs.iter().map(|q| q.tokens.len()).sum();

@@ -53,6 +53,12 @@ struct Bufs<B: Backend> {
     head: HeadBufs<B>,
 }
 
+impl<B: Backend> batch::StepBufs<B> for Bufs<B> {
+    fn head(&self) -> &HeadBufs<B> {
+        &self.head
+    }
+}
+
 impl<B: Backend> Llama<B> {
     pub fn load(backend: Arc<B>, gguf: &Arc<GgufModel>, path: &Path) -> Result<Llama<B>> {
         Llama::load_with(backend, gguf, path, |l, i, p| {
@@ -167,43 +173,21 @@ impl<B: Backend> Model<B> for Llama<B> {
     }
 
     fn forward(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<Vec<f32>>> {
-        self.step(s, seqs, |b, h| h.read(b))
+        let run = |t: &mut Bufs<B>, q: &mut [SeqStep<'_, B>]| self.forward_inner(t, q);
+        batch::step(&*self.backend, s, seqs, run, |b, h| h.read(b))
     }
 
     fn forward_argmax(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<u32>> {
-        self.step(s, seqs, |b, h| h.argmax(b))
+        let run = |t: &mut Bufs<B>, q: &mut [SeqStep<'_, B>]| self.forward_inner(t, q);
+        batch::step(&*self.backend, s, seqs, run, |b, h| h.argmax(b))
     }
 
     fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>> {
-        let b = &*self.backend;
-        let bufs = s.get::<Bufs<B>>()?;
-        b.run(|| bufs.head.row(b, i))
+        batch::logits_row::<B, Bufs<B>>(&*self.backend, s, i)
     }
 }
 
 impl<B: Backend> Llama<B> {
-    /// One step, then `out` of its logits (`HeadBufs`).
-    fn step<R>(
-        &self,
-        s: &mut Scratch,
-        seqs: &mut [SeqStep<'_, B>],
-        out: impl FnOnce(&B, &HeadBufs<B>) -> Vec<R> + Send,
-    ) -> Result<Vec<R>>
-    where
-        R: Send,
-    {
-        let b = &*self.backend;
-        let total = batch::check_step(b, s, seqs)?;
-        if total == 0 {
-            return Ok(Vec::new());
-        }
-        let bufs = s.get::<Bufs<B>>()?;
-        b.run(|| {
-            self.forward_inner(bufs, seqs)?;
-            Ok(out(b, &bufs.head))
-        })
-    }
-
     fn forward_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<()> {
         let p = &self.params;
         let b = &*self.backend;

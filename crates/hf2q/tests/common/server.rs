@@ -224,3 +224,22 @@ pub fn error_object(status: u16, head: &str, body: &str) -> Value {
     assert!(v["error"]["type"].is_string(), "{v}");
     v
 }
+
+/// The assistant text of a chat completion's body: the message's content, or the streamed
+/// deltas' contents joined.
+#[allow(dead_code)]
+pub fn chat_text(body: &str, streamed: bool) -> String {
+    if streamed {
+        body.split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .filter(|e| *e != "[DONE]")
+            .filter_map(|e| serde_json::from_str::<serde_json::Value>(e).ok())
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+            .collect()
+    } else {
+        serde_json::from_str::<serde_json::Value>(body).unwrap()["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
