@@ -8,13 +8,16 @@
 
 mod compile;
 mod dev;
+mod gemm;
 mod kv;
+mod mmq;
 mod prof;
 mod recurrent;
 
 pub use kv::{CudaKv, GpuPage};
 
 use dev::{blocks, Dev, StepArgs, A};
+use mmq::{mmq_fits, mmq_max_rows, mmq_on, MMQ_NT, MMQ_TYPES};
 
 use super::{AttnLayer, Backend, DeltaNetLayer, KvType, Rope, StepPlan, WeightSource};
 use crate::{EngineError, Result};
@@ -63,64 +66,6 @@ fn warps_per_row(m: usize) -> usize {
     w.min(cap)
 }
 
-/// Weight types multiplied by the integer tensor-core kernels (`kernels/mmq.cu`) for every row
-/// count — decode steps, batches of streams and prompts alike — from activations rounded as the
-/// CPU backend's integer products round them (q8_0 for Q8_0, q8_K for the K-quants). Their rows
-/// must be whole blocks; the weights are kept in the kernels' tiled layout.
-const MMQ_TYPES: &[GgmlType] = &[GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0];
-/// Activation columns per n-tile of the integer kernels, and the most n-tiles per launch.
-const MMQ_NT: [usize; 4] = [1, 2, 4, 8];
-
-/// Whether the integer tensor-core kernels are on (`HF2Q_CUDA_MMQ=0` sends their types through
-/// the f32 matrix-vector kernels and cuBLAS instead, to compare).
-fn mmq_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("HF2Q_CUDA_MMQ").is_none_or(|v| v != "0"))
-}
-
-/// The most n-tiles of 8 activation rows one integer-kernel block takes (`HF2Q_CUDA_MMQ_NT=1|2|4`
-/// caps it below 8, to compare): more rows than this are more column tiles.
-fn mmq_nt_max() -> usize {
-    static NT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *NT.get_or_init(|| {
-        std::env::var("HF2Q_CUDA_MMQ_NT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|v| MMQ_NT.contains(v))
-            .unwrap_or(8)
-    })
-}
-
-/// The longest run of one sequence's rows (a prompt chunk) the integer kernels multiply; longer
-/// ones go through cuBLAS (`HF2Q_CUDA_MMQ_ROWS=N` moves the line, to compare). Measured on an H200
-/// (bench/runs/2026-12-03-h200): 512-row prompt chunks of an 8B model run at 13.8K tokens/s through
-/// cuBLAS and 5.8K through the integer kernels.
-fn mmq_max_rows() -> usize {
-    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| {
-        std::env::var("HF2Q_CUDA_MMQ_ROWS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(128)
-    })
-}
-
-/// Whether weights of type `ty` with rows of `n` values go through the integer kernels.
-fn mmq_fits(ty: GgmlType, n: usize) -> bool {
-    let qk = if ty == GgmlType::Q8_0 { 32 } else { 256 };
-    mmq_on() && MMQ_TYPES.contains(&ty) && n.is_multiple_of(qk)
-}
-
-/// Bytes of one tile's unit (16 rows × 256 values) in the integer kernels' layout.
-fn mmq_unit_bytes(ty: GgmlType) -> usize {
-    match ty {
-        GgmlType::Q4_K => 2304,
-        GgmlType::Q6_K => 3360,
-        GgmlType::Q8_0 => 4352,
-        _ => unreachable!("only MMQ_TYPES are tiled"),
-    }
-}
-
 /// Rows of one sequence above which a product of the other types goes through cuBLAS (tensor
 /// cores) instead of the matrix-vector kernels.
 const GEMM_MIN_ROWS: usize = 9;
@@ -157,17 +102,6 @@ fn ty_name(ty: GgmlType) -> &'static str {
         GgmlType::MXFP4 => "TY_MXFP4",
         _ => unreachable!("only DEVICE_TYPES reach the kernels"),
     }
-}
-
-/// Device addresses of the integer products' activations (`Cuda::act_scratch`).
-#[derive(Clone, Copy)]
-struct ActScratch {
-    /// q8_0 flavour: values and per-32 scales.
-    q0: u64,
-    d0: u64,
-    /// q8_K flavour.
-    qk: u64,
-    dk: u64,
 }
 
 /// The CUDA backend on one device.
@@ -1161,132 +1095,6 @@ impl Cuda {
         }
     }
 
-    /// `out = x · Wᵀ` for every row of `x` through the integer tensor-core kernels
-    /// (`kernels/mmq.cu`), weights of one type up to three to a launch. The activations are
-    /// quantized once (or were, by the rms_norm or GLU that made them).
-    fn mmq(&self, pairs: &[(&CudaWeight, &CudaBuf)], x: &CudaBuf, runs: &[(usize, usize)]) {
-        let (t, n) = (x.rows, x.cols);
-        let n_pad = n.next_multiple_of(256);
-        let act = self.act_scratch(t, n_pad);
-        let fused = self.q8_of.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if fused != Some((x.ptr, t, n, self.dev.seq.load(Ordering::Relaxed))) {
-            let q0 = pairs.iter().any(|(w, _)| w.dev_ty == GgmlType::Q8_0);
-            let qk = pairs.iter().any(|(w, _)| w.dev_ty != GgmlType::Q8_0);
-            self.dev.launch(
-                "quantize_act",
-                (t as u32, (n_pad / 256) as u32),
-                256,
-                &[
-                    A::P(x.ptr),
-                    A::I(n as i32),
-                    A::I(n_pad as i32),
-                    A::P(if q0 { act.q0 } else { 0 }),
-                    A::P(if q0 { act.d0 } else { 0 }),
-                    A::P(if qk { act.qk } else { 0 }),
-                    A::P(if qk { act.dk } else { 0 }),
-                ],
-            );
-        }
-        for &(r0, rows) in runs {
-            self.mmq_rows(pairs, act, n, r0, rows);
-        }
-    }
-
-    /// Rows `r0 .. r0 + t` of `out = x · Wᵀ` through the integer kernels, from the activations
-    /// quantized in `act`.
-    fn mmq_rows(&self, pairs: &[(&CudaWeight, &CudaBuf)], act: ActScratch, n: usize, r0: usize, t: usize) {
-        let n_pad = n.next_multiple_of(256);
-        let cap = mmq_nt_max();
-        let nt = MMQ_NT.iter().copied().find(|&k| 8 * k >= t || k == cap).unwrap_or(cap);
-        let ct = t.div_ceil(8 * nt);
-        let units = n_pad / 256;
-        let mut done = vec![false; pairs.len()];
-        for i in 0..pairs.len() {
-            if done[i] {
-                continue;
-            }
-            let ty = pairs[i].0.dev_ty;
-            let group: Vec<usize> = (i..pairs.len())
-                .filter(|&j| !done[j] && pairs[j].0.dev_ty == ty)
-                .take(3)
-                .collect();
-            let (qa, ad) = if ty == GgmlType::Q8_0 {
-                (act.q0, act.d0)
-            } else {
-                (act.qk, act.dk)
-            };
-            let (qa, ad) = (qa + (r0 * n_pad) as u64, ad + 4 * (r0 * n_pad / 32) as u64);
-            let mut args = vec![
-                A::P(qa),
-                A::P(ad),
-                A::I(n_pad as i32),
-                A::I(units as i32),
-                A::I(t as i32),
-                A::I(ct as i32),
-            ];
-            let mut total = 0u32;
-            for (k, &j) in group.iter().enumerate() {
-                done[j] = true;
-                let (w, out) = pairs[j];
-                let m = w.n_rows();
-                let nb = (m.div_ceil(16) * ct) as u32;
-                total += nb;
-                args.extend([A::P(self.tiled(w)), A::P(out.ptr + 4 * (r0 * m) as u64), A::I(m as i32)]);
-                if k < 2 {
-                    args.push(A::I(nb as i32));
-                }
-            }
-            // Slots of absent weights: their blocks are never launched.
-            for k in group.len()..3 {
-                args.extend([A::P(0), A::P(0), A::I(0)]);
-                if k < 2 {
-                    args.push(A::I(0));
-                }
-            }
-            // May start while the kernel before it runs: it reads its weights, then waits.
-            self.dev
-                .launch_early(&format!("mmq_{}_{nt}", ty_name(ty)), (total, 1), 128, &args);
-        }
-    }
-
-    /// The device address of `w` in the integer kernels' tiled layout (made now for a weight kept
-    /// in GGUF rows, once).
-    fn tiled(&self, w: &CudaWeight) -> u64 {
-        if w.tiled {
-            return self.dev.ptr(&w.data);
-        }
-        let t = w.tiled_copy.get_or_init(|| {
-            self.tile(w)
-                .unwrap_or_else(|e| self.dev.fail("allocating a tiled copy of a weight", e))
-        });
-        self.dev.ptr(t)
-    }
-
-    /// `w` (in GGUF rows) in the integer kernels' tiled layout: tiles of 16 rows, units of 256
-    /// values, zero-padded (`kernels/mmq.cu`).
-    fn tile(&self, w: &CudaWeight) -> std::result::Result<CudaSlice<u8>, cudarc::driver::DriverError> {
-        let (n, m) = (w.row_len(), w.n_rows());
-        let units = n.div_ceil(256);
-        let total = m.div_ceil(16) * units * mmq_unit_bytes(w.dev_ty);
-        let nb = if w.dev_ty == GgmlType::Q8_0 { n / 32 } else { n / 256 };
-        let out = self.dev.alloc_bytes(total)?;
-        self.dev.launch(
-            &format!("tile_{}", ty_name(w.dev_ty)),
-            (blocks(total as u64, 256), 1),
-            256,
-            &[
-                A::P(self.dev.ptr(&w.data)),
-                A::P(self.dev.ptr(&out)),
-                A::I(m as i32),
-                A::P(w.row_bytes as u64),
-                A::I(units as i32),
-                A::I(nb as i32),
-                A::P(total as u64),
-            ],
-        );
-        Ok(out)
-    }
-
     /// Rows `r0 .. r0 + rows` (at most 8) of `out = x · Wᵀ` for one to three weights of one type
     /// (`group`: each with its output) through the matrix-vector kernels `base` (mmv_TY: f32
     /// activations, `input` x's rows); each launch reads a weight once for every row. Three
@@ -1477,136 +1285,6 @@ impl Cuda {
                 Some(unsafe { self.dev.stream.alloc::<T>(size.max(need)) }.unwrap_or_else(|e| self.dev.fail(what, e)));
         }
         self.dev.ptr(buf.as_ref().expect("allocated"))
-    }
-
-    /// The integer products' activation scratch for `rows` rows of `n_pad` values (a multiple of
-    /// 256; `common.cuh`, act_q8): both flavours' int8 values and per-32 scales.
-    fn act_scratch(&self, rows: usize, n_pad: usize) -> ActScratch {
-        let count = rows * n_pad;
-        let need = 2 * count + 2 * 4 * (count / 32);
-        let base = self.grown(&self.dev.q8, need, need.max(64 * 16384 * 9 / 4), "activation scratch");
-        ActScratch {
-            q0: base,
-            qk: base + count as u64,
-            d0: base + 2 * count as u64,
-            dk: base + 2 * count as u64 + 4 * (count / 32) as u64,
-        }
-    }
-
-    /// Rows `s0 .. s0 + len` of `out = x · Wᵀ` through cuBLAS with f32 accumulation: F32 weights
-    /// as they are (f32 products, no TF32), F16 / BF16 weights as they are with the activations
-    /// rounded to that type, other types decoded to f16 in chunks of rows (activations in f16).
-    fn gemm(&self, w: &CudaWeight, x: &CudaBuf, s0: usize, len: usize, out: &CudaBuf) {
-        use cudarc::cublas::sys::{cublasComputeType_t as Compute, cublasOperation_t as Op, cudaDataType_t as Dt};
-        let blas = self.dev.blas.as_ref().expect("checked by the caller");
-        let (n, m) = (x.cols, w.n_rows());
-        let x_ptr = x.ptr + 4 * (s0 * n) as u64;
-        let out_ptr = out.ptr + 4 * (s0 * m) as u64;
-        let (alpha, beta) = (1f32, 0f32);
-        // C (m_chunk × len, column-major, ldc = m) = op(A) · B with A the weight rows (n × m_chunk
-        // column-major, transposed) and B the activations (n × len column-major).
-        let gemm = |a: u64, a_ty: Dt, b: u64, b_ty: Dt, rows: usize, c: u64| {
-            // cuBLAS enqueues on the stream itself: the recorded launches (conversions) go first.
-            self.dev.flush();
-            let mut r = Ok(());
-            self.dev.timed("cublasGemmEx", || {
-                // SAFETY: device pointers of the sizes given (weight rows × n, len × n activations,
-                // the output's rows with stride m); host scalars in the default pointer mode.
-                r = unsafe {
-                    cudarc::cublas::result::gemm_ex(
-                        *blas.handle(),
-                        Op::CUBLAS_OP_T,
-                        Op::CUBLAS_OP_N,
-                        rows as i32,
-                        len as i32,
-                        n as i32,
-                        &alpha as *const f32 as *const _,
-                        a as *const _,
-                        a_ty,
-                        n as i32,
-                        b as *const _,
-                        b_ty,
-                        n as i32,
-                        &beta as *const f32 as *const _,
-                        c as *mut _,
-                        Dt::CUDA_R_32F,
-                        m as i32,
-                        Compute::CUBLAS_COMPUTE_32F,
-                        cudarc::cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
-                    )
-                }
-            });
-            r.unwrap_or_else(|e| self.dev.fail("cublasGemmEx", format!("{e:?}")));
-        };
-        if w.dev_ty == GgmlType::F32 {
-            return gemm(self.dev.ptr(&w.data), Dt::CUDA_R_32F, x_ptr, Dt::CUDA_R_32F, m, out_ptr);
-        }
-        let mut scratch = self.dev.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let grow = |buf: &mut Option<CudaSlice<u16>>, len: usize| {
-            if buf.as_ref().is_none_or(|b| b.len() < len) {
-                // SAFETY: written by the conversion kernels before cuBLAS reads it.
-                *buf = Some(
-                    unsafe { self.dev.stream.alloc::<u16>(len) }.unwrap_or_else(|e| self.dev.fail("GEMM scratch", e)),
-                );
-            }
-        };
-        let (wbuf, xbuf) = &mut *scratch;
-        // Activations rounded as the CPU's integer products round them (its vec_dot type), so
-        // that a prompt's numbers follow the CPU's (then f16 for the tensor cores).
-        let (mode, dt) = match (w.dev_ty, quant::dot::vec_dot_type(w.dev_ty)) {
-            (GgmlType::BF16, _) => (1, Dt::CUDA_R_16BF),
-            (_, Some(GgmlType::Q8_0 | GgmlType::Q8_1)) if n.is_multiple_of(32) => (2, Dt::CUDA_R_16F),
-            (_, Some(GgmlType::Q8_K)) if n.is_multiple_of(256) => (3, Dt::CUDA_R_16F),
-            _ => (0, Dt::CUDA_R_16F),
-        };
-        grow(xbuf, len * n);
-        let xh = self.dev.ptr(xbuf.as_ref().expect("grown"));
-        let count = (len * n) as u64;
-        self.dev.launch(
-            "to_half",
-            (blocks(count, 256), 1),
-            256,
-            &[A::P(x_ptr), A::P(xh), A::P(count), A::I(mode)],
-        );
-        if matches!(w.dev_ty, GgmlType::F16 | GgmlType::BF16) {
-            return gemm(self.dev.ptr(&w.data), dt, xh, dt, m, out_ptr);
-        }
-        // (A tiled weight's chunks start at whole tiles: `decode_tiled_*` reads its layout.)
-        let chunk = (DECODE_CHUNK / n).clamp(1, m);
-        let chunk = if w.tiled { chunk.next_multiple_of(16) } else { chunk };
-        grow(wbuf, chunk * n);
-        let wh = self.dev.ptr(wbuf.as_ref().expect("grown"));
-        for r0 in (0..m).step_by(chunk) {
-            let rows = chunk.min(m - r0);
-            if w.tiled {
-                self.dev.launch(
-                    &format!("decode_tiled_{}", ty_name(w.dev_ty)),
-                    (rows as u32, 1),
-                    128,
-                    &[
-                        A::P(self.dev.ptr(&w.data)),
-                        A::I(n.div_ceil(256) as i32),
-                        A::I(r0 as i32),
-                        A::P(wh),
-                        A::I(n as i32),
-                    ],
-                );
-            } else {
-                self.dev.launch(
-                    &format!("decode_{}", ty_name(w.dev_ty)),
-                    (rows as u32, 1),
-                    128,
-                    &[
-                        A::P(self.dev.ptr(&w.data) + (r0 * w.row_bytes) as u64),
-                        A::P(w.row_bytes as u64),
-                        A::P(wh),
-                        A::I(n as i32),
-                        A::I(0),
-                    ],
-                );
-            }
-            gemm(wh, Dt::CUDA_R_16F, xh, Dt::CUDA_R_16F, rows, out_ptr + 4 * r0 as u64);
-        }
     }
 
     fn gather(&self, table: &CudaWeight, ids: u64, count: usize, out: &mut CudaBuf) {
