@@ -403,6 +403,27 @@ pub trait Backend: Send + Sync + 'static {
             self.matmul(w, x, out);
         }
     }
+    /// The MoE FFN of a step (`model::blocks::moe_ffn`: `out` from `x`, the router reading
+    /// `x_route`) with the routing kept on the device, so the host reads nothing mid-step and a
+    /// decode step stays one graph; `bufs` is the caller's scratch. Returns false, having done
+    /// nothing, where this backend does not (the generic path then runs).
+    #[allow(clippy::too_many_arguments)]
+    fn moe_ffn_on_device(
+        &self,
+        _router: &Self::Weight,
+        _experts: &[crate::model::blocks::Ffn<Self>],
+        _r: &crate::model::blocks::Routing,
+        _glu: crate::model::blocks::Glu,
+        _x_route: &Self::Buf,
+        _x: &Self::Buf,
+        _bufs: &mut crate::model::blocks::MoeBufs<Self>,
+        _out: &mut Self::Buf,
+    ) -> bool
+    where
+        Self: Sized,
+    {
+        false
+    }
     /// `dst[rows[i]] = src[i]`; `dst` keeps its shape.
     fn scatter_rows(&self, src: &Self::Buf, rows: &[usize], dst: &mut Self::Buf);
     /// `out[t] = Σ_k w[t·k_per + k] · src[t·k_per + k]`, summed in k order (the MoE combine).

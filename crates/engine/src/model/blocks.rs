@@ -313,6 +313,27 @@ pub fn moe_ffn<B: Backend>(
     expert_scale: Option<&[f32]>,
     out: &mut B::Buf,
 ) -> Result<()> {
+    if expert_scale.is_none() && b.moe_ffn_on_device(router, experts, r, glu, x_route, x, t, out) {
+        return Ok(());
+    }
+    moe_ffn_routed_on_host(b, router, experts, r, glu, x_route, x, t, expert_scale, out)
+}
+
+/// `moe_ffn` with the routing read on the host (every backend's generic path; the op tests
+/// compare a backend's device routing with it).
+#[allow(clippy::too_many_arguments)]
+pub fn moe_ffn_routed_on_host<B: Backend>(
+    b: &B,
+    router: &B::Weight,
+    experts: &[Ffn<B>],
+    r: &Routing,
+    glu: Glu,
+    x_route: &B::Buf,
+    x: &B::Buf,
+    t: &mut MoeBufs<B>,
+    expert_scale: Option<&[f32]>,
+    out: &mut B::Buf,
+) -> Result<()> {
     b.matmul(router, x_route, &mut t.router);
     let logits = b.read(&t.router);
     let (ids, ws) = route(&logits, r);

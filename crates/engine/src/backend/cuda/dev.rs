@@ -527,7 +527,9 @@ impl Dev {
         let pending = std::mem::take(&mut rec.pending);
         if let Some(p) = self.prof.as_ref().filter(|p| p.on()) {
             for l in &pending {
-                p.time(&self.ctx, &self.stream, &self.kernels.names[l.f], || self.issue(l));
+                // Keyed by kernel and grid: a layer's products of different shapes apart.
+                let name = format!("{} {:?}", self.kernels.names[l.f], l.grid);
+                p.time(&self.ctx, &self.stream, &name, || self.issue(l));
             }
             self.stream
                 .synchronize()
@@ -679,10 +681,11 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             })
             .collect(),
         "mmq" => {
-            let mut v: Vec<String> = ["quantize_act", "argmax_part", "argmax_rows"]
+            let mut v: Vec<String> = ["quantize_act", "argmax_part", "argmax_rows", "moe_route"]
                 .map(String::from)
                 .to_vec();
             for &t in MMQ_TYPES {
+                v.push(format!("mmq_moe_{}", ty_name(t)));
                 v.push(format!("tile_{}", ty_name(t)));
                 v.push(format!("decode_tiled_{}", ty_name(t)));
                 v.extend(MMQ_NT.iter().map(|k| format!("mmq_{}_{k}", ty_name(t))));
@@ -696,6 +699,7 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             "attn_split_f16",
             "attn_split_q8_0",
             "attn_combine",
+            "attn_combine_q8",
             "attn_fa_f16_64",
             "attn_fa_f16_128",
             "encoder_attn",

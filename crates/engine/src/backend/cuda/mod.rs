@@ -11,6 +11,7 @@ mod dev;
 mod gemm;
 mod kv;
 mod mmq;
+mod moe;
 mod prof;
 mod recurrent;
 
@@ -111,6 +112,10 @@ pub struct Cuda {
     /// or GLU: (address, rows, columns, the launch count right after it); good only for the next
     /// launch.
     q8_of: Mutex<Option<(u64, usize, usize, u64)>>,
+    /// Scratch of the MoE steps taken on the device (`moe.rs`), and each MoE layer's expert
+    /// tables (keyed by its router's address).
+    moe_scratch: Mutex<Option<CudaSlice<f32>>>,
+    moe_tables: Mutex<Vec<(u64, moe::ExpertTables)>>,
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -139,6 +144,8 @@ impl Cuda {
         Ok(Cuda {
             dev: Arc::new(Dev::open(ordinal)?),
             q8_of: Mutex::new(None),
+            moe_scratch: Mutex::new(None),
+            moe_tables: Mutex::new(Vec::new()),
         })
     }
 
@@ -731,23 +738,39 @@ impl Backend for Cuda {
                 128,
                 &args,
             );
-            self.dev.launch(
-                "attn_combine",
-                (q.rows as u32, l.n_head as u32),
-                128,
-                &[
-                    A::S(step.args),
-                    A::P(po),
-                    A::P(pml),
-                    A::P(sidx),
-                    A::P(out.ptr),
-                    A::I(out.cols as i32),
-                    A::I(l.head_dim as i32),
-                    A::I(l.n_head as i32),
-                    A::I(l.window.unwrap_or(0) as i32),
-                    A::I(l.causal as i32),
-                ],
-            );
+            let args = [
+                A::S(step.args),
+                A::P(po),
+                A::P(pml),
+                A::P(sidx),
+                A::P(out.ptr),
+                A::I(out.cols as i32),
+                A::I(l.head_dim as i32),
+                A::I(l.n_head as i32),
+                A::I(l.window.unwrap_or(0) as i32),
+                A::I(l.causal as i32),
+            ];
+            if n_split == q.rows && mmq_on() {
+                // Every row here: the output also quantized for the integer product that follows
+                // (the output projection), as a fused norm does.
+                let n_pad = out.cols.next_multiple_of(256);
+                let act = self.act_scratch(q.rows, n_pad);
+                let mut a = args.to_vec();
+                a.extend([
+                    A::I(n_pad as i32),
+                    A::P(act.q0),
+                    A::P(act.d0),
+                    A::P(act.qk),
+                    A::P(act.dk),
+                ]);
+                self.dev
+                    .launch("attn_combine_q8", (q.rows as u32, (n_pad / 256) as u32), 256, &a);
+                *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((out.ptr, out.rows, out.cols, self.dev.seq.load(Ordering::Relaxed)));
+                return;
+            }
+            self.dev
+                .launch("attn_combine", (q.rows as u32, l.n_head as u32), 128, &args);
             if n_split == q.rows {
                 return;
             }
@@ -817,6 +840,20 @@ impl Backend for Cuda {
                 A::F(scale),
             ],
         );
+    }
+
+    fn moe_ffn_on_device(
+        &self,
+        router: &CudaWeight,
+        experts: &[crate::model::blocks::Ffn<Cuda>],
+        r: &crate::model::blocks::Routing,
+        glu: crate::model::blocks::Glu,
+        x_route: &CudaBuf,
+        x: &CudaBuf,
+        bufs: &mut crate::model::blocks::MoeBufs<Cuda>,
+        out: &mut CudaBuf,
+    ) -> bool {
+        self.moe_device(router, experts, r, glu, x_route, x, bufs, out)
     }
 
     fn swiglu(&self, gate: &CudaBuf, up: &CudaBuf, out: &mut CudaBuf) {

@@ -141,8 +141,12 @@ extern "C" __global__ void attn_q8_0(Step s, const float* q, float* out, const i
 #define SPLIT_MAX 32
 #define SPLIT_G 8
 
+// A split's keys: a multiple of SPLIT_KEYS, at most SPLIT_MAX splits. Short contexts (decode at
+// the start of a conversation) get many short splits: a split's block walks its keys one after
+// another, so fewer keys per block is less latency per step.
+#define SPLIT_KEYS 16
 __device__ __forceinline__ int split_len(int nk) {
-    return max(PAGE, ((nk + SPLIT_MAX - 1) / SPLIT_MAX + PAGE - 1) / PAGE * PAGE);
+    return max(SPLIT_KEYS, ((nk + SPLIT_MAX - 1) / SPLIT_MAX + SPLIT_KEYS - 1) / SPLIT_KEYS * SPLIT_KEYS);
 }
 
 // Values d .. d+3 of a cache row (d a multiple of 4).
@@ -285,6 +289,33 @@ extern "C" __global__ void attn_combine(Step s, const float* po, const float* pm
         for (int j = 0; j < ns; j++) o += po[(P0 + j) * hd + d] * expf(pml[2 * (P0 + j)] - M);
         out[(u64)r * cols + (u64)h * hd + d] = o / L;
     }
+}
+
+// attn_combine for steps whose rows are all split-K rows, also quantizing the output for the
+// integer product that follows (common.cuh, act_q8): grid (rows, n_pad / 256), 256 threads, a
+// thread per output value (the same arithmetic as attn_combine's).
+extern "C" __global__ void attn_combine_q8(Step s, const float* po, const float* pml, const int* sidx, float* out, int cols, int hd,
+                                           int n_head, int window, int causal, int n_pad, signed char* q0, float* d0,
+                                           signed char* qk, float* dk) {
+    int r = blockIdx.x, c = blockIdx.y * 256 + threadIdx.x;
+    int idx = sidx[r];
+    float o = 0.f;
+    if (idx >= 0 && c < cols) {
+        int h = c / hd, d = c % hd;
+        int lo, hi;
+        key_range(s, r, window, causal, &lo, &hi);
+        int nk = hi - lo + 1, len = split_len(nk), ns = (nk + len - 1) / len;
+        u64 P0 = ((u64)idx * n_head + h) * SPLIT_MAX;
+        float M = -INFINITY;
+        for (int j = 0; j < ns; j++) M = fmaxf(M, pml[2 * (P0 + j)]);
+        float L = 0.f;
+        for (int j = 0; j < ns; j++) L += pml[2 * (P0 + j) + 1] * expf(pml[2 * (P0 + j)] - M);
+        for (int j = 0; j < ns; j++) o += po[(P0 + j) * hd + d] * expf(pml[2 * (P0 + j)] - M);
+        o = o / L;
+        out[(u64)r * cols + c] = o;
+    }
+    u64 qo = (u64)r * n_pad, dof = (u64)r * (n_pad / 32);
+    act_q8(o, c, q0 + qo, d0 + dof, qk + qo, dk + dof);
 }
 
 // ---- Flash attention for runs of query rows (prompt chunks), on the tensor cores (sm_80+), F16

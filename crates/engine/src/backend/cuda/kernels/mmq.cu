@@ -312,6 +312,91 @@ MMQ_ALL(TY_Q4_K)
 MMQ_ALL(TY_Q6_K)
 MMQ_ALL(TY_Q8_0)
 
+// ---- Mixture-of-experts decode steps on the device (the host never reads the routing, so a
+// step stays one graph). Routing as the CPU's (model/blocks.rs route; llama-graph.cpp
+// build_moe_ffn): one warp per row of router logits (n_expert ≤ 1024) -> the k experts' ids and
+// weights, in rank order (ties to the lower id).
+extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+    __shared__ float p[1024];
+    __shared__ unsigned char taken[1024];
+    __shared__ float sel[64];
+    __shared__ int sid[64];
+    int row = blockIdx.x, lane = threadIdx.x;
+    const float* x = logits + (u64)row * ne;
+    float mx = -INFINITY;
+    for (int i = lane; i < ne; i += 32) {
+        float v = x[i];
+        p[i] = v;
+        taken[i] = 0;
+        mx = fmaxf(mx, v);
+    }
+    mx = warp_max(mx);
+    __syncwarp();
+    if (softmax_first) {
+        // ggml's soft_max: exp(x - max), summed in double in order, times 1/sum.
+        for (int i = lane; i < ne; i += 32) p[i] = expf(p[i] - mx);
+        __syncwarp();
+        if (lane == 0) {
+            double s = 0.0;
+            for (int i = 0; i < ne; i++) s += (double)p[i];
+            sel[63] = (float)(1.0 / s);
+        }
+        __syncwarp();
+        float inv = sel[63];
+        for (int i = lane; i < ne; i += 32) p[i] *= inv;
+        __syncwarp();
+    }
+    for (int j = 0; j < k; j++) {
+        float best = 0.f;
+        int at = -1;
+        for (int i = lane; i < ne; i += 32)
+            if (!taken[i] && (at < 0 || p[i] > best)) { best = p[i]; at = i; }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float v = __shfl_xor_sync(0xffffffffu, best, o);
+            int i = __shfl_xor_sync(0xffffffffu, at, o);
+            if (i >= 0 && (at < 0 || v > best || (v == best && i < at))) { best = v; at = i; }
+        }
+        if (lane == 0) { sel[j] = best; sid[j] = at; taken[at] = 1; }
+        __syncwarp();
+    }
+    if (lane == 0) {
+        if (!softmax_first) {
+            float m = sel[0];
+            for (int j = 1; j < k; j++) m = fmaxf(m, sel[j]);
+            double s = 0.0;
+            for (int j = 0; j < k; j++) { sel[j] = expf(sel[j] - m); s += (double)sel[j]; }
+            float inv = (float)(1.0 / s);
+            for (int j = 0; j < k; j++) sel[j] *= inv;
+        }
+        if (normalize) {
+            // The sum clamped to the smallest normal f16 (llama-graph.cpp), added in order.
+            float s = 0.f;
+            for (int j = 0; j < k; j++) s += sel[j];
+            s = fmaxf(s, 6.103515625e-5f);
+            for (int j = 0; j < k; j++) sel[j] /= s;
+        }
+        for (int j = 0; j < k; j++) { ids[row * k + j] = sid[j]; ws[row * k + j] = sel[j]; }
+    }
+}
+
+// The experts' products of a MoE step, every (row, slot) pair p on its own (as the dense
+// products compute a row alone, so a pair's output is the bits of its expert's product on that
+// row): grid (pairs · tiles, mats); pair p = blockIdx.x / tiles multiplies activation row p / div
+// by expert ids[p]'s weight of matrix blockIdx.y (T0 or T1: the experts' tiled weights'
+// addresses), into row p of o0 / o1 (m outputs each).
+#define MMQ_MOE(NAME, TY) \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
+        int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
+        int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div; \
+        const u64* T = blockIdx.y ? T1 : T0; \
+        float* o = blockIdx.y ? o1 : o0; \
+        mmq_t<TY, 1>(tile, 0, (const u8*)T[ids[p]], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1); \
+    }
+MMQ_MOE(mmq_moe_TY_Q4_K, TY_Q4_K)
+MMQ_MOE(mmq_moe_TY_Q6_K, TY_Q6_K)
+MMQ_MOE(mmq_moe_TY_Q8_0, TY_Q8_0)
+
 // Activation rows to the integer products' layout (common.cuh: act_q8): grid (rows, n_pad / 256),
 // 256 threads; q0/d0 the q8_0 flavour, qk/dk the q8_K one (either null: not made).
 extern "C" __global__ void quantize_act(const float* x, int n, int n_pad, signed char* q0, float* d0, signed char* qk, float* dk) {

@@ -1,0 +1,257 @@
+//! Mixture-of-experts steps with the routing on the device (`kernels/mmq.cu`: `moe_route`,
+//! `mmq_moe_*`): the router's product, the top-k choice and weights, every (row, slot) pair's
+//! gate / up product by its expert, the GLU, the down products and the weighted sum, all launched
+//! without the host reading anything, so a decode step of a MoE model is one graph like a dense
+//! one. Steps of many rows (prompts, wide batches) keep the generic path (`model::blocks::moe_ffn`:
+//! routing read on the host, each used expert's rows multiplied together).
+
+use super::dev::A;
+use super::mmq::{mmq_fits, mmq_on, ActScratch};
+use super::{ty_name, Cuda, CudaBuf, CudaWeight};
+use crate::model::blocks::{Ffn, Glu, MoeBufs, Routing};
+use cudarc::driver::CudaSlice;
+use gguf::GgmlType;
+use std::sync::atomic::Ordering;
+
+/// The most (row, slot) pairs a step takes through the device path: each pair reads its expert's
+/// weights on its own, which for one to a few decode rows is what the step reads anyway (their
+/// experts mostly differ); wider steps share each expert's weights between its rows on the
+/// generic path. `HF2Q_CUDA_MOE_PAIRS=0` turns the device path off, to compare.
+fn max_pairs() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("HF2Q_CUDA_MOE_PAIRS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(64)
+    })
+}
+
+/// Device tables of a MoE layer's experts: the tiled weights' addresses of gate, up and down.
+pub(super) struct ExpertTables {
+    gate: CudaSlice<u8>,
+    up: CudaSlice<u8>,
+    down: CudaSlice<u8>,
+    /// The addresses the tables hold (gate's, up's, down's), to tell a stale table.
+    addrs: Vec<u64>,
+}
+
+impl Cuda {
+    /// `Backend::moe_ffn_on_device`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn moe_device(
+        &self,
+        router: &CudaWeight,
+        experts: &[Ffn<Cuda>],
+        r: &Routing,
+        glu: Glu,
+        x_route: &CudaBuf,
+        x: &CudaBuf,
+        bufs: &mut MoeBufs<Cuda>,
+        out: &mut CudaBuf,
+    ) -> bool {
+        let (t, n) = (x.rows, x.cols);
+        let pairs = t * r.k;
+        if !mmq_on() || t == 0 || pairs > max_pairs() || r.n_expert > 1024 || r.k > 63 || r.k > r.n_expert {
+            return false;
+        }
+        if experts.len() != r.n_expert || experts.is_empty() {
+            return false;
+        }
+        let n_ff = experts[0].gate.n_rows();
+        let (g_ty, u_ty, d_ty) = (experts[0].gate.dev_ty, experts[0].up.dev_ty, experts[0].down.dev_ty);
+        // Every expert's matrices tiled, of one type per matrix (one GGUF tensor each).
+        let same = experts.iter().all(|e| {
+            e.gate.tiled
+                && e.up.tiled
+                && e.down.tiled
+                && e.gate.dev_ty == g_ty
+                && e.up.dev_ty == u_ty
+                && e.down.dev_ty == d_ty
+                && e.gate.n_rows() == n_ff
+                && e.up.n_rows() == n_ff
+                && e.down.row_len() == n_ff
+                && e.down.n_rows() == n
+        });
+        if !same || !mmq_fits(g_ty, n) || !mmq_fits(u_ty, n) || !mmq_fits(d_ty, n_ff) || !n_ff.is_multiple_of(4) {
+            return false;
+        }
+        // Was `x` quantized by the norm that made it (before the router's product may take it)?
+        let seq = self.dev.seq.load(Ordering::Relaxed);
+        let fused = *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) == Some((x.ptr, t, n, seq));
+        let router_int = mmq_fits(router.dev_ty, x_route.cols);
+        let (gate_t, up_t, down_t) = self.expert_tables(router, experts);
+
+        self.products(&[router], x_route, &mut [&mut bufs.router]);
+        // Scratch: gate, up, GLU output (pairs × n_ff each), weights, ids (pairs each).
+        let area = pairs * n_ff;
+        let base = self.grown(
+            &self.moe_scratch,
+            3 * area + 2 * pairs,
+            (3 * area + 2 * pairs).max(1 << 20),
+            "MoE scratch",
+        );
+        let (gate, up, act_f) = (base, base + 4 * area as u64, base + 8 * area as u64);
+        let ws = base + 12 * area as u64;
+        let ids = ws + 4 * pairs as u64;
+        self.dev.launch(
+            "moe_route",
+            (t as u32, 1),
+            32,
+            &[
+                A::P(bufs.router.ptr),
+                A::I(r.n_expert as i32),
+                A::I(r.k as i32),
+                A::I(r.softmax_first as i32),
+                A::I(r.normalize as i32),
+                A::P(ids),
+                A::P(ws),
+            ],
+        );
+        // x in the integer kernels' layout (both flavours), unless its norm left it there and the
+        // router's product (an integer one on x itself) did not need the scratch for another input.
+        let n_pad = n.next_multiple_of(256);
+        let act = self.act_scratch(t, n_pad);
+        if !(fused && (!router_int || x_route.ptr == x.ptr)) {
+            self.quantize_into(x, act);
+        }
+        let flavour = |ty: GgmlType, a: ActScratch| {
+            if ty == GgmlType::Q8_0 {
+                (a.q0, a.d0)
+            } else {
+                (a.qk, a.dk)
+            }
+        };
+        let expert_mm = |ty: GgmlType, a: ActScratch, np: usize, div: usize, m: usize, mats: &[(u64, u64)]| {
+            let (qa, ad) = flavour(ty, a);
+            let (t1, o1) = mats.get(1).copied().unwrap_or((0, 0));
+            self.dev.launch(
+                &format!("mmq_moe_{}", ty_name(ty)),
+                ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
+                128,
+                &[
+                    A::P(qa),
+                    A::P(ad),
+                    A::I(np as i32),
+                    A::I((np / 256) as i32),
+                    A::P(ids),
+                    A::I(div as i32),
+                    A::I(m as i32),
+                    A::P(mats[0].0),
+                    A::P(mats[0].1),
+                    A::P(t1),
+                    A::P(o1),
+                ],
+            );
+        };
+        if g_ty == u_ty {
+            expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)]);
+        } else {
+            expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate)]);
+            expert_mm(u_ty, act, n_pad, r.k, n_ff, &[(up_t, up)]);
+        }
+        // The GLU of every pair, quantized for the down products (the scratch's first pairs rows).
+        let ff_pad = n_ff.next_multiple_of(256);
+        let act2 = self.act_scratch(pairs, ff_pad);
+        self.dev.launch(
+            "glu_q8",
+            (pairs as u32, (ff_pad / 256) as u32),
+            64,
+            &[
+                A::P(gate),
+                A::P(up),
+                A::P(act_f),
+                A::P(act2.q0),
+                A::P(act2.d0),
+                A::P(act2.qk),
+                A::P(act2.dk),
+                A::I(n_ff as i32),
+                A::I(ff_pad as i32),
+                A::I(match glu {
+                    Glu::Swiglu => 2,
+                    Glu::Geglu => 3,
+                }),
+            ],
+        );
+        bufs.slots.set_shape(pairs, n);
+        expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)]);
+        out.set_shape(t, n);
+        self.dev.launch(
+            "weighted_sum_rows",
+            (t as u32, 1),
+            256,
+            &[
+                A::P(bufs.slots.ptr),
+                A::P(ws),
+                A::P(out.ptr),
+                A::I(t as i32),
+                A::I(r.k as i32),
+                A::I(n as i32),
+            ],
+        );
+        true
+    }
+
+    /// The device addresses of a MoE layer's expert tables, gate, up and down (made at its first
+    /// step, kept as long as the backend). Found by the router's address and checked against every
+    /// expert's current addresses: a model loaded after another was dropped can reuse its
+    /// addresses, and a table of freed weights must not be taken for it (a stale one is remade).
+    fn expert_tables(&self, router: &CudaWeight, experts: &[Ffn<Cuda>]) -> (u64, u64, u64) {
+        let key = self.dev.ptr(&router.data);
+        let ptrs = |f: fn(&Ffn<Cuda>) -> &CudaWeight| experts.iter().map(move |e| self.dev.ptr(&f(e).data));
+        let addrs: Vec<u64> = ptrs(|e| &e.gate)
+            .chain(ptrs(|e| &e.up))
+            .chain(ptrs(|e| &e.down))
+            .collect();
+        let mut all = self.moe_tables.lock().unwrap_or_else(|e| e.into_inner());
+        if all.iter().any(|(k, t)| *k == key && t.addrs != addrs) {
+            // Launches recorded so far may read the stale table: issue them before it is freed.
+            self.dev.flush();
+            all.retain(|(k, t)| *k != key || t.addrs == addrs);
+        }
+        if !all.iter().any(|(k, _)| *k == key) {
+            let table = |part: &[u64]| -> CudaSlice<u8> {
+                let bytes: Vec<u8> = part.iter().flat_map(|a| a.to_le_bytes()).collect();
+                let mut s = self
+                    .dev
+                    .alloc_bytes(bytes.len())
+                    .unwrap_or_else(|e| self.dev.fail("allocating a MoE layer's expert table", e));
+                self.dev
+                    .stream
+                    .memcpy_htod(&bytes, &mut s)
+                    .unwrap_or_else(|e| self.dev.fail("uploading a MoE layer's expert table", e));
+                s
+            };
+            let ne = experts.len();
+            let t = ExpertTables {
+                gate: table(&addrs[..ne]),
+                up: table(&addrs[ne..2 * ne]),
+                down: table(&addrs[2 * ne..]),
+                addrs,
+            };
+            all.push((key, t));
+        }
+        let (_, t) = all.iter().find(|(k, _)| *k == key).expect("made above");
+        (self.dev.ptr(&t.gate), self.dev.ptr(&t.up), self.dev.ptr(&t.down))
+    }
+
+    /// `x`'s rows into the integer kernels' activation scratch `act` (both flavours).
+    pub(super) fn quantize_into(&self, x: &CudaBuf, act: ActScratch) {
+        let (t, n) = (x.rows, x.cols);
+        let n_pad = n.next_multiple_of(256);
+        self.dev.launch(
+            "quantize_act",
+            (t as u32, (n_pad / 256) as u32),
+            256,
+            &[
+                A::P(x.ptr),
+                A::I(n as i32),
+                A::I(n_pad as i32),
+                A::P(act.q0),
+                A::P(act.d0),
+                A::P(act.qk),
+                A::P(act.dk),
+            ],
+        );
+    }
+}
