@@ -105,7 +105,119 @@ prof() {
   HF2Q_CUDA_PROFILE=$from timeout 90 $H "$@" > $OUT/prof-$name.txt 2>&1
   grep -A 14 HF2Q_CUDA_PROFILE $OUT/prof-$name.txt | sed "s/^/$name: /"
 }
+bg_model_all() {
+  # The 8B model's three files, then the Qwen3-30B-A3B-shaped MoE in Q4_K_M (its HF directory in
+  # /dev/shm, in memory, when it has room for the 48 layers: 61 GB of bf16 beside the 8B files would
+  # not fit on the 64 GiB disk; else 24 layers there, else 16 on the disk), in the background.
+  [ -f /tmp/mk.log ] && return
+  mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/hf2q
+  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
+      for q in q4_k_m q8_0 bf16; do /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; done; \
+      rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
+      avail=\$(df -B1 --output=avail /dev/shm | tail -n 1); L=48; M=/dev/shm/moe; \
+      [ \$avail -lt 66000000000 ] && L=24; [ \$avail -lt 34000000000 ] && { L=16; M=$W/moe; }; \
+      echo moe layers \$L in \$M, /dev/shm avail \$avail >> /tmp/mk.log; \
+      python3 bench/cuda/make_model.py qwen3moe30b \$M \$L >> /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert \$M -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; \
+      rm -rf \$M; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+}
+bench_pair() {
+  # bench_pair TAG FILE: hf2q bench then llama-bench on one file (pp512, tg128, three repetitions).
+  # Both tools' JSON go to bench-raw.txt under their commands (a call brings back 8 files at most).
+  local tag=$1 m=$2
+  timeout 150 $H bench -m $m --device cuda -p 512 -n 128 -r 3 --json > /tmp/hf2q-bench-$tag.json 2> /dev/null
+  timeout 150 /tmp/lc/b/bin/llama-bench -m $m -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o json > /tmp/llama-bench-$tag.json 2> /dev/null
+  { echo "== hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 --json"; cat /tmp/hf2q-bench-$tag.json
+    echo "== llama-bench -m $m -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o json"; cat /tmp/llama-bench-$tag.json; } >> $OUT/bench-raw.txt
+  python3 -c "
+import json,sys
+for f in sys.argv[1:]:
+    try: rows = json.load(open(f))
+    except Exception as e: print(f, 'no result', e); continue
+    for r in rows: print(f.split('/')[-1], r.get('test') or ('pp%d' % r['n_prompt'] if r['n_prompt'] else 'tg%d' % r['n_gen']), round(r['avg_ts'], 2), round(r.get('stddev_ts', 0), 2))
+" /tmp/hf2q-bench-$tag.json /tmp/llama-bench-$tag.json | tee -a $OUT/bench-summary.txt
+}
 case $phase in
+n4)
+  # 2026-12-03, second session, the one call left after a refused start (n2 and n3 then ran on a bare
+  # machine): op tests, fixtures, then the 8B Q4_K_M and a 24-layer Qwen3-30B-A3B-shaped MoE against
+  # llama-bench (llama.cpp built here meanwhile, llama-bench only), per-kernel decode times last.
+  { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
+  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
+  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j14 --target llama-bench >> /tmp/lc.log 2>&1; echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+  mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/hf2q
+  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
+      avail=\$(df -B1 --output=avail /dev/shm | tail -n 1); M=/dev/shm/moe; [ \$avail -lt 34000000000 ] && M=$W/moe; \
+      echo moe in \$M, /dev/shm avail \$avail >> /tmp/mk.log; \
+      python3 bench/cuda/make_model.py qwen3moe30b \$M 24 >> /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert \$M -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf \$M; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 120 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "vs the CPU|NOT RUN|test result|panicked" | head -n 20
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|moe in" /tmp/mk.log
+  bench_pair q4_k_m $W/l8b.q4_k_m.gguf
+  for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed|moe in" /tmp/mk.log | tee $OUT/make.txt
+  bench_pair moe $W/moe.q4_k_m.gguf
+  HF2Q_CUDA_MOE_PAIRS=0 timeout 60 $H bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 128 -r 2 2>&1 | grep tg128 | sed 's/^/MOE_PAIRS=0 /' | tee -a $OUT/bench-summary.txt
+  prof tg-x1 20 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 1 -n 24 -r 1
+  ;;
+n1)
+  # 2026-12-03, second session, first call (carrying hf2q, engine-tests, engine_tiny, fixtures,
+  # llama-src.tgz): the GPU, the copy bandwidth, the background work (llama.cpp; the 8B files, then
+  # the MoE), doctor, the CUDA op tests (the MoE on the device among them) and the fixtures on CUDA.
+  { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
+  nvidia-smi -q > $OUT/nvidia-smi-q.txt
+  bg_llama
+  bg_model_all
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  $D/hf2q doctor 2>&1 | tail -n 4 | tee $OUT/doctor.txt
+  timeout 240 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 240 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked"
+  grep -E "vs the CPU|transformers" $OUT/engine-tiny.txt | head -n 40
+  tail -n 2 /tmp/lc.log /tmp/mk.log
+  ;;
+n2)
+  # Second call (carrying .dev/stashA): llama-bench and hf2q bench on the three 8B files, serving
+  # at 16 and 64 streams.
+  stash
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|moe layers" /tmp/mk.log | tee $OUT/make.txt
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  serve_pair 16
+  serve_pair 64
+  ;;
+n3)
+  # Third call (carrying .dev/stashB): SmolLM2's goldens with logit margins and perplexity on the
+  # CPU and CUDA; the MoE against llama-bench (and with the device routing off, to compare); PDL on
+  # to compare and per-kernel GPU times of decode steps on the 8B Q4_K_M.
+  stash
+  M=/tmp/smollm2 && mkdir -p $M
+  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
+  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
+  for q in Q8_0 Q4_K_M; do
+    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
+  done
+  timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 12
+  for q in Q8_0 Q4_1; do
+    for dev in cpu cuda; do
+      echo "$q $dev: $(timeout 100 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
+    done
+  done
+  for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed|moe layers" /tmp/mk.log | tail -n 3 | tee -a $OUT/make.txt
+  bench_pair moe $W/moe.q4_k_m.gguf
+  HF2Q_CUDA_MOE_PAIRS=0 timeout 90 $H bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 128 -r 2 2>&1 | grep tg128 | sed 's/^/MOE_PAIRS=0 /' | tee -a $OUT/bench-summary.txt
+  prof tg-moe 20 bench -m $W/moe.q4_k_m.gguf --device cuda -p 1 -n 24 -r 1
+  grep -A 20 HF2Q_CUDA_PROFILE $OUT/prof-tg-moe.txt | tail -n 18
+  m=$W/l8b.q4_k_m.gguf
+  HF2Q_CUDA_PDL=1 timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep tg128 | sed 's/^/PDL=1 /' | tee -a $OUT/bench-summary.txt
+  prof tg-x1 20 bench -m $m --device cuda -p 1 -n 24 -r 1
+  grep -A 40 HF2Q_CUDA_PROFILE $OUT/prof-tg-x1.txt | tail -n 26
+  ;;
 m1)
   # 2026-12-03, first call: the integer tensor-core products (kernels/mmq.cu). Op tests and the
   # fixtures (the quantized conversions against the CPU backend too); the 8B model made here; hf2q
