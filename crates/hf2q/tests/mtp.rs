@@ -1,0 +1,262 @@
+//! Multi-token prediction (MTP) on the tiny Qwen 3.5 fixture (`$HF2Q_FIXTURES/tiny/qwen3_5`,
+//! random weights, one MTP block), converted by hf2q to F32:
+//! - the MTP head's logits against a PyTorch reference built from transformers' blocks
+//!   (`data/mtp/qwen3_5_mtp.py`, `qwen3_5_mtp.json`);
+//! - greedy generation with `--spec mtp` gives the same tokens and bytes as without speculation,
+//!   through the engine and through the CLI;
+//! - `--spec mtp` on a model without MTP layers fails naming the model.
+//!
+//! Without `HF2Q_FIXTURES` these tests do not run, and say so.
+
+use convert::plan::Target;
+use convert::requant::QuantizeOptions;
+use engine::backend::cpu::Cpu;
+use engine::backend::KvType;
+use engine::generate::{generate, GenerateParams, LoadedModel, Session};
+use engine::model::{HiddenRows, Logits, SeqStep};
+use engine::spec::SpecMode;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+fn fixture(model: &str, what: &str) -> Option<PathBuf> {
+    let Some(root) = std::env::var_os("HF2Q_FIXTURES") else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: {what} (set HF2Q_FIXTURES to the full fixtures)"
+        );
+        return None;
+    };
+    let d = PathBuf::from(root).join("tiny").join(model);
+    assert!(d.is_dir(), "fixture missing: {}", d.display());
+    Some(d)
+}
+
+/// The fixture converted to F32 (`--no-mtp` for those converted so in `expected/commands.txt`).
+fn convert(dir: &Path, tmp: &Path, no_mtp: bool) -> PathBuf {
+    let out = tmp.join("model.f32.gguf");
+    let copts = convert::pipeline::ConvertOptions {
+        no_mtp,
+        ..Default::default()
+    };
+    convert::pipeline::convert_with(
+        dir,
+        &out,
+        Target::parse("f32").unwrap(),
+        &QuantizeOptions::default(),
+        &copts,
+    )
+    .unwrap();
+    out
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// The MTP head's logits for the prompt's positions (each paired with the next token, the last
+/// with the target's greedy token) and for a second, chained draft, against the reference. Bound
+/// 5e-3, the fixtures' F32 logits tolerance (`engine_tiny.rs`: the f16 KV cache and the f16 Q
+/// rounding of llama.cpp's CPU flash attention, ~1e-3 expected): the MTP block is one more
+/// attention layer of the same kind, over hidden states that carry the decoder's own deviation.
+#[test]
+fn mtp_head_matches_the_reference() {
+    let Some(dir) = fixture("qwen3_5", "MTP head against its reference") else {
+        return;
+    };
+    let r: serde_json::Value = serde_json::from_str(include_str!("data/mtp/qwen3_5_mtp.json")).unwrap();
+    let prompt = ids(&r["input_ids"]);
+    let toks = ids(&r["mtp_tokens"]);
+    let want: Vec<Vec<f32>> = r["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = convert(&dir, tmp.path(), false);
+    let gguf = engine::model::open_gguf(&path).unwrap();
+    let m = engine::model::load(Arc::new(Cpu::new(2).unwrap()), &gguf, &path).unwrap();
+    assert_eq!(m.mtp_layers(), 1);
+    let mut scratch = m.scratch(16);
+    let mut kv = m.new_kv(32, KvType::F16).unwrap();
+    let n = prompt.len();
+    let best = m
+        .forward_argmax(
+            &mut scratch,
+            &mut [SeqStep {
+                kv: &mut kv,
+                tokens: &prompt,
+                pos0: 0,
+                logits: Logits::Last,
+            }],
+        )
+        .unwrap();
+    assert_eq!(
+        best[0] as u64,
+        r["target_next"].as_u64().unwrap(),
+        "the target's greedy token"
+    );
+    let rows: Vec<usize> = (0..n).collect();
+    let mut step = SeqStep {
+        kv: &mut kv,
+        tokens: &toks[..n],
+        pos0: 0,
+        logits: Logits::All,
+    };
+    let guess = m
+        .forward_mtp_argmax(&mut scratch, std::slice::from_mut(&mut step), HiddenRows::Target(&rows))
+        .unwrap();
+    let mut worst = 0.0f32;
+    for (i, w) in want.iter().enumerate().take(n) {
+        let got = m.logits_row(&mut scratch, i).unwrap();
+        worst = worst.max(max_diff(&got, w));
+    }
+    // The chain: the last row's guess, paired with that row's MTP hidden state, one position on.
+    assert_eq!(guess[n - 1], toks[n], "the MTP head's first draft");
+    let chained = m
+        .forward_mtp_argmax(
+            &mut scratch,
+            &mut [SeqStep {
+                kv: &mut kv,
+                tokens: &toks[n..],
+                pos0: n,
+                logits: Logits::Last,
+            }],
+            HiddenRows::Mtp(&[n - 1]),
+        )
+        .unwrap();
+    let got = m.logits_row(&mut scratch, 0).unwrap();
+    let chain_diff = max_diff(&got, &want[n]);
+    eprintln!("MTP logits: max |diff| {worst:.2e} over {n} rows, chained draft {chain_diff:.2e}");
+    assert!(worst < 5e-3, "MTP logits differ from the reference by {worst}");
+    assert!(chain_diff < 5e-3, "chained MTP logits differ by {chain_diff}");
+    let argmax = ids(&r["mtp_argmax"]);
+    assert_eq!(guess, argmax[..n], "the MTP head's argmax per row");
+    assert_eq!(chained[0], argmax[n]);
+}
+
+/// Greedy decoding with MTP drafts (each checked row computed as a decode step would compute it)
+/// gives the tokens decoding without drafts gives, for several draft lengths and with the prompt
+/// fed in chunks (the MTP layer's cache filled chunk by chunk).
+#[test]
+fn mtp_speculation_keeps_the_greedy_tokens() {
+    let Some(dir) = fixture("qwen3_5", "greedy tokens with MTP drafts") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let path = convert(&dir, tmp.path(), false);
+    let m = LoadedModel::load(Arc::new(Cpu::new(2).unwrap()), &path).unwrap();
+    let prompt: Vec<u32> = (0..21u32).map(|i| (i * 7919 + 13) % 1000).collect();
+    let run = |spec: SpecMode, k: usize, n_batch: usize| {
+        let mut session = Session::new(&m, 128, KvType::F16, 32).unwrap();
+        let params = GenerateParams {
+            max_tokens: 60,
+            sampling: engine::sampler::SamplingParams::greedy(),
+            ignore_eos: true,
+            spec,
+            draft_max: k,
+            n_batch,
+            ..GenerateParams::default()
+        };
+        generate(&m, &mut session, &prompt, &params, |_| true).unwrap()
+    };
+    let want = run(SpecMode::Off, 1, 32);
+    assert_eq!(want.tokens.len(), 60);
+    for (k, n_batch) in [(1, 32), (3, 32), (8, 5)] {
+        let g = run(SpecMode::Mtp, k, n_batch);
+        eprintln!("--spec mtp --draft-max {k} (prefill steps of {n_batch}): {:?}", g.spec);
+        assert!(g.spec.checks > 0, "no MTP drafts were checked");
+        assert_eq!(g.tokens, want.tokens, "greedy tokens with MTP drafts (--draft-max {k})");
+        assert_eq!(g.text, want.text);
+    }
+}
+
+/// `--spec mtp` on a Qwen 3.5 model converted without its MTP layers fails before generating,
+/// naming the file and saying what is missing (engine and CLI, exit code 3).
+#[test]
+fn mtp_needs_mtp_layers() {
+    let Some(dir) = fixture("qwen3_5_moe", "--spec mtp without MTP layers") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let path = convert(&dir, tmp.path(), true);
+    let m = LoadedModel::load(Arc::new(Cpu::new(2).unwrap()), &path).unwrap();
+    let mut session = Session::new(&m, 64, KvType::F16, 16).unwrap();
+    let params = GenerateParams {
+        spec: SpecMode::Mtp,
+        ..GenerateParams::default()
+    };
+    let e = generate(&m, &mut session, &[1, 2, 3], &params, |_| true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("model.f32.gguf") && e.contains("multi-token-prediction"),
+        "{e}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+        .args(["generate", "-m"])
+        .arg(&path)
+        .args(["-p", "hello", "-n", "4", "--spec", "mtp"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("multi-token-prediction"), "{err}");
+}
+
+/// The CLI's greedy output with `--spec mtp` is the same bytes as with `--spec off`.
+#[test]
+fn cli_mtp_output_equals_plain_decoding() {
+    let Some(dir) = fixture("qwen3_5", "CLI --spec mtp vs off") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let path = convert(&dir, tmp.path(), false);
+    let gen = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+            .args(["generate", "-m"])
+            .arg(&path)
+            .args([
+                "-p",
+                "the quick brown fox",
+                "-n",
+                "48",
+                "--temp",
+                "0",
+                "-t",
+                "2",
+                "--ignore-eos",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let want = gen(&["--spec", "off"]);
+    assert!(!want.is_empty());
+    for k in ["2", "6"] {
+        assert_eq!(
+            gen(&["--spec", "mtp", "--draft-max", k]),
+            want,
+            "--spec mtp --draft-max {k}"
+        );
+    }
+}
