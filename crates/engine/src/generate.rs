@@ -6,7 +6,7 @@ use crate::backend::{Backend, KvType};
 use crate::chat::ChatTemplate;
 use crate::model::{HiddenRows, Logits, Model, Scratch, SeqStep};
 use crate::sampler::{Sampler, SamplingParams};
-use crate::spec::{MtpDrafter, NgramDrafter, SpecMode, SpecStats};
+use crate::spec::{Drafter, SpecMode, SpecStats};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::{EngineError, Result};
 use std::path::{Path, PathBuf};
@@ -467,11 +467,10 @@ pub fn generate<B: Backend>(
     if spec == SpecMode::Mtp && m.model.mtp_layers() == 0 {
         return Err(no_mtp(&m.path, &m.model.info().arch));
     }
-    let mut drafter = match spec {
-        _ if margins => None,
-        SpecMode::Ngram => Some(Drafter::Ngram(NgramDrafter::new(params.draft_max))),
-        SpecMode::Mtp => Some(Drafter::Mtp(MtpDrafter::new(params.draft_max))),
-        _ => None,
+    let mut drafter = if margins {
+        None
+    } else {
+        Drafter::of(spec, params.draft_max)
     };
     let mtp = matches!(drafter, Some(Drafter::Mtp(_)));
     let t0 = Instant::now();
@@ -579,13 +578,11 @@ pub fn generate<B: Backend>(
                     session.tokens.len()
                 )));
             }
-            match &mut drafter {
-                Some(Drafter::Ngram(dr)) => dr.feedback(drafts.len(), rows - 1),
-                Some(Drafter::Mtp(dr)) => {
-                    dr.feedback(drafts.len(), rows - 1);
+            if let Some(dr) = &mut drafter {
+                dr.feedback(drafts.len(), rows - 1);
+                if let Drafter::Mtp(dr) = dr {
                     dr.target_step(0, pos0, fed[1..rows].to_vec());
                 }
-                None => {}
             }
             pending = checked.steps;
             continue;
@@ -612,21 +609,6 @@ pub fn generate<B: Backend>(
             dr.target_step(0, pos0, Vec::new());
         }
         pending.push(st);
-    }
-}
-
-/// Where a generation's drafts come from.
-enum Drafter {
-    Ngram(NgramDrafter),
-    Mtp(MtpDrafter),
-}
-
-impl Drafter {
-    fn stats(&self) -> SpecStats {
-        match self {
-            Drafter::Ngram(d) => d.stats,
-            Drafter::Mtp(d) => d.stats,
-        }
     }
 }
 

@@ -157,6 +157,38 @@ impl NgramDrafter {
     }
 }
 
+/// Where a sequence's drafts come from.
+#[derive(Clone, Debug)]
+pub enum Drafter {
+    Ngram(NgramDrafter),
+    Mtp(MtpDrafter),
+}
+
+impl Drafter {
+    /// The drafter of `mode` (made definite with [`SpecMode::on`]), none for `Off`.
+    pub fn of(mode: SpecMode, draft_max: usize) -> Option<Drafter> {
+        match mode {
+            SpecMode::Ngram => Some(Drafter::Ngram(NgramDrafter::new(draft_max))),
+            SpecMode::Mtp => Some(Drafter::Mtp(MtpDrafter::new(draft_max))),
+            SpecMode::Off | SpecMode::Auto => None,
+        }
+    }
+
+    pub fn stats(&self) -> SpecStats {
+        match self {
+            Drafter::Ngram(d) => d.stats,
+            Drafter::Mtp(d) => d.stats,
+        }
+    }
+
+    pub fn feedback(&mut self, drafted: usize, accepted: usize) {
+        match self {
+            Drafter::Ngram(d) => d.feedback(drafted, accepted),
+            Drafter::Mtp(d) => d.feedback(drafted, accepted),
+        }
+    }
+}
+
 /// Drafts from the model's MTP head. The MTP layer keeps K/V for every position of the sequence:
 /// after each step of the target model the rows whose following token is known are paired with it
 /// ([`MtpDrafter::target_step`]) and run through the MTP layer at the next proposal, whose last row

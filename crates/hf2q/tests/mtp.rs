@@ -4,10 +4,15 @@
 //!   (`data/mtp/qwen3_5_mtp.py`, `qwen3_5_mtp.json`);
 //! - greedy generation with `--spec mtp` gives the same tokens and bytes as without speculation,
 //!   through the engine and through the CLI;
+//! - the same through the server (continuous batching, two requests at a time), with the checks
+//!   counted in `/metrics`;
 //! - `--spec mtp` on a model without MTP layers fails naming the model.
 //!
 //! Without `HF2Q_FIXTURES` these tests do not run, and say so.
 
+mod common;
+
+use common::server::Server;
 use convert::plan::Target;
 use convert::requant::QuantizeOptions;
 use engine::backend::cpu::Cpu;
@@ -259,4 +264,61 @@ fn cli_mtp_output_equals_plain_decoding() {
             "--spec mtp --draft-max {k}"
         );
     }
+}
+
+/// `hf2q serve --spec mtp --parallel 2`: greedy completions of two prompts sent together are the
+/// same as `--spec off` gives, and `/metrics` counts the MTP checks; a model without MTP layers is
+/// refused at start.
+#[test]
+fn serve_mtp_replies_equal_plain_decoding() {
+    let Some(dir) = fixture("qwen3_5", "serve --spec mtp") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let path = convert(&dir, tmp.path(), false);
+    let prompts = ["the quick brown fox", "one two three four five six"];
+    let replies = |spec: &str| {
+        let s = Arc::new(Server::start_with(
+            std::slice::from_ref(&path),
+            &["-c", "256", "--parallel", "2", "--spec", spec, "--draft-max", "4"],
+        ));
+        let threads: Vec<_> = prompts
+            .iter()
+            .map(|p| {
+                let s = s.clone();
+                let body = serde_json::json!({
+                    "prompt": p, "max_tokens": 40, "temperature": 0, "ignore_eos": true});
+                std::thread::spawn(move || {
+                    let (st, v) = s.json("POST", "/v1/completions", body, None);
+                    assert_eq!(st, 200, "{v}");
+                    v["choices"][0]["text"].as_str().unwrap().to_string()
+                })
+            })
+            .collect();
+        let texts: Vec<String> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let body = s.request("GET", "/metrics", None, None).2;
+        let checks: f64 = body
+            .lines()
+            .find(|l| l.starts_with("hf2q_spec_checks_total{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no hf2q_spec_checks_total in /metrics:\n{body}"));
+        (texts, checks)
+    };
+    let (want, _) = replies("off");
+    let (got, checks) = replies("mtp");
+    assert_eq!(got, want, "replies with --spec mtp");
+    assert!(checks > 0.0, "no MTP checks counted in /metrics");
+
+    let moe = fixture("qwen3_5_moe", "serve --spec mtp without MTP layers").unwrap();
+    let tmp2 = tempfile::tempdir().unwrap();
+    let no_mtp = convert(&moe, tmp2.path(), true);
+    let out = Command::new(env!("CARGO_BIN_EXE_hf2q"))
+        .args(["serve", "-m"])
+        .arg(&no_mtp)
+        .args(["--spec", "mtp", "--port", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("multi-token-prediction"), "{err}");
 }

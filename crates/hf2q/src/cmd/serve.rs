@@ -195,12 +195,6 @@ pub fn run(mut args: ServeArgs) -> CliResult {
     if args.parallel == 0 || args.prefill_chunk == Some(0) {
         return Err(CliError::input("--parallel and --prefill-chunk must be at least 1"));
     }
-    if args.spec.mode == Some(engine::spec::SpecMode::Mtp) {
-        // The scheduler batches many sequences per step; MTP drafting runs in generate and bench.
-        return Err(CliError::input(
-            "--spec mtp is not available in serve yet (generate and bench have it); use --spec ngram or off",
-        ));
-    }
     if args.max_connections == 0 || args.embed_max_inputs == 0 || args.embed_max_tokens == 0 {
         return Err(CliError::input(
             "--max-connections, --embed-max-inputs and --embed-max-tokens must be at least 1",
