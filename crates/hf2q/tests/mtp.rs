@@ -193,6 +193,103 @@ fn mtp_speculation_keeps_the_greedy_tokens() {
     }
 }
 
+/// A copy of an F32 qwen3_5 GGUF with both output heads zero (an all-zero `output.weight` and
+/// `blk.2.nextn.shared_head_head.weight`): the target always chooses token 0 and the MTP head
+/// always drafts it, so every draft is kept (`bench/spec/mtp_zero_heads.py` makes the same file).
+fn with_zero_heads(src: &Path, dst: &Path) {
+    use gguf::{GgmlType, GgufFile, GgufWriter, TensorSpec};
+    let f = GgufFile::open(src).unwrap();
+    let emb = f.tensor("token_embd.weight").unwrap().clone();
+    assert_eq!(emb.ty, GgmlType::F32);
+    let mut specs: Vec<TensorSpec> = f.tensors().iter().map(TensorSpec::from).collect();
+    for name in ["output.weight", "blk.2.nextn.shared_head_head.weight"] {
+        specs.push(TensorSpec {
+            name: name.into(),
+            ty: GgmlType::F32,
+            shape: emb.shape.clone(),
+        });
+    }
+    let mut w = GgufWriter::create(dst, f.metadata(), &specs).unwrap();
+    for t in f.tensors() {
+        w.write_tensor(f.tensor_data(t)).unwrap();
+    }
+    let zeros = vec![0u8; emb.n_elements() as usize * 4];
+    w.write_tensor(&zeros).unwrap();
+    w.write_tensor(&zeros).unwrap();
+    w.finish().unwrap();
+}
+
+/// With every draft kept (zero heads), checks of several rows go through: the MTP layer pairs
+/// each check's kept rows with their tokens, the tokens are those of decoding without drafts,
+/// and a check gives up to `--draft-max` + 1 tokens.
+#[test]
+fn mtp_kept_drafts_keep_the_greedy_tokens() {
+    let Some(dir) = fixture("qwen3_5", "MTP drafts all kept") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = convert(&dir, tmp.path(), false);
+    let path = tmp.path().join("zero-heads.gguf");
+    with_zero_heads(&src, &path);
+    let m = LoadedModel::load(Arc::new(Cpu::new(2).unwrap()), &path).unwrap();
+    let prompt: Vec<u32> = (0..13u32).map(|i| (i * 7919 + 5) % 1000).collect();
+    let run = |spec: SpecMode, k: usize| {
+        let mut session = Session::new(&m, 128, KvType::F16, 32).unwrap();
+        let params = GenerateParams {
+            max_tokens: 50,
+            sampling: engine::sampler::SamplingParams::greedy(),
+            ignore_eos: true,
+            spec,
+            draft_max: k,
+            ..GenerateParams::default()
+        };
+        generate(&m, &mut session, &prompt, &params, |_| true).unwrap()
+    };
+    let want = run(SpecMode::Off, 1);
+    for k in [1, 4, 16] {
+        let g = run(SpecMode::Mtp, k);
+        eprintln!("zero heads, --draft-max {k}: {:?}", g.spec);
+        assert_eq!(g.tokens, want.tokens, "--draft-max {k}");
+        assert!(g.spec.drafted > 0 && g.spec.accepted == g.spec.drafted, "{:?}", g.spec);
+        assert!(g.spec.tokens_per_check() > 1.9, "{:?}", g.spec);
+    }
+}
+
+/// Sampling with MTP drafts (each kept with its probability under the sampler's chain,
+/// `Sampler::sample_draft`, whose distribution test is the sampler's own) runs to its token limit
+/// through the checks; with top-k 1 it is greedy decoding and gives its tokens.
+#[test]
+fn mtp_speculation_with_sampling() {
+    let Some(dir) = fixture("qwen3_5", "sampling with MTP drafts") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let path = convert(&dir, tmp.path(), false);
+    let m = LoadedModel::load(Arc::new(Cpu::new(2).unwrap()), &path).unwrap();
+    let prompt: Vec<u32> = (0..9u32).map(|i| (i * 104_729 + 7) % 1000).collect();
+    let run = |spec: SpecMode, top_k: usize| {
+        let mut session = Session::new(&m, 128, KvType::F16, 32).unwrap();
+        let params = GenerateParams {
+            max_tokens: 40,
+            sampling: engine::sampler::SamplingParams {
+                temperature: 0.9,
+                top_k,
+                seed: 7,
+                ..Default::default()
+            },
+            ignore_eos: true,
+            spec,
+            draft_max: 3,
+            ..GenerateParams::default()
+        };
+        generate(&m, &mut session, &prompt, &params, |_| true).unwrap()
+    };
+    let g = run(SpecMode::Mtp, 0);
+    assert_eq!(g.tokens.len(), 40);
+    assert!(g.spec.checks > 0);
+    assert_eq!(run(SpecMode::Mtp, 1).tokens, run(SpecMode::Off, 1).tokens);
+}
+
 /// `--spec mtp` on a Qwen 3.5 model converted without its MTP layers fails before generating,
 /// naming the file and saying what is missing (engine and CLI, exit code 3).
 #[test]
