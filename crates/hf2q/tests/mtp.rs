@@ -6,7 +6,9 @@
 //!   through the engine and through the CLI;
 //! - the same through the server (continuous batching, two requests at a time), with the checks
 //!   counted in `/metrics`;
-//! - `--spec mtp` on a model without MTP layers fails naming the model.
+//! - `--spec mtp` on a model without MTP layers fails naming the model;
+//! - GGUF copies made here: both heads zeroed (every draft kept), and the `qwen3_5_moe` fixture
+//!   (which has no MTP layers) given an MTP block built from its own full-attention MoE layer.
 //!
 //! Without `HF2Q_FIXTURES` these tests do not run, and say so.
 
@@ -252,6 +254,97 @@ fn mtp_kept_drafts_keep_the_greedy_tokens() {
         assert_eq!(g.tokens, want.tokens, "--draft-max {k}");
         assert!(g.spec.drafted > 0 && g.spec.accepted == g.spec.drafted, "{:?}", g.spec);
         assert!(g.spec.tokens_per_check() > 1.9, "{:?}", g.spec);
+    }
+}
+
+/// A copy of an F32 Qwen 3.5 GGUF without MTP layers given one (the `qwen3_5_moe` fixture has
+/// none): the decoder's first full-attention layer (attention, MoE and shared expert) copied as the
+/// MTP block's layer, a pseudo-random `nextn.eh_proj` (uniform in ±0.05) and unit norms, and the
+/// block count and `nextn_predict_layers` raised by one.
+fn with_mtp_block(src: &Path, dst: &Path) {
+    use gguf::{GgmlType, GgufFile, GgufWriter, TensorSpec, Value};
+    let f = GgufFile::open(src).unwrap();
+    let mut md = f.metadata().clone();
+    let arch = md.get_str("general.architecture").unwrap().to_string();
+    let n = md.get_u64(&format!("{arch}.block_count")).unwrap();
+    let e = md.get_u64(&format!("{arch}.embedding_length")).unwrap();
+    md.insert(format!("{arch}.block_count"), Value::U32(n as u32 + 1));
+    md.insert(format!("{arch}.nextn_predict_layers"), Value::U32(1));
+    let full = (0..n)
+        .find(|i| f.tensor(&format!("blk.{i}.attn_q.weight")).is_some())
+        .unwrap();
+    let from = format!("blk.{full}.");
+    let mut specs: Vec<TensorSpec> = f.tensors().iter().map(TensorSpec::from).collect();
+    let mut data: Vec<Vec<u8>> = f.tensors().iter().map(|t| f.tensor_data(t).to_vec()).collect();
+    for t in f.tensors().iter().filter(|t| t.name.starts_with(&from)) {
+        specs.push(TensorSpec {
+            name: t.name.replacen(&from, &format!("blk.{n}."), 1),
+            ..TensorSpec::from(t)
+        });
+        data.push(f.tensor_data(t).to_vec());
+    }
+    let f32s = |v: Vec<f32>| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let mut seed = 12345u64;
+    let eh: Vec<f32> = (0..2 * e * e)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
+        })
+        .collect();
+    let ones = vec![1.0f32; e as usize];
+    for (name, shape, v) in [
+        ("nextn.eh_proj", vec![2 * e, e], eh),
+        ("nextn.enorm", vec![e], ones.clone()),
+        ("nextn.hnorm", vec![e], ones.clone()),
+        ("nextn.shared_head_norm", vec![e], ones),
+    ] {
+        specs.push(TensorSpec {
+            name: format!("blk.{n}.{name}.weight"),
+            ty: GgmlType::F32,
+            shape,
+        });
+        data.push(f32s(v));
+    }
+    let mut w = GgufWriter::create(dst, &md, &specs).unwrap();
+    for d in &data {
+        w.write_tensor(d).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+/// The MoE family with an MTP block (its layer a MoE layer with a shared expert): greedy tokens
+/// with MTP drafts equal those without, the prompt fed whole and in chunks.
+#[test]
+fn mtp_moe_speculation_keeps_the_greedy_tokens() {
+    let Some(dir) = fixture("qwen3_5_moe", "MoE with an MTP block") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = convert(&dir, tmp.path(), true);
+    let path = tmp.path().join("moe-mtp.gguf");
+    with_mtp_block(&src, &path);
+    let m = LoadedModel::load(Arc::new(Cpu::new(2).unwrap()), &path).unwrap();
+    assert_eq!(m.model.mtp_layers(), 1);
+    let prompt: Vec<u32> = (0..17u32).map(|i| (i * 7919 + 3) % 1000).collect();
+    let run = |spec: SpecMode, k: usize, n_batch: usize| {
+        let mut session = Session::new(&m, 128, KvType::F16, 32).unwrap();
+        let params = GenerateParams {
+            max_tokens: 48,
+            sampling: engine::sampler::SamplingParams::greedy(),
+            ignore_eos: true,
+            spec,
+            draft_max: k,
+            n_batch,
+            ..GenerateParams::default()
+        };
+        generate(&m, &mut session, &prompt, &params, |_| true).unwrap()
+    };
+    let want = run(SpecMode::Off, 1, 32);
+    for (k, n_batch) in [(2, 32), (6, 4)] {
+        let g = run(SpecMode::Mtp, k, n_batch);
+        eprintln!("qwen3_5_moe + MTP block, --draft-max {k}: {:?}", g.spec);
+        assert!(g.spec.checks > 0);
+        assert_eq!(g.tokens, want.tokens, "--draft-max {k}, prefill steps of {n_batch}");
     }
 }
 
