@@ -4,9 +4,9 @@
 
 use crate::backend::{Backend, KvType};
 use crate::chat::ChatTemplate;
-use crate::model::{Logits, Model, Scratch, SeqStep};
+use crate::model::{HiddenRows, Logits, Model, Scratch, SeqStep};
 use crate::sampler::{Sampler, SamplingParams};
-use crate::spec::{NgramDrafter, SpecMode, SpecStats};
+use crate::spec::{Drafter, SpecMode, SpecStats};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::{EngineError, Result};
 use std::path::{Path, PathBuf};
@@ -132,6 +132,20 @@ impl<B: Backend> Session<B> {
 
     /// Feed tokens (reusing the common prefix already cached) and return the last logits.
     pub fn feed(&mut self, m: &LoadedModel<B>, tokens: &[u32], n_batch: usize) -> Result<Vec<f32>> {
+        Ok(self.feed_with(m, tokens, n_batch, false)?.0)
+    }
+
+    /// `feed`, also pairing each fed position but the last with the token after it in the
+    /// model's MTP layer when `mtp` (its cache then holds the prompt for drafting; positions
+    /// of a reused prefix keep what an earlier turn stored). With the last logits, the rows of
+    /// the last step: the last one's hidden state waits for the token chosen after it.
+    fn feed_with(
+        &mut self,
+        m: &LoadedModel<B>,
+        tokens: &[u32],
+        n_batch: usize,
+        mtp: bool,
+    ) -> Result<(Vec<f32>, usize)> {
         let n_ctx = self.n_ctx(m);
         if tokens.len() > n_ctx {
             return Err(EngineError::ContextFull {
@@ -163,6 +177,7 @@ impl<B: Backend> Session<B> {
         // The next turn of a conversation usually re-sends this prompt: keep the state at its end.
         b.kv_keep_states(&mut self.kv, &[tokens.len()]);
         let mut last = Vec::new();
+        let mut rows = 0;
         let n_batch = n_batch.max(1).min(self.scratch.rows());
         for chunk in tokens[common..].chunks(n_batch) {
             let pos0 = self.tokens.len();
@@ -177,8 +192,23 @@ impl<B: Backend> Session<B> {
             )?;
             self.tokens.extend_from_slice(chunk);
             last = out.into_iter().next().unwrap_or_default();
+            rows = chunk.len();
+            let known = chunk.len().min(tokens.len() - pos0 - 1);
+            if mtp && known > 0 {
+                let hidden: Vec<usize> = (0..known).collect();
+                m.model.forward_mtp_argmax(
+                    &mut self.scratch,
+                    &mut [SeqStep {
+                        kv: &mut self.kv,
+                        tokens: &tokens[pos0 + 1..pos0 + 1 + known],
+                        pos0,
+                        logits: Logits::None,
+                    }],
+                    HiddenRows::Target(&hidden),
+                )?;
+            }
         }
-        Ok(last)
+        Ok((last, rows))
     }
 
     /// Forget the cached tokens (the cache is overwritten from position 0 on the next feed).
@@ -432,17 +462,29 @@ pub fn generate<B: Backend>(
         });
     }
     let mut d = Decoding::new(params, prompt)?;
+    let margins = std::env::var_os("HF2Q_DEBUG_MARGIN").is_some();
+    let spec = params.spec.on(m.model.backend().as_ref());
+    if spec == SpecMode::Mtp && m.model.mtp_layers() == 0 {
+        return Err(no_mtp(&m.path, &m.model.info().arch));
+    }
+    let mut drafter = if margins {
+        None
+    } else {
+        Drafter::of(spec, params.draft_max)
+    };
+    let mtp = matches!(drafter, Some(Drafter::Mtp(_)));
     let t0 = Instant::now();
-    let mut logits = session.feed(m, prompt, params.n_batch)?;
+    let (mut logits, rows) = session.feed_with(m, prompt, params.n_batch, mtp)?;
+    if let Some(Drafter::Mtp(dr)) = &mut drafter {
+        // The prompt's last row pairs with the first token chosen.
+        dr.target_step(rows.saturating_sub(1), prompt.len() - 1, Vec::new());
+    }
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
-    let margins = std::env::var_os("HF2Q_DEBUG_MARGIN").is_some();
     // Greedy decoding takes each step's token as the backend finds it (a GPU hands back the id,
     // not the row); the prompt's last row comes whole.
     let by_argmax = d.greedy_only() && !margins;
-    let spec = params.spec.on(m.model.backend().as_ref());
-    let mut drafter = (spec == SpecMode::Ngram && !margins).then(|| NgramDrafter::new(params.draft_max));
-    let stats = |dr: &Option<NgramDrafter>| dr.as_ref().map(|d| d.stats).unwrap_or_default();
+    let stats = |dr: &Option<Drafter>| dr.as_ref().map(|d| d.stats()).unwrap_or_default();
     if margins {
         debug_margin(0, &logits);
     }
@@ -500,11 +542,12 @@ pub fn generate<B: Backend>(
         // Drafts within the context and the token limit, checked in one step.
         let room = (n_ctx - pos0 - 1).min(params.max_tokens.saturating_sub(d.tokens.len() + 1));
         let drafts = match &mut drafter {
-            Some(dr) => {
+            Some(Drafter::Ngram(dr)) => {
                 let mut h = session.tokens.clone();
                 h.push(tok);
                 dr.propose(&h, room)
             }
+            Some(Drafter::Mtp(dr)) => dr.propose(m.model.as_ref(), &mut session.scratch, &mut session.kv, tok, room)?,
             None => Vec::new(),
         };
         if !drafts.is_empty() {
@@ -537,6 +580,9 @@ pub fn generate<B: Backend>(
             }
             if let Some(dr) = &mut drafter {
                 dr.feedback(drafts.len(), rows - 1);
+                if let Drafter::Mtp(dr) = dr {
+                    dr.target_step(0, pos0, fed[1..rows].to_vec());
+                }
             }
             pending = checked.steps;
             continue;
@@ -559,8 +605,21 @@ pub fn generate<B: Backend>(
             d.step(&m.tokenizer, &mut logits)
         };
         session.tokens.push(tok);
+        if let Some(Drafter::Mtp(dr)) = &mut drafter {
+            dr.target_step(0, pos0, Vec::new());
+        }
         pending.push(st);
     }
+}
+
+/// `--spec mtp` for a model without MTP layers.
+pub fn no_mtp(path: &Path, arch: &str) -> EngineError {
+    EngineError::Input(format!(
+        "{}: --spec mtp needs multi-token-prediction (MTP) layers, and this {arch} model has none \
+         (only Qwen 3.5 / 3.6 checkpoints carry them, and a conversion with --no-mtp drops them); \
+         use --spec ngram or off",
+        path.display()
+    ))
 }
 
 /// Developer aid (`HF2Q_DEBUG_MARGIN`): the two best tokens and their log-probabilities.

@@ -6,8 +6,16 @@
 //! bytes as decoding without drafts; with sampling, a draft is kept with its probability under the
 //! sampler's chain and otherwise a token is drawn from the chain without it
 //! (`Sampler::sample_draft`), which keeps the chain's distribution.
+//!
+//! Drafts come from n-gram lookup ([`NgramDrafter`]) or from the model's own
+//! multi-token-prediction head ([`MtpDrafter`], Qwen 3.5 / 3.6): the MTP layer pairs each checked
+//! position's last hidden state with the token chosen after it, and its guess for the token after
+//! that is the next draft; further drafts chain its own hidden state (vLLM's MTP proposer,
+//! llama.cpp `common/speculative.cpp` `draft-mtp`).
 
+use crate::backend::Backend;
 use crate::generate::{Decoding, Step};
+use crate::model::{HiddenRows, Logits, Model, Scratch, SeqStep};
 use crate::tokenizer::Tokenizer;
 use crate::Result;
 
@@ -19,6 +27,8 @@ pub enum SpecMode {
     Off,
     /// n-gram lookup in the prompt and the tokens generated so far.
     Ngram,
+    /// The model's multi-token-prediction layer (models that carry one).
+    Mtp,
     /// What the backend does best by measurement (`Backend::spec_by_default`): n-gram lookup on
     /// the CPU, one token per step on CUDA (not yet measured there).
     Auto,
@@ -29,6 +39,7 @@ impl SpecMode {
         match s.to_ascii_lowercase().as_str() {
             "off" | "none" => Some(SpecMode::Off),
             "ngram" => Some(SpecMode::Ngram),
+            "mtp" => Some(SpecMode::Mtp),
             "auto" => Some(SpecMode::Auto),
             _ => None,
         }
@@ -143,6 +154,136 @@ impl NgramDrafter {
             self.wait = self.cool;
             self.cool = (self.cool * 2).min(COOL_MAX);
         }
+    }
+}
+
+/// Where a sequence's drafts come from.
+#[derive(Clone, Debug)]
+pub enum Drafter {
+    Ngram(NgramDrafter),
+    Mtp(MtpDrafter),
+}
+
+impl Drafter {
+    /// The drafter of `mode` (made definite with [`SpecMode::on`]), none for `Off`.
+    pub fn of(mode: SpecMode, draft_max: usize) -> Option<Drafter> {
+        match mode {
+            SpecMode::Ngram => Some(Drafter::Ngram(NgramDrafter::new(draft_max))),
+            SpecMode::Mtp => Some(Drafter::Mtp(MtpDrafter::new(draft_max))),
+            SpecMode::Off | SpecMode::Auto => None,
+        }
+    }
+
+    pub fn stats(&self) -> SpecStats {
+        match self {
+            Drafter::Ngram(d) => d.stats,
+            Drafter::Mtp(d) => d.stats,
+        }
+    }
+
+    pub fn feedback(&mut self, drafted: usize, accepted: usize) {
+        match self {
+            Drafter::Ngram(d) => d.feedback(drafted, accepted),
+            Drafter::Mtp(d) => d.feedback(drafted, accepted),
+        }
+    }
+}
+
+/// Drafts from the model's MTP head. The MTP layer keeps K/V for every position of the sequence:
+/// after each step of the target model the rows whose following token is known are paired with it
+/// ([`MtpDrafter::target_step`]) and run through the MTP layer at the next proposal, whose last row
+/// gives the first draft; each further draft is one MTP step on the previous one's hidden state.
+#[derive(Clone, Debug)]
+pub struct MtpDrafter {
+    k_max: usize,
+    k: usize,
+    pending: Option<Pending>,
+    pub stats: SpecStats,
+}
+
+/// Rows of the last target step the MTP layer has not seen: `row0 ..` at positions `pos0 ..`,
+/// with the tokens that followed each of them but the last (whose follower is the next token).
+#[derive(Clone, Debug)]
+struct Pending {
+    row0: usize,
+    pos0: usize,
+    next: Vec<u32>,
+}
+
+impl MtpDrafter {
+    /// At most `k_max` drafts per check (capped at [`MAX_DRAFT`]).
+    pub fn new(k_max: usize) -> MtpDrafter {
+        let k_max = k_max.clamp(1, MAX_DRAFT);
+        MtpDrafter {
+            k_max,
+            k: k_max,
+            pending: None,
+            stats: SpecStats::default(),
+        }
+    }
+
+    /// The target model's step just made rows `row0 ..` (positions `pos0 ..`) of its scratch;
+    /// `next` are the tokens after all of them but the last.
+    pub fn target_step(&mut self, row0: usize, pos0: usize, next: Vec<u32>) {
+        self.pending = Some(Pending { row0, pos0, next });
+    }
+
+    /// Pair the pending rows with their tokens (`tok` after the last) in the MTP layer, then
+    /// up to `limit` drafts (fewer as checks keep fewer). Nothing pending, nothing proposed: the
+    /// MTP layer's cache would miss a position.
+    pub fn propose<B: Backend>(
+        &mut self,
+        m: &dyn Model<B>,
+        scratch: &mut Scratch,
+        kv: &mut B::Kv,
+        tok: u32,
+        limit: usize,
+    ) -> Result<Vec<u32>> {
+        let Some(p) = self.pending.take() else {
+            return Ok(Vec::new());
+        };
+        let mut toks = p.next;
+        toks.push(tok);
+        let rows: Vec<usize> = (p.row0..p.row0 + toks.len()).collect();
+        let k = self.k.min(limit);
+        let logits = if k == 0 { Logits::None } else { Logits::Last };
+        let mut step = |tokens: &[u32], pos0: usize, hidden: HiddenRows<'_>, logits: Logits| {
+            m.forward_mtp_argmax(
+                scratch,
+                &mut [SeqStep {
+                    kv: &mut *kv,
+                    tokens,
+                    pos0,
+                    logits,
+                }],
+                hidden,
+            )
+        };
+        let first = step(&toks, p.pos0, HiddenRows::Target(&rows), logits)?;
+        let mut drafts: Vec<u32> = first.into_iter().take(k).collect();
+        let mut last = toks.len() - 1;
+        let mut pos = p.pos0 + toks.len();
+        while drafts.len() < k {
+            let d = drafts[drafts.len() - 1];
+            let out = step(&[d], pos, HiddenRows::Mtp(&[last]), Logits::Last)?;
+            drafts.push(out.first().copied().unwrap_or(0));
+            last = 0;
+            pos += 1;
+        }
+        Ok(drafts)
+    }
+
+    /// A check of `drafted` tokens kept `accepted` of them: the next draft length follows as for
+    /// n-gram drafts, without pausing (every step's rows must reach the MTP layer).
+    pub fn feedback(&mut self, drafted: usize, accepted: usize) {
+        self.stats.checks += 1;
+        self.stats.drafted += drafted;
+        self.stats.accepted += accepted;
+        self.k = if accepted == drafted {
+            (self.k * 2).min(self.k_max)
+        } else {
+            (accepted + 1).max(self.k / 2).clamp(1, self.k_max)
+        };
     }
 }
 

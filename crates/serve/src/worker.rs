@@ -27,9 +27,9 @@ use crate::error::ApiError;
 use engine::backend::KvType;
 use engine::chat::ChatTemplate;
 use engine::generate::{Decoding, Finish, GenerateParams, LoadedModel};
-use engine::model::{Logits, SeqStep};
+use engine::model::{HiddenRows, Logits, SeqStep};
 use engine::model::{Model, ModelInfo};
-use engine::spec::{NgramDrafter, SpecMode, SpecStats};
+use engine::spec::{Drafter, SpecMode, SpecStats};
 use engine::tokenizer::Tokenizer;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -233,7 +233,7 @@ struct Active {
     started: std::time::Instant,
     first: Option<std::time::Instant>,
     /// Proposes tokens ahead of the next (speculative decoding).
-    drafter: Option<NgramDrafter>,
+    drafter: Option<Drafter>,
 }
 
 struct Slot<B: Backend> {
@@ -259,6 +259,9 @@ impl Worker {
             tokenizer,
             template,
         } = model;
+        if limits.spec == SpecMode::Mtp && model.mtp_layers() == 0 {
+            return Err(engine::generate::no_mtp(&path, &model.info().arch));
+        }
         let served = Arc::new(Served {
             path,
             info: model.info().clone(),
@@ -719,7 +722,7 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
         processed: cached,
         ms: 0.0,
     }));
-    let drafter = (job.params.spec.on(b) == SpecMode::Ngram).then(|| NgramDrafter::new(job.params.draft_max));
+    let drafter = Drafter::of(job.params.spec.on(b), job.params.draft_max);
     slot.active = Some(Active {
         drafter,
         job,
@@ -769,9 +772,18 @@ fn step<B: Backend>(
                 .min(s.n_ctx)
                 .saturating_sub(s.tokens.len() + 1)
                 .min(a.decoding.remaining().saturating_sub(1));
-            let mut h = s.tokens.clone();
-            h.push(t);
-            tokens.extend(dr.propose(&h, room));
+            match dr {
+                Drafter::Ngram(dr) => {
+                    let mut h = s.tokens.clone();
+                    h.push(t);
+                    tokens.extend(dr.propose(&h, room));
+                }
+                // A failed MTP step only costs this step's drafts (the sequence goes on).
+                Drafter::Mtp(dr) => tokens.extend(
+                    dr.propose(m.model.as_ref(), scratch, &mut s.kv, t, room)
+                        .unwrap_or_default(),
+                ),
+            }
         }
         feeds.push(Feed {
             slot: i,
@@ -858,11 +870,17 @@ fn step<B: Backend>(
         }
     };
     let mut finished = Vec::new();
-    // The step's logits rows, in feed order.
+    // The step's logits rows, in feed order; its token rows (whose hidden states an MTP drafter
+    // pairs with the tokens after them), and the prompt rows to pair once every row is read.
     let mut row = 0;
+    let mut trow = 0;
+    let mut mtp_prompt: Vec<(usize, usize, usize, Vec<u32>)> = Vec::new();
     for f in feeds {
         let s = &mut slots[f.slot];
         let r0 = row;
+        let t0 = trow;
+        trow += f.tokens.len();
+        let pos0 = s.tokens.len();
         row += if f.drafts > 0 {
             f.tokens.len()
         } else {
@@ -872,7 +890,20 @@ fn step<B: Backend>(
             s.tokens.extend_from_slice(&f.tokens);
         }
         let Some(a) = &mut s.active else { continue };
+        let decode = a.next.is_some();
         if a.next.is_none() {
+            if let Some(Drafter::Mtp(dr)) = &mut a.drafter {
+                // Prompt rows whose next token is known go through the MTP layer after this
+                // step; the prompt's last row waits for the first sampled token.
+                let (p, n) = (&a.job.prompt, f.tokens.len());
+                let known = n.min(p.len().saturating_sub(a.fed + 1));
+                if known > 0 {
+                    mtp_prompt.push((f.slot, t0, pos0, p[a.fed + 1..a.fed + 1 + known].to_vec()));
+                }
+                if known < n {
+                    dr.target_step(t0 + n - 1, pos0 + n - 1, Vec::new());
+                }
+            }
             a.fed += f.tokens.len();
             a.job.send(Event::Progress(Progress {
                 total: a.job.prompt.len(),
@@ -885,6 +916,10 @@ fn step<B: Backend>(
             continue;
         }
         a.first.get_or_insert_with(std::time::Instant::now);
+        if let (Some(Drafter::Mtp(dr)), true, 0) = (&mut a.drafter, decode, f.drafts) {
+            // A decode step without drafts: its row pairs with the token it gives.
+            dr.target_step(t0, pos0, Vec::new());
+        }
         let taken = if f.drafts > 0 {
             let argmax = out.get(r0..r0 + f.tokens.len()).unwrap_or(&[]);
             let checked = engine::spec::check(&mut a.decoding, &m.tokenizer, &f.tokens[1..], argmax, |i| {
@@ -902,6 +937,9 @@ fn step<B: Backend>(
                 }
                 if let Some(dr) = &mut a.drafter {
                     dr.feedback(f.drafts, n - 1);
+                    if let Drafter::Mtp(dr) = dr {
+                        dr.target_step(t0, pos0, f.tokens[1..n].to_vec());
+                    }
                 }
                 let mut st = spec.lock().unwrap_or_else(|e| e.into_inner());
                 st.add(&SpecStats {
@@ -974,6 +1012,20 @@ fn step<B: Backend>(
                 }
             }
         }
+    }
+    for (slot, row0, pos0, tokens) in mtp_prompt {
+        let rows: Vec<usize> = (row0..row0 + tokens.len()).collect();
+        // A failed MTP step only costs drafts (the sequence goes on).
+        let _ = m.model.forward_mtp_argmax(
+            scratch,
+            &mut [SeqStep {
+                kv: &mut slots[slot].kv,
+                tokens: &tokens,
+                pos0,
+                logits: Logits::None,
+            }],
+            HiddenRows::Target(&rows),
+        );
     }
     finished
 }

@@ -32,6 +32,14 @@ pub struct SeqStep<'a, B: Backend> {
     pub logits: Logits,
 }
 
+/// Where the rows of an MTP step take their hidden states from: rows of the scratch's last
+/// target step, or of its last MTP step (drafting further ahead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HiddenRows<'a> {
+    Target(&'a [usize]),
+    Mtp(&'a [usize]),
+}
+
 /// The family-independent facts about a loaded decoder.
 #[derive(Clone, Debug)]
 pub struct ModelInfo {
@@ -150,6 +158,28 @@ pub trait Model<B: Backend>: Send + Sync {
     fn forward_argmax(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<u32>>;
     /// Row `i` of the logits of the scratch's last step.
     fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>>;
+
+    /// Multi-token-prediction (MTP) layers the model runs ([`Model::forward_mtp_argmax`]); 0 for
+    /// a model without them.
+    fn mtp_layers(&self) -> usize {
+        0
+    }
+    /// One step of the MTP head (speculative drafting, `spec::MtpDrafter`): row r of the step
+    /// pairs its token with the hidden state `hidden` names for it (the normed last hidden state
+    /// of a row of the scratch's last target step, or of its last MTP step) and gives, as
+    /// `forward_argmax` does, the argmax of the logits rows asked for: the MTP's guess of the
+    /// token after. The step stores the MTP layer's K/V at its positions in `kv`.
+    fn forward_mtp_argmax(
+        &self,
+        _s: &mut Scratch,
+        _seqs: &mut [SeqStep<'_, B>],
+        _hidden: HiddenRows<'_>,
+    ) -> Result<Vec<u32>> {
+        Err(EngineError::Unsupported(format!(
+            "a {} model has no multi-token-prediction layers",
+            self.info().arch
+        )))
+    }
 
     /// A cache for one sequence of up to `n_ctx` positions.
     fn new_kv(&self, n_ctx: usize, ty: KvType) -> Result<B::Kv> {

@@ -16,10 +16,16 @@
 //!   FFN (softmax top-k, renormalised) plus a shared expert scaled by sigmoid of its own gate
 //!   (`qwen35moe`).
 //!
-//! Multi-token-prediction layers (`nextn_predict_layers`, the blocks after the decoder's) are not
-//! loaded: they serve drafting, which is not implemented yet, and the decoder never runs them.
+//! - The multi-token-prediction (MTP) block (`nextn_predict_layers`, the block after the
+//!   decoder's; llama.cpp `src/models/qwen35.cpp` `graph_mtp`, vLLM `qwen3_next_mtp.py`): for the
+//!   pair (normed last hidden state h_p of position p, token t_{p+1}),
+//!   `x = eh_proj · [enorm(embed(t_{p+1})), hnorm(h_p)]` (embedding first), one full-attention
+//!   layer with its own K/V (cache layer `n_layer`, at position p as vLLM places it; RoPE makes
+//!   this the same as llama.cpp's p+1), then `shared_head_norm` and the shared output head: logits
+//!   for t_{p+2}. Its normed output is the hidden state of the next draft. Only the first MTP
+//!   block is loaded (llama.cpp supports one for this family too); the decoder never runs it.
 
-use super::batch::{self, KvLayer, Model, ModelInfo, RecurrentLayer, Scratch, SeqStep};
+use super::batch::{self, HiddenRows, KvLayer, Model, ModelInfo, RecurrentLayer, Scratch, SeqStep};
 use super::blocks::{self, AttnShape, Ffn, FfnBufs, Glu, HeadBufs, Moe, MoeBufs, Routing};
 use super::{Keys, Loader};
 use crate::backend::{Backend, DeltaNetLayer, Rope};
@@ -74,6 +80,19 @@ enum LayerFfn<B: Backend> {
     Moe(SharedMoe<B>),
 }
 
+/// The MTP block: the projection of `[normed embedding, normed hidden]` and a decoder layer,
+/// with the shared head's norm (the output norm when absent) and optional own embedding / head.
+struct Mtp<B: Backend> {
+    /// [2·n_embd] → [n_embd]; its first n_embd inputs take the embedding.
+    eh_proj: B::Weight,
+    enorm: B::Weight,
+    hnorm: B::Weight,
+    head_norm: Option<B::Weight>,
+    embed: Option<B::Weight>,
+    head: Option<B::Weight>,
+    layer: Layer<B>,
+}
+
 struct Layer<B: Backend> {
     attn_norm: B::Weight,
     post_norm: B::Weight,
@@ -94,6 +113,7 @@ pub struct Qwen35<B: Backend> {
     output_norm: B::Weight,
     output: Option<B::Weight>,
     layers: Vec<Layer<B>>,
+    mtp: Option<Mtp<B>>,
 }
 
 /// Activations of a step.
@@ -121,6 +141,14 @@ struct Bufs<B: Backend> {
     ffn: FfnBufs<B>,
     moe: Option<MoeBuffers<B>>,
     head: HeadBufs<B>,
+    // The MTP block (one column each without one): the normed last hidden state of every row of
+    // the last target step (`hid`) and of the last MTP step (`mhid`), the hidden rows an MTP step
+    // reads (`h`, normed: `hn`) and its projection's input `[enorm(embedding), hnorm(h)]` (`cat`).
+    hid: B::Buf,
+    mhid: B::Buf,
+    h: B::Buf,
+    hn: B::Buf,
+    cat: B::Buf,
 }
 
 impl<B: Backend> batch::StepBufs<B> for Bufs<B> {
@@ -243,8 +271,8 @@ impl<B: Backend> Qwen35<B> {
         };
         let n_ff = if moe { 0 } else { k.u(key::FEED_FORWARD_LENGTH)? };
         let mut layers = Vec::with_capacity(n_layer);
-        let mut kv = Vec::with_capacity(n_layer);
-        for (i, &rec) in recurrent.iter().enumerate() {
+        let mut kv = Vec::with_capacity(n_layer + 1);
+        let load_layer = |i: usize, rec: bool, kv: &mut Vec<KvLayer>| -> Result<Layer<B>> {
             let mixer = if rec {
                 let shape = DeltaNetLayer {
                     layer: i,
@@ -325,13 +353,32 @@ impl<B: Backend> Qwen35<B> {
                     down: l.mat(&T::FfnDown.blk(i), &[n_ff, e])?,
                 }),
             };
-            layers.push(Layer {
+            Ok(Layer {
                 attn_norm: l.get(&T::AttnNorm.blk(i), &[e])?,
                 post_norm: l.get(&T::AttnPostNorm.blk(i), &[e])?,
                 mixer,
                 ffn,
-            });
+            })
+        };
+        for (i, &rec) in recurrent.iter().enumerate() {
+            layers.push(load_layer(i, rec, &mut kv)?);
         }
+        // The first MTP block, when the file carries its tensors (a conversion with --no-mtp
+        // keeps `nextn_predict_layers` 0; one whose MTP tensors are missing runs without MTP).
+        let mtp = if n_mtp > 0 && gguf.tensor(&T::NextnEhProj.blk(n_layer)).is_some() {
+            let i = n_layer;
+            Some(Mtp {
+                eh_proj: l.mat(&T::NextnEhProj.blk(i), &[2 * e, e])?,
+                enorm: l.get(&T::NextnEnorm.blk(i), &[e])?,
+                hnorm: l.get(&T::NextnHnorm.blk(i), &[e])?,
+                head_norm: l.opt(&T::NextnSharedHeadNorm.blk(i), &[e])?,
+                embed: l.opt(&T::NextnEmbedTokens.blk(i), &[e, n_vocab])?,
+                head: l.opt_mat(&T::NextnSharedHeadHead.blk(i), &[e, n_vocab])?,
+                layer: load_layer(i, false, &mut kv)?,
+            })
+        } else {
+            None
+        };
         Ok(Qwen35 {
             info: ModelInfo {
                 arch,
@@ -351,6 +398,7 @@ impl<B: Backend> Qwen35<B> {
             output_norm,
             output,
             layers,
+            mtp,
         })
     }
 
@@ -386,85 +434,106 @@ impl<B: Backend> Qwen35<B> {
         Ok(())
     }
 
-    fn forward_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<()> {
+    /// One decoder layer over the step's rows in `s.x` (the MTP block's layer too, `il` being
+    /// its cache layer).
+    fn layer(
+        &self,
+        s: &mut Bufs<B>,
+        ly: &Layer<B>,
+        il: usize,
+        step: &B::Step,
+        seqs: &mut [SeqStep<'_, B>],
+        dump: &mut crate::debug::Dump,
+    ) -> Result<()> {
         let b = &*self.backend;
         let eps = self.eps;
         let hd = self.head_dim;
+        b.rms_norm(&s.x, &ly.attn_norm, eps, &mut s.xn);
+        dump.put(b, &format!("attn_norm-{il}"), &s.xn);
+        match &ly.mixer {
+            Mixer::Linear(m) => {
+                b.matmul_many(
+                    &[&m.wqkv, &m.wz, &m.wbeta, &m.walpha],
+                    &s.xn,
+                    &mut [&mut s.qkv, &mut s.z, &mut s.beta, &mut s.alpha],
+                );
+                let mut kvs: Vec<&mut B::Kv> = seqs.iter_mut().map(|q| &mut *q.kv).collect();
+                b.ssm_conv(&s.qkv, &m.conv, step, &mut kvs, &m.shape, &mut s.conv);
+                dump.put(b, &format!("conv_output_silu-{il}"), &s.conv);
+                b.gated_delta_net(
+                    &s.conv, &s.alpha, &s.beta, &m.dt_bias, &m.a, step, &mut kvs, &m.shape, &mut s.o,
+                );
+                dump.put(b, &format!("attn_output-{il}"), &s.o);
+                // transformers Qwen3_5RMSNormGated: rms_norm(o) · w · silu(z), per value head.
+                b.head_rms_norm(&mut s.o, Some(&m.norm), m.shape.head_v, eps);
+                b.swiglu(&s.z, &s.o, &mut s.gated);
+                b.matmul(&m.out, &s.gated, &mut s.att);
+            }
+            Mixer::Full(f) => {
+                b.matmul_many(&[&f.wq, &f.wk, &f.wv], &s.xn, &mut [&mut s.qg, &mut s.k, &mut s.v]);
+                b.unzip_heads(&s.qg, hd, &mut s.q, &mut s.gate);
+                b.head_rms_norm(&mut s.q, Some(&f.q_norm), hd, eps);
+                b.head_rms_norm(&mut s.k, Some(&f.k_norm), hd, eps);
+                b.rope_qk(&mut s.q, &mut s.k, hd, step, &self.rope);
+                dump.put(b, &format!("Qcur-{il}"), &s.q);
+                dump.put(b, &format!("Kcur-{il}"), &s.k);
+                let shape = AttnShape {
+                    n_head: self.n_head,
+                    n_kv_head: self.n_kv_head,
+                    head_dim: hd,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                };
+                blocks::attend(b, step, seqs, il, &self.kv[il], shape, &s.q, &s.k, &s.v, &mut s.attn);
+                b.sigmoid_mul(&mut s.attn, &s.gate);
+                dump.put(b, &format!("attn_gated-{il}"), &s.attn);
+                b.matmul(&f.wo, &s.attn, &mut s.att);
+            }
+        }
+        // x += mixer output; the FFN reads the post-attention norm of the sum.
+        b.add_rms_norm(&mut s.x, &s.att, &ly.post_norm, eps, &mut s.xn);
+        dump.put(b, &format!("attn_post_norm-{il}"), &s.xn);
+        match &ly.ffn {
+            LayerFfn::Dense(f) => blocks::ffn(b, f, Glu::Swiglu, &s.xn, &mut s.ffn, &mut s.f),
+            LayerFfn::Moe(m) => {
+                let t = s.moe.as_mut().expect("MoE buffers for a MoE model");
+                blocks::moe_ffn(
+                    b,
+                    &m.moe.router,
+                    &m.moe.experts,
+                    &m.moe.routing,
+                    Glu::Swiglu,
+                    &s.xn,
+                    &s.xn,
+                    &mut t.moe,
+                    None,
+                    &mut s.f,
+                )?;
+                if let Some((shared, gate)) = &m.shared {
+                    blocks::ffn(b, shared, Glu::Swiglu, &s.xn, &mut t.shared, &mut t.shared_out);
+                    b.matmul(gate, &s.xn, &mut t.shared_gate);
+                    b.sigmoid_mul(&mut t.shared_out, &t.shared_gate);
+                    b.add(&mut s.f, &t.shared_out);
+                }
+            }
+        }
+        dump.put(b, &format!("ffn_out-{il}"), &s.f);
+        b.add(&mut s.x, &s.f);
+        dump.put(b, &format!("l_out-{il}"), &s.x);
+        Ok(())
+    }
+
+    fn forward_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>]) -> Result<()> {
+        let b = &*self.backend;
+        let eps = self.eps;
         let step = batch::begin_step(b, seqs)?;
         b.embed(&self.tok_embd, &step, &mut s.x)?;
         let mut dump = crate::debug::Dump::from_env();
         for (il, ly) in self.layers.iter().enumerate() {
-            b.rms_norm(&s.x, &ly.attn_norm, eps, &mut s.xn);
-            dump.put(b, &format!("attn_norm-{il}"), &s.xn);
-            match &ly.mixer {
-                Mixer::Linear(m) => {
-                    b.matmul_many(
-                        &[&m.wqkv, &m.wz, &m.wbeta, &m.walpha],
-                        &s.xn,
-                        &mut [&mut s.qkv, &mut s.z, &mut s.beta, &mut s.alpha],
-                    );
-                    let mut kvs: Vec<&mut B::Kv> = seqs.iter_mut().map(|q| &mut *q.kv).collect();
-                    b.ssm_conv(&s.qkv, &m.conv, &step, &mut kvs, &m.shape, &mut s.conv);
-                    dump.put(b, &format!("conv_output_silu-{il}"), &s.conv);
-                    b.gated_delta_net(
-                        &s.conv, &s.alpha, &s.beta, &m.dt_bias, &m.a, &step, &mut kvs, &m.shape, &mut s.o,
-                    );
-                    dump.put(b, &format!("attn_output-{il}"), &s.o);
-                    // transformers Qwen3_5RMSNormGated: rms_norm(o) · w · silu(z), per value head.
-                    b.head_rms_norm(&mut s.o, Some(&m.norm), m.shape.head_v, eps);
-                    b.swiglu(&s.z, &s.o, &mut s.gated);
-                    b.matmul(&m.out, &s.gated, &mut s.att);
-                }
-                Mixer::Full(f) => {
-                    b.matmul_many(&[&f.wq, &f.wk, &f.wv], &s.xn, &mut [&mut s.qg, &mut s.k, &mut s.v]);
-                    b.unzip_heads(&s.qg, hd, &mut s.q, &mut s.gate);
-                    b.head_rms_norm(&mut s.q, Some(&f.q_norm), hd, eps);
-                    b.head_rms_norm(&mut s.k, Some(&f.k_norm), hd, eps);
-                    b.rope_qk(&mut s.q, &mut s.k, hd, &step, &self.rope);
-                    dump.put(b, &format!("Qcur-{il}"), &s.q);
-                    dump.put(b, &format!("Kcur-{il}"), &s.k);
-                    let shape = AttnShape {
-                        n_head: self.n_head,
-                        n_kv_head: self.n_kv_head,
-                        head_dim: hd,
-                        scale: 1.0 / (hd as f32).sqrt(),
-                    };
-                    blocks::attend(b, &step, seqs, il, &self.kv[il], shape, &s.q, &s.k, &s.v, &mut s.attn);
-                    b.sigmoid_mul(&mut s.attn, &s.gate);
-                    dump.put(b, &format!("attn_gated-{il}"), &s.attn);
-                    b.matmul(&f.wo, &s.attn, &mut s.att);
-                }
-            }
-            // x += mixer output; the FFN reads the post-attention norm of the sum.
-            b.add_rms_norm(&mut s.x, &s.att, &ly.post_norm, eps, &mut s.xn);
-            dump.put(b, &format!("attn_post_norm-{il}"), &s.xn);
-            match &ly.ffn {
-                LayerFfn::Dense(f) => blocks::ffn(b, f, Glu::Swiglu, &s.xn, &mut s.ffn, &mut s.f),
-                LayerFfn::Moe(m) => {
-                    let t = s.moe.as_mut().expect("MoE buffers for a MoE model");
-                    blocks::moe_ffn(
-                        b,
-                        &m.moe.router,
-                        &m.moe.experts,
-                        &m.moe.routing,
-                        Glu::Swiglu,
-                        &s.xn,
-                        &s.xn,
-                        &mut t.moe,
-                        None,
-                        &mut s.f,
-                    )?;
-                    if let Some((shared, gate)) = &m.shared {
-                        blocks::ffn(b, shared, Glu::Swiglu, &s.xn, &mut t.shared, &mut t.shared_out);
-                        b.matmul(gate, &s.xn, &mut t.shared_gate);
-                        b.sigmoid_mul(&mut t.shared_out, &t.shared_gate);
-                        b.add(&mut s.f, &t.shared_out);
-                    }
-                }
-            }
-            dump.put(b, &format!("ffn_out-{il}"), &s.f);
-            b.add(&mut s.x, &s.f);
-            dump.put(b, &format!("l_out-{il}"), &s.x);
+            self.layer(s, ly, il, &step, seqs, &mut dump)?;
+        }
+        if self.mtp.is_some() {
+            // The MTP block's input: llama.cpp qwen35.cpp `h_nextn` (after the output norm).
+            b.rms_norm(&s.x, &self.output_norm, eps, &mut s.hid);
         }
         let output = self.output.as_ref().unwrap_or(&self.tok_embd);
         blocks::logits(
@@ -478,6 +547,66 @@ impl<B: Backend> Qwen35<B> {
             &mut s.head,
             &mut dump,
         );
+        Ok(())
+    }
+}
+
+impl<B: Backend> Qwen35<B> {
+    /// One MTP step (`Model::forward_mtp_argmax`); llama.cpp qwen35.cpp `graph_mtp`.
+    fn mtp_inner(&self, s: &mut Bufs<B>, seqs: &mut [SeqStep<'_, B>], hidden: HiddenRows<'_>) -> Result<()> {
+        let b = &*self.backend;
+        let eps = self.eps;
+        let m = self
+            .mtp
+            .as_ref()
+            .ok_or_else(|| EngineError::Unsupported(format!("a {} model without MTP layers", self.info.arch)))?;
+        let (src, rows) = match hidden {
+            HiddenRows::Target(r) => (&s.hid, r),
+            HiddenRows::Mtp(r) => (&s.mhid, r),
+        };
+        let n: usize = seqs.iter().map(|q| q.tokens.len()).sum();
+        let have = b.shape(src).0;
+        if rows.len() != n || rows.iter().any(|&r| r >= have) {
+            return Err(EngineError::Input(format!(
+                "an MTP step of {n} tokens given hidden rows {rows:?} of a step of {have} rows"
+            )));
+        }
+        let step = batch::begin_step(b, seqs)?;
+        b.select_rows(src, rows, &mut s.h);
+        b.embed(m.embed.as_ref().unwrap_or(&self.tok_embd), &step, &mut s.x)?;
+        let runs = b.runs(&s.x);
+        b.rms_norm(&s.x, &m.enorm, eps, &mut s.xn);
+        b.rms_norm(&s.h, &m.hnorm, eps, &mut s.hn);
+        // [enorm(e), hnorm(h)] per row: the row-major [n, 2·n_embd] buffer seen as [2n, n_embd].
+        let e = self.info.n_embd;
+        b.reshape(&mut s.cat, 2 * n, e);
+        b.scatter_rows(&s.xn, &(0..n).map(|r| 2 * r).collect::<Vec<_>>(), &mut s.cat);
+        b.scatter_rows(&s.hn, &(0..n).map(|r| 2 * r + 1).collect::<Vec<_>>(), &mut s.cat);
+        b.reshape(&mut s.cat, n, 2 * e);
+        b.set_runs(&mut s.cat, &runs);
+        b.matmul(&m.eh_proj, &s.cat, &mut s.x);
+        let mut dump = crate::debug::Dump::from_env();
+        dump.put(b, "mtp_eh_proj", &s.x);
+        self.layer(s, &m.layer, self.info.n_layer, &step, seqs, &mut dump)?;
+        b.rms_norm(
+            &s.x,
+            m.head_norm.as_ref().unwrap_or(&self.output_norm),
+            eps,
+            &mut s.mhid,
+        );
+        dump.put(b, "mtp_h_nextn", &s.mhid);
+        let out_rows = batch::output_rows(seqs);
+        let t = &mut s.head;
+        if out_rows.is_empty() {
+            let n_vocab = b.shape(&t.logits).1;
+            b.reshape(&mut t.logits, 0, n_vocab);
+            return Ok(());
+        }
+        b.select_rows(&s.mhid, &out_rows, &mut t.seln);
+        b.set_runs(&mut t.seln, &batch::logit_runs(seqs));
+        let head = m.head.as_ref().or(self.output.as_ref()).unwrap_or(&self.tok_embd);
+        b.matmul(head, &t.seln, &mut t.logits);
+        dump.put(b, "mtp_result_output", &t.logits);
         Ok(())
     }
 }
@@ -504,16 +633,16 @@ impl<B: Backend> Model<B> for Qwen35<B> {
             Mixer::Full(_) => None,
         });
         let (cd, vd, nv) = lin.map_or((0, 0, 0), |s| (s.conv_dim(), s.n_v_heads * s.head_v, s.n_v_heads));
-        let n_ff = self
-            .layers
-            .iter()
+        // Every layer's FFN, the MTP block's included.
+        let all = || self.layers.iter().chain(self.mtp.as_ref().map(|m| &m.layer));
+        let n_ff = all()
             .map(|l| match &l.ffn {
                 LayerFfn::Dense(f) => b.weight_shape(&f.gate)[1] as usize,
                 LayerFfn::Moe(_) => 0,
             })
             .max()
             .unwrap_or(0);
-        let moe = self.layers.iter().find_map(|l| match &l.ffn {
+        let moe = all().find_map(|l| match &l.ffn {
             LayerFfn::Moe(m) => Some(m),
             LayerFfn::Dense(_) => None,
         });
@@ -529,6 +658,7 @@ impl<B: Backend> Model<B> for Qwen35<B> {
                 shared_gate: b.alloc(rows, 1),
             }
         });
+        let me = if self.mtp.is_some() { e } else { 1 };
         let bufs: Bufs<B> = Bufs {
             x: b.alloc(rows, e),
             xn: b.alloc(rows, e),
@@ -550,6 +680,11 @@ impl<B: Backend> Model<B> for Qwen35<B> {
             ffn: FfnBufs::new(b, rows, n_ff.max(1)),
             moe,
             head: HeadBufs::new(b, rows, e, self.info.n_vocab),
+            hid: b.alloc(rows, me),
+            mhid: b.alloc(rows, me),
+            h: b.alloc(rows, me),
+            hn: b.alloc(rows, me),
+            cat: b.alloc(rows, 2 * me),
         };
         Scratch::new(rows, bufs)
     }
@@ -572,5 +707,19 @@ impl<B: Backend> Model<B> for Qwen35<B> {
 
     fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>> {
         batch::logits_row::<B, Bufs<B>>(&*self.backend, s, i)
+    }
+
+    fn mtp_layers(&self) -> usize {
+        usize::from(self.mtp.is_some())
+    }
+
+    fn forward_mtp_argmax(
+        &self,
+        s: &mut Scratch,
+        seqs: &mut [SeqStep<'_, B>],
+        hidden: HiddenRows<'_>,
+    ) -> Result<Vec<u32>> {
+        let run = |t: &mut Bufs<B>, q: &mut [SeqStep<'_, B>]| self.mtp_inner(t, q, hidden);
+        batch::step(&*self.backend, s, seqs, run, |b, h| h.argmax(b))
     }
 }

@@ -39,8 +39,9 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Speculative decoding in the tg test (`--spec ngram`: n-gram drafts from the tokens so far,
-    /// greedy): its acceptance and tokens per check are reported.
+    /// Speculative decoding in the tg test (`--spec ngram`: n-gram drafts from the tokens so far;
+    /// `--spec mtp`: drafts from the model's MTP layer; greedy): its acceptance and tokens per
+    /// check are reported.
     #[command(flatten)]
     pub spec: super::generate::SpecArgs,
 }
@@ -232,18 +233,22 @@ fn single<B: Backend>(
             .mode
             .unwrap_or(engine::spec::SpecMode::Off)
             .on(m.model.backend().as_ref());
-        if spec == engine::spec::SpecMode::Ngram {
+        if spec == engine::spec::SpecMode::Mtp && model.mtp_layers() == 0 {
+            return Err(engine::generate::no_mtp(&m.path, &model.info().arch).into());
+        }
+        if matches!(spec, engine::spec::SpecMode::Ngram | engine::spec::SpecMode::Mtp) {
+            let mtp = spec == engine::spec::SpecMode::Mtp;
             let mut stats = engine::spec::SpecStats::default();
             for rep in 0..=args.reps {
                 let t = Instant::now();
-                let st = decode_spec(m, &mut scratch, &mut kv, bos, n, args.spec.draft_max)?;
+                let st = decode_spec(m, &mut scratch, &mut kv, bos, n, args.spec.draft_max, mtp)?;
                 if rep > 0 {
                     samples.push(n as f64 / t.elapsed().as_secs_f64());
                     stats.add(&st);
                 }
             }
             rows.push(Row {
-                test: format!("tg{n} ngram"),
+                test: format!("tg{n} {}", if mtp { "mtp" } else { "ngram" }),
                 n,
                 seqs: 1,
                 samples,
@@ -282,8 +287,9 @@ fn single<B: Backend>(
     Ok(rows)
 }
 
-/// Greedy decoding of `n` tokens after `bos` with n-gram drafts checked a step at a time (the
-/// rows of a check computed as decode steps would compute them); returns what speculation did.
+/// Greedy decoding of `n` tokens after `bos` with n-gram drafts (or the model's MTP drafts when
+/// `mtp`) checked a step at a time (the rows of a check computed as decode steps would compute
+/// them); returns what speculation did.
 fn decode_spec<B: Backend>(
     m: &LoadedModel<B>,
     scratch: &mut engine::model::Scratch,
@@ -291,15 +297,22 @@ fn decode_spec<B: Backend>(
     bos: u32,
     n: usize,
     draft_max: usize,
+    mtp: bool,
 ) -> Result<engine::spec::SpecStats, CliError> {
     let model = &m.model;
     let b = model.backend();
     let mut drafter = engine::spec::NgramDrafter::new(draft_max);
+    let mut mtp_drafter = engine::spec::MtpDrafter::new(draft_max);
     let mut hist = vec![bos];
     let (mut tok, mut pos) = (bos, 0);
     b.kv_restore(kv, 0);
     while pos < n {
-        let drafts = drafter.propose(&hist, n - pos - 1);
+        let drafts = if mtp {
+            // Nothing to pair before the first step: the first token is decoded alone.
+            mtp_drafter.propose(model.as_ref(), scratch, kv, tok, n - pos - 1)?
+        } else {
+            drafter.propose(&hist, n - pos - 1)
+        };
         let fed: Vec<u32> = std::iter::once(tok).chain(drafts.iter().copied()).collect();
         let marks: Vec<usize> = (pos + 1..pos + fed.len()).collect();
         b.kv_keep_states(kv, &marks);
@@ -315,14 +328,21 @@ fn decode_spec<B: Backend>(
         )?;
         let kept = drafts.iter().zip(&am).take_while(|(d, a)| d == a).count();
         hist.extend_from_slice(&am[..=kept]);
+        if mtp {
+            mtp_drafter.target_step(0, pos, fed[1..=kept].to_vec());
+        }
         tok = am[kept];
         pos += kept + 1;
         if !drafts.is_empty() {
             b.kv_restore(kv, pos);
-            drafter.feedback(drafts.len(), kept);
+            if mtp {
+                mtp_drafter.feedback(drafts.len(), kept);
+            } else {
+                drafter.feedback(drafts.len(), kept);
+            }
         }
     }
-    Ok(drafter.stats)
+    Ok(if mtp { mtp_drafter.stats } else { drafter.stats })
 }
 
 /// The `--parallel` tests: for each count B, prompt length P and decode length N, B sequences

@@ -57,7 +57,8 @@ pub struct GenerateArgs {
 #[derive(Args, Clone, Debug)]
 pub struct SpecArgs {
     /// Propose tokens ahead and check them in one step: `ngram` looks them up in the prompt and
-    /// the text so far (strong when the reply quotes or edits text of the prompt), `off` decodes
+    /// the text so far (strong when the reply quotes or edits text of the prompt), `mtp` asks the
+    /// model's multi-token-prediction layer (Qwen 3.5 / 3.6 checkpoints converted with it), `off` decodes
     /// one token per step, `auto` is ngram on the CPU and off on a GPU (not yet measured there).
     /// The output is the same either way with greedy sampling (--temp 0), and has the same
     /// distribution otherwise [default: auto for generate, off for serve and bench]
@@ -79,7 +80,7 @@ fn parse_draft_max(s: &str) -> Result<usize, String> {
 }
 
 fn parse_spec(s: &str) -> Result<engine::spec::SpecMode, String> {
-    engine::spec::SpecMode::parse(s).ok_or_else(|| format!("expected auto, ngram or off, got {s:?}"))
+    engine::spec::SpecMode::parse(s).ok_or_else(|| format!("expected auto, ngram, mtp or off, got {s:?}"))
 }
 
 #[derive(Args, Clone)]
