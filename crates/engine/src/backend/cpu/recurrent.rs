@@ -35,9 +35,7 @@ fn softplus(x: f32) -> f32 {
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
+use super::simd::{axpy, dot, gemm, scale, GEMM_ROWS};
 
 /// `out = silu(conv(x))` per sequence, continuing from and updating each sequence's conv state.
 pub(super) fn ssm_conv(
@@ -129,26 +127,21 @@ struct HeadIn<'a> {
 fn recurrent_token(m: &mut [f32], hk: usize, hv: usize, h: &HeadIn<'_>, t: usize, out: &mut [f32]) {
     let (q, k) = (&h.q[t * hk..(t + 1) * hk], &h.k[t * hk..(t + 1) * hk]);
     let v = &h.v[t * h.v_stride..t * h.v_stride + hv];
-    let e = h.g[t].exp();
-    for x in m.iter_mut() {
-        *x *= e;
-    }
+    scale(m, h.g[t].exp());
     for (j, row) in m.chunks_mut(hk).enumerate() {
         let d = (v[j] - dot(row, k)) * h.beta[t];
-        for (x, &kv) in row.iter_mut().zip(k) {
-            *x += d * kv;
-        }
+        axpy(row, k, d);
         out[j] = dot(row, q);
     }
 }
 
-/// Tokens `t0 .. t0 + n` as one chunk (torch_chunk_gated_delta_rule on one chunk): the UT
-/// transform of the chunk's updates, the read of the state before it plus the chunk's own
-/// attention, then the state after it. `out` takes `head_v` values per token.
+/// Tokens `t0 .. t0 + n` as one chunk (torch_chunk_gated_delta_rule on one chunk), in matrix
+/// products (`simd::gemm`; the chunk's rows padded with zeros to its row blocks): the UT transform
+/// T = (I + A)⁻¹ of the chunk's updates by forward substitution, U = T·βV and W = T·βe^c·K, the
+/// new values U - W·S, the read of the state before the chunk plus the chunk's own attention,
+/// then the state after it. `out` takes `head_v` values per token.
 fn chunk(m: &mut [f32], hk: usize, hv: usize, h: &HeadIn<'_>, t0: usize, n: usize, out: &mut [f32]) {
-    let q = |i: usize| &h.q[(t0 + i) * hk..(t0 + i + 1) * hk];
-    let k = |i: usize| &h.k[(t0 + i) * hk..(t0 + i + 1) * hk];
-    let v = |i: usize| &h.v[(t0 + i) * h.v_stride..(t0 + i) * h.v_stride + hv];
+    let np = n.next_multiple_of(GEMM_ROWS);
     let beta = &h.beta[t0..t0 + n];
     // Cumulative log decay within the chunk.
     let mut cum = vec![0f32; n];
@@ -157,74 +150,97 @@ fn chunk(m: &mut [f32], hk: usize, hv: usize, h: &HeadIn<'_>, t0: usize, n: usiz
         acc += h.g[t0 + i];
         *c = acc;
     }
-    // a[i][j] (j < i) = β_i (k_i · k_j) exp(c_i - c_j); u = (I + a)⁻¹ β v, w = (I + a)⁻¹ β exp(c) k.
-    let mut a = vec![0f32; n * n];
+    // The chunk's keys and queries (np × hk), keys transposed (hk × np), values times β (np × hv).
+    let rows = |x: &[f32]| -> Vec<f32> {
+        let mut r = vec![0f32; np * hk];
+        r[..n * hk].copy_from_slice(&x[t0 * hk..(t0 + n) * hk]);
+        r
+    };
+    let (km, qm) = (rows(h.k), rows(h.q));
+    let kt = transpose(&km, np, hk);
+    let mut bv = vec![0f32; np * hv];
+    let mut bk = vec![0f32; np * hk];
     for i in 0..n {
-        for j in 0..i {
-            a[i * n + j] = beta[i] * dot(k(i), k(j)) * (cum[i] - cum[j]).exp();
+        let v = &h.v[(t0 + i) * h.v_stride..(t0 + i) * h.v_stride + hv];
+        for (x, &y) in bv[i * hv..(i + 1) * hv].iter_mut().zip(v) {
+            *x = beta[i] * y;
         }
-    }
-    let mut u = vec![0f32; n * hv];
-    let mut w = vec![0f32; n * hk];
-    for i in 0..n {
-        let (done, rest) = u.split_at_mut(i * hv);
-        let ui = &mut rest[..hv];
-        for (x, &vv) in ui.iter_mut().zip(v(i)) {
-            *x = beta[i] * vv;
-        }
-        let (wdone, wrest) = w.split_at_mut(i * hk);
-        let wi = &mut wrest[..hk];
         let s = beta[i] * cum[i].exp();
-        for (x, &kv) in wi.iter_mut().zip(k(i)) {
-            *x = s * kv;
-        }
-        for j in 0..i {
-            let aij = a[i * n + j];
-            for (x, &y) in ui.iter_mut().zip(&done[j * hv..(j + 1) * hv]) {
-                *x -= aij * y;
-            }
-            for (x, &y) in wi.iter_mut().zip(&wdone[j * hk..(j + 1) * hk]) {
-                *x -= aij * y;
-            }
+        for (x, &y) in bk[i * hk..(i + 1) * hk].iter_mut().zip(&km[i * hk..(i + 1) * hk]) {
+            *x = s * y;
         }
     }
-    // v_new = u - w·S (S read through its rows: column jv of S is row jv of m).
-    let mut vnew = u;
+    let mut kk = vec![0f32; np * np];
+    gemm(&mut kk, &km, &kt, np, hk, np);
+    // T = (I + A)⁻¹, A[i][j] = β_i (k_i · k_j) exp(c_i - c_j) for j < i: row i of T is
+    // e_i - Σ_{l < i} A[i][l] · row l (rows l < i have nothing past column l).
+    let mut t = vec![0f32; np * np];
     for i in 0..n {
-        let wi = &w[i * hk..(i + 1) * hk];
-        for (jv, row) in m.chunks(hk).enumerate() {
-            vnew[i * hv + jv] -= dot(wi, row);
+        let (done, rest) = t.split_at_mut(i * np);
+        let ti = &mut rest[..np];
+        ti[i] = 1.0;
+        for l in 0..i {
+            let a = beta[i] * kk[i * np + l] * (cum[i] - cum[l]).exp();
+            axpy(&mut ti[..=l], &done[l * np..l * np + l + 1], -a);
         }
     }
-    // out_i = exp(c_i) q_i·S + Σ_{j ≤ i} (q_i · k_j) exp(c_i - c_j) v_new_j
+    // vnew = T·βV - (T·βe^c·K)·S, S (hk × hv) the state as a matrix (m holds it transposed).
+    let mut vnew = vec![0f32; np * hv];
+    gemm(&mut vnew, &t, &bv, np, np, hv);
+    let mut w = vec![0f32; np * hk];
+    gemm(&mut w, &t, &bk, np, np, hk);
+    for x in &mut w {
+        *x = -*x;
+    }
+    let s = transpose(m, hv, hk);
+    gemm(&mut vnew, &w, &s, np, hk, hv);
+    // out_i = exp(c_i) q_i·S + Σ_{j ≤ i} (q_i · k_j) exp(c_i - c_j) vnew_j
+    let mut o = vec![0f32; np * hv];
+    gemm(&mut o, &qm, &s, np, hk, hv);
     for i in 0..n {
-        let o = &mut out[i * hv..(i + 1) * hv];
-        let ec = cum[i].exp();
-        for (jv, row) in m.chunks(hk).enumerate() {
-            o[jv] = ec * dot(q(i), row);
-        }
-        for j in 0..=i {
-            let s = dot(q(i), k(j)) * (cum[i] - cum[j]).exp();
-            for (x, &y) in o.iter_mut().zip(&vnew[j * hv..(j + 1) * hv]) {
-                *x += s * y;
-            }
+        scale(&mut o[i * hv..(i + 1) * hv], cum[i].exp());
+    }
+    let mut p = vec![0f32; np * np];
+    gemm(&mut p, &qm, &kt, np, hk, np);
+    for i in 0..n {
+        for j in 0..np {
+            p[i * np + j] = if j <= i {
+                p[i * np + j] * (cum[i] - cum[j]).exp()
+            } else {
+                0.0
+            };
         }
     }
-    // S' = exp(c_last) S + Σ_j exp(c_last - c_j) k_j ⊗ v_new_j
+    gemm(&mut o, &p, &vnew, np, np, hv);
+    out[..n * hv].copy_from_slice(&o[..n * hv]);
+    // S' = exp(c_last) S + Σ_j exp(c_last - c_j) k_j ⊗ vnew_j; in m's layout (row jv: column jv of
+    // S) that is exp(c_last) m + Dᵀ·K with D_j = exp(c_last - c_j) vnew_j (rows padded to blocks).
     let last = cum[n - 1];
-    let el = last.exp();
-    let decay: Vec<f32> = cum.iter().map(|&c| (last - c).exp()).collect();
-    for (jv, row) in m.chunks_mut(hk).enumerate() {
-        for x in row.iter_mut() {
-            *x *= el;
-        }
-        for j in 0..n {
-            let s = decay[j] * vnew[j * hv + jv];
-            for (x, &kv) in row.iter_mut().zip(k(j)) {
-                *x += s * kv;
-            }
+    let hvp = hv.next_multiple_of(GEMM_ROWS);
+    let mut dt = vec![0f32; hvp * np];
+    for j in 0..n {
+        let d = (last - cum[j]).exp();
+        for jv in 0..hv {
+            dt[jv * np + j] = d * vnew[j * hv + jv];
         }
     }
+    let mut upd = vec![0f32; hvp * hk];
+    gemm(&mut upd, &dt, &km, hvp, np, hk);
+    scale(m, last.exp());
+    for (x, &y) in m.iter_mut().zip(&upd) {
+        *x += y;
+    }
+}
+
+/// `x` (rows × cols, row-major) transposed.
+fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0f32; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = x[r * cols + c];
+        }
+    }
+    t
 }
 
 /// Where a sequence's rows are cut: at multiples of [`CHUNK`] positions and at kept copies.

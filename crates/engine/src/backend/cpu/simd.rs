@@ -51,10 +51,27 @@ pub fn axpy(acc: &mut [f32], x: &[f32], s: f32) {
     }
 }
 
+/// `x *= s`.
 pub fn scale(x: &mut [f32], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2 present.
+        return unsafe { scale_avx2(x, s) };
+    }
     for v in x.iter_mut() {
         *v *= s;
     }
+}
+
+/// Dot product of two f32 rows (the shorter's length): four 8-lane partial sums, then their
+/// horizontal sum (ggml_vec_dot_f32's shape, not its exact order), the tail in order.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2+FMA present.
+        return unsafe { dot_avx2(a, b) };
+    }
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// f16 bytes → f32.
@@ -176,14 +193,19 @@ pub fn gemm(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
     }
 }
 
-/// [`gemm_avx2`] with AVX-512VL's 32 vector registers: blocks of 4 rows × 32 columns (16
-/// accumulators), each loaded B vector used four times; the same FMA chains.
+/// [`gemm_avx2`] with AVX-512: blocks of 4 rows × 64 columns in 16-lane registers (16
+/// accumulators), then 4 × 32 in 8-lane ones (AVX-512VL's 32 registers), each loaded B vector
+/// used four times; the same FMA chains (the vector width does not change any element's sum).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
 unsafe fn gemm_avx512(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
     let (cp, ap, bp) = (c.as_mut_ptr(), a.as_ptr(), b.as_ptr());
     for i0 in (0..m).step_by(GEMM_ROWS) {
         let mut j0 = 0;
+        while j0 + 64 <= n {
+            gemm_block_512(cp, ap, bp, i0, j0, k, n);
+            j0 += 64;
+        }
         while j0 + 32 <= n {
             gemm_block::<4>(cp, ap, bp, i0, j0, k, n);
             j0 += 32;
@@ -222,6 +244,33 @@ unsafe fn gemm_tail(c: *mut f32, a: *const f32, b: *const f32, i0: usize, j0: us
                 acc = (*a.add(i * k + kk)).mul_add(*b.add(kk * n + j), acc);
             }
             *c.add(i * n + j) = acc;
+        }
+    }
+}
+
+/// Rows i0..i0+4, columns j0..j0+64 of [`gemm`], in 16-lane registers over the whole k loop.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn gemm_block_512(c: *mut f32, a: *const f32, b: *const f32, i0: usize, j0: usize, k: usize, n: usize) {
+    let mut acc = [[_mm512_setzero_ps(); 4]; GEMM_ROWS];
+    for (i, row) in acc.iter_mut().enumerate() {
+        for (r, v) in row.iter_mut().enumerate() {
+            *v = _mm512_loadu_ps(c.add((i0 + i) * n + j0 + 16 * r));
+        }
+    }
+    for kk in 0..k {
+        let bv: [__m512; 4] = std::array::from_fn(|r| _mm512_loadu_ps(b.add(kk * n + j0 + 16 * r)));
+        for (i, row) in acc.iter_mut().enumerate() {
+            let av = _mm512_set1_ps(*a.add((i0 + i) * k + kk));
+            for (r, v) in row.iter_mut().enumerate() {
+                *v = _mm512_fmadd_ps(bv[r], av, *v);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (r, v) in row.iter().enumerate() {
+            _mm512_storeu_ps(c.add((i0 + i) * n + j0 + 16 * r), *v);
         }
     }
 }
@@ -270,6 +319,48 @@ pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = g / (1.0 + (-g).exp()) * u;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, s) in acc.iter_mut().enumerate() {
+            let j = i + 8 * k;
+            *s = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(j)), _mm256_loadu_ps(pb.add(j)), *s);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[0]);
+        i += 8;
+    }
+    let mut s = hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
+    while i < n {
+        s += a[i] * b[i];
+        i += 1;
+    }
+    s
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn scale_avx2(x: &mut [f32], s: f32) {
+    let sv = _mm256_set1_ps(s);
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        _mm256_storeu_ps(c.as_mut_ptr(), _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), sv));
+    }
+    for v in chunks.into_remainder() {
+        *v *= s;
     }
 }
 
@@ -461,8 +552,9 @@ mod tests {
     fn vector_helpers_match_scalar() {
         let b: Vec<f32> = (0..77).map(|i| (i as f32 * 0.11).cos()).collect();
         // gemm: every element the FMA chain over k in order, whatever the blocking (8 rows,
-        // 77 values of k, 32 + 16 + 8 + 3 columns exercise every block shape and the scalar tail).
-        let (m, k, n) = (8, 77, 59);
+        // 77 values of k, 64 + 32 + 16 + 8 + 3 columns exercise every block shape and the scalar
+        // tail).
+        let (m, k, n) = (8, 77, 123);
         let am: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
         let bm: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
         let mut c: Vec<f32> = (0..m * n).map(|i| i as f32 * 0.01).collect();
@@ -476,6 +568,16 @@ mod tests {
         }
         gemm(&mut c, &am, &bm, m, k, n);
         assert_eq!(c, want);
+        // dot: partial sums in another order than the scalar one; f32 rounding of 77 terms.
+        for len in [0, 5, 8, 31, 32, 77] {
+            let (x, y) = (&am[..len], &bm[..len]);
+            let want: f64 = x.iter().zip(y).map(|(&p, &q)| p as f64 * q as f64).sum();
+            let mag: f64 = x.iter().zip(y).map(|(&p, &q)| (p as f64 * q as f64).abs()).sum();
+            assert!((dot(x, y) as f64 - want).abs() <= 1e-6 * mag + 1e-30, "dot of {len}");
+        }
+        let mut sc = b.clone();
+        scale(&mut sc, 0.3);
+        assert!(sc.iter().zip(&b).all(|(&p, &q)| p == q * 0.3), "scale");
         let g: Vec<f32> = (0..77).map(|i| (i as f32 - 38.0) * 0.5).collect();
         let mut out = vec![0f32; 77];
         silu_mul(&g, &b, &mut out);
