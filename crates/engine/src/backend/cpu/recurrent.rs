@@ -18,10 +18,6 @@ use rayon::prelude::*;
 /// Positions per chunk of the chunked delta rule (transformers' and llama.cpp's 64).
 pub(crate) const CHUNK: usize = 64;
 
-fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
@@ -35,7 +31,7 @@ fn softplus(x: f32) -> f32 {
     }
 }
 
-use super::simd::{axpy, dot, gemm, scale, GEMM_ROWS};
+use super::simd::{axpy, dot, gemm, scale, silu_mul, GEMM_ROWS};
 
 /// `out = silu(conv(x))` per sequence, continuing from and updating each sequence's conv state.
 pub(super) fn ssm_conv(
@@ -56,6 +52,12 @@ pub(super) fn ssm_conv(
         w.shape
     );
     let wv = quant::dequantize(w.ty, w.bytes(), kk * c).expect("a conv weight of a decodable type");
+    // Tap-major (tap j's weights of every channel together), and the SiLU's unit factors.
+    let wt: Vec<f32> = (0..kk)
+        .flat_map(|j| (0..c).map(move |ch| (j, ch)))
+        .map(|(j, ch)| wv[ch * kk + j])
+        .collect();
+    let ones = vec![1f32; c];
     out.shape_from(x.rows, &x.runs, c);
     for (kv, s) in kvs.iter_mut().zip(&step.plan.seqs) {
         if s.rows == 0 {
@@ -84,14 +86,17 @@ pub(super) fn ssm_conv(
                 x.row(s.row0 + i - kr)
             }
         };
+        // Per row: the taps summed in order over whole rows (each channel's sum as before: a product
+        // then an add per tap), then the SiLU as a vector (silu_mul by ones).
         let body = |(t, o): (usize, &mut [f32])| {
-            for (ch, o) in o.iter_mut().enumerate() {
-                let mut sum = 0f32;
-                for j in 0..kk {
-                    sum += ext(t + j)[ch] * wv[ch * kk + j];
+            o.fill(0.0);
+            for j in 0..kk {
+                for ((s, &x), &w) in o.iter_mut().zip(ext(t + j)).zip(&wt[j * c..(j + 1) * c]) {
+                    *s += x * w;
                 }
-                *o = silu(sum);
             }
+            let sum = o.to_vec();
+            silu_mul(&sum, &ones, o);
         };
         let rows = &mut out.data[s.row0 * c..(s.row0 + s.rows) * c];
         if s.rows > 1 {
@@ -296,17 +301,19 @@ pub(super) fn gated_delta_net(
         }
         let (n, row0) = (s.rows, s.row0);
         // Normalised queries and keys per key head: [head][token][hk].
-        let norm = |x: &[f32], f: f32| -> Vec<f32> {
-            let sum: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-            let inv = 1.0 / (sum as f32 + l.eps).sqrt();
-            x.iter().map(|&v| v * inv * f).collect()
-        };
         let per_head = |base: usize, f: f32| -> Vec<Vec<f32>> {
             (0..nk)
                 .map(|kh| {
-                    (0..n)
-                        .flat_map(|t| norm(&qkv.row(row0 + t)[base + kh * hk..base + (kh + 1) * hk], f))
-                        .collect()
+                    let mut h = vec![0f32; n * hk];
+                    for (t, o) in h.chunks_exact_mut(hk).enumerate() {
+                        let x = &qkv.row(row0 + t)[base + kh * hk..base + (kh + 1) * hk];
+                        let sum: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+                        let inv = 1.0 / (sum as f32 + l.eps).sqrt();
+                        for (o, &v) in o.iter_mut().zip(x) {
+                            *o = v * inv * f;
+                        }
+                    }
+                    h
                 })
                 .collect()
         };
