@@ -533,21 +533,25 @@ fn qwen3_5_prefix_cache_through_serve() {
         // Another prompt takes the slot; the prefix comes back from the prefix cache.
         assert_eq!(ask(&s, &ids(150, 5)).1, 0);
         check("the prefix cache", ask(&s, &pb));
-    }
-    // Blocks are written in the background: wait for the prefix's three.
-    let t = std::time::Instant::now();
-    let files = || -> usize {
-        std::fs::read_dir(persist)
-            .map(|d| {
-                d.flatten()
-                    .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten())
-                    .count()
-            })
-            .unwrap_or(0)
-    };
-    while files() < 3 {
-        assert!(t.elapsed().as_secs() < 20, "blocks not persisted");
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Blocks are written in the background: wait for the prefix's three while the server
+        // lives (it is killed when dropped), counting whole blocks only (a block is written under
+        // a temporary name, then renamed).
+        let t = std::time::Instant::now();
+        let files = || -> usize {
+            std::fs::read_dir(persist)
+                .map(|d| {
+                    d.flatten()
+                        .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten())
+                        .flatten()
+                        .filter(|f| !f.file_name().to_string_lossy().starts_with(".tmp-"))
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        while files() < 3 {
+            assert!(t.elapsed().as_secs() < 20, "blocks not persisted");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
     let s = Server::start_with(std::slice::from_ref(&gguf), &args);
     check("--kv-persist after a restart", ask(&s, &pb));
