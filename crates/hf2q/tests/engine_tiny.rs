@@ -61,18 +61,7 @@ fn reference(dir: &std::path::Path) -> Reference {
         .iter()
         .map(|v| v.as_u64().unwrap() as u32)
         .collect();
-    let logits = r["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| {
-            row.as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap() as f32)
-                .collect()
-        })
-        .collect();
+    let logits = common::json_rows(&r["logits"]);
     let greedy = r["greedy_new_tokens"]
         .as_array()
         .map(|a| a.iter().map(|v| v.as_u64().unwrap() as u32).collect())

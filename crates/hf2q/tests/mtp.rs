@@ -19,7 +19,7 @@ use convert::plan::Target;
 use convert::requant::QuantizeOptions;
 use engine::backend::cpu::Cpu;
 use engine::backend::KvType;
-use engine::generate::{generate, GenerateParams, LoadedModel, Session};
+use engine::generate::{generate, GenerateParams, Generated, LoadedModel, Session};
 use engine::model::{HiddenRows, Logits, SeqStep};
 use engine::spec::SpecMode;
 use std::path::{Path, PathBuf};
@@ -66,6 +66,25 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
+/// `params`' generation after `prompt` in a fresh 128-position session.
+fn run(m: &LoadedModel<Cpu>, prompt: &[u32], params: &GenerateParams) -> Generated {
+    let mut session = Session::new(m, 128, KvType::F16, 32).unwrap();
+    generate(m, &mut session, prompt, params, |_| true).unwrap()
+}
+
+/// Greedy decoding of `max_tokens` tokens (EOS ignored) with speculation `spec`.
+fn greedy(max_tokens: usize, spec: SpecMode, draft_max: usize, n_batch: usize) -> GenerateParams {
+    GenerateParams {
+        max_tokens,
+        sampling: engine::sampler::SamplingParams::greedy(),
+        ignore_eos: true,
+        spec,
+        draft_max,
+        n_batch,
+        ..GenerateParams::default()
+    }
+}
+
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
@@ -84,18 +103,7 @@ fn mtp_head_matches_the_reference() {
     let r: serde_json::Value = serde_json::from_str(include_str!("data/mtp/qwen3_5_mtp.json")).unwrap();
     let prompt = ids(&r["input_ids"]);
     let toks = ids(&r["mtp_tokens"]);
-    let want: Vec<Vec<f32>> = r["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| {
-            row.as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap() as f32)
-                .collect()
-        })
-        .collect();
+    let want = common::json_rows(&r["logits"]);
     let tmp = tempfile::tempdir().unwrap();
     let path = convert(&dir, tmp.path(), false);
     let gguf = engine::model::open_gguf(&path).unwrap();
@@ -171,19 +179,7 @@ fn mtp_speculation_keeps_the_greedy_tokens() {
     let path = convert(&dir, tmp.path(), false);
     let m = LoadedModel::load(Arc::new(Cpu::new(2).unwrap()), &path).unwrap();
     let prompt: Vec<u32> = (0..21u32).map(|i| (i * 7919 + 13) % 1000).collect();
-    let run = |spec: SpecMode, k: usize, n_batch: usize| {
-        let mut session = Session::new(&m, 128, KvType::F16, 32).unwrap();
-        let params = GenerateParams {
-            max_tokens: 60,
-            sampling: engine::sampler::SamplingParams::greedy(),
-            ignore_eos: true,
-            spec,
-            draft_max: k,
-            n_batch,
-            ..GenerateParams::default()
-        };
-        generate(&m, &mut session, &prompt, &params, |_| true).unwrap()
-    };
+    let run = |spec: SpecMode, k: usize, n_batch: usize| run(&m, &prompt, &greedy(60, spec, k, n_batch));
     let want = run(SpecMode::Off, 1, 32);
     assert_eq!(want.tokens.len(), 60);
     for (k, n_batch) in [(1, 32), (3, 32), (8, 5)] {
@@ -235,18 +231,8 @@ fn mtp_kept_drafts_keep_the_greedy_tokens() {
     with_zero_heads(&src, &path);
     let m = LoadedModel::load(Arc::new(Cpu::new(2).unwrap()), &path).unwrap();
     let prompt: Vec<u32> = (0..13u32).map(|i| (i * 7919 + 5) % 1000).collect();
-    let run = |spec: SpecMode, k: usize| {
-        let mut session = Session::new(&m, 128, KvType::F16, 32).unwrap();
-        let params = GenerateParams {
-            max_tokens: 50,
-            sampling: engine::sampler::SamplingParams::greedy(),
-            ignore_eos: true,
-            spec,
-            draft_max: k,
-            ..GenerateParams::default()
-        };
-        generate(&m, &mut session, &prompt, &params, |_| true).unwrap()
-    };
+    let n_batch = GenerateParams::default().n_batch;
+    let run = |spec: SpecMode, k: usize| run(&m, &prompt, &greedy(50, spec, k, n_batch));
     let want = run(SpecMode::Off, 1);
     for k in [1, 4, 16] {
         let g = run(SpecMode::Mtp, k);
@@ -326,19 +312,7 @@ fn mtp_moe_speculation_keeps_the_greedy_tokens() {
     let m = LoadedModel::load(Arc::new(Cpu::new(2).unwrap()), &path).unwrap();
     assert_eq!(m.model.mtp_layers(), 1);
     let prompt: Vec<u32> = (0..17u32).map(|i| (i * 7919 + 3) % 1000).collect();
-    let run = |spec: SpecMode, k: usize, n_batch: usize| {
-        let mut session = Session::new(&m, 128, KvType::F16, 32).unwrap();
-        let params = GenerateParams {
-            max_tokens: 48,
-            sampling: engine::sampler::SamplingParams::greedy(),
-            ignore_eos: true,
-            spec,
-            draft_max: k,
-            n_batch,
-            ..GenerateParams::default()
-        };
-        generate(&m, &mut session, &prompt, &params, |_| true).unwrap()
-    };
+    let run = |spec: SpecMode, k: usize, n_batch: usize| run(&m, &prompt, &greedy(48, spec, k, n_batch));
     let want = run(SpecMode::Off, 1, 32);
     for (k, n_batch) in [(2, 32), (6, 4)] {
         let g = run(SpecMode::Mtp, k, n_batch);
@@ -361,21 +335,14 @@ fn mtp_speculation_with_sampling() {
     let m = LoadedModel::load(Arc::new(Cpu::new(2).unwrap()), &path).unwrap();
     let prompt: Vec<u32> = (0..9u32).map(|i| (i * 104_729 + 7) % 1000).collect();
     let run = |spec: SpecMode, top_k: usize| {
-        let mut session = Session::new(&m, 128, KvType::F16, 32).unwrap();
-        let params = GenerateParams {
-            max_tokens: 40,
-            sampling: engine::sampler::SamplingParams {
-                temperature: 0.9,
-                top_k,
-                seed: 7,
-                ..Default::default()
-            },
-            ignore_eos: true,
-            spec,
-            draft_max: 3,
-            ..GenerateParams::default()
+        let mut params = greedy(40, spec, 3, GenerateParams::default().n_batch);
+        params.sampling = engine::sampler::SamplingParams {
+            temperature: 0.9,
+            top_k,
+            seed: 7,
+            ..Default::default()
         };
-        generate(&m, &mut session, &prompt, &params, |_| true).unwrap()
+        run(&m, &prompt, &params)
     };
     let g = run(SpecMode::Mtp, 0);
     assert_eq!(g.tokens.len(), 40);

@@ -1,4 +1,4 @@
-//! Paths shared by the integration tests that use the real models (fetched by scripts/fetch-models
+//! Paths and helpers shared by the integration tests that use the real models (fetched by scripts/fetch-models
 //! into `$HF2Q_MODELS`, default `~/.cache/hf2q/models`; a missing model fails the test).
 
 #![allow(dead_code)]
@@ -42,4 +42,19 @@ pub fn pylib() -> PathBuf {
         dir.display()
     );
     dir
+}
+
+/// A JSON array of number arrays (a reference's logits, one row per position) as f32 rows.
+pub fn json_rows(v: &serde_json::Value) -> Vec<Vec<f32>> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect()
 }

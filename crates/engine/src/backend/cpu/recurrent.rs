@@ -31,7 +31,7 @@ fn softplus(x: f32) -> f32 {
     }
 }
 
-use super::simd::{axpy, dot, gemm, scale, silu_mul, GEMM_ROWS};
+use super::simd::{axpy, dot, gemm, scale, silu, GEMM_ROWS};
 
 /// `out = silu(conv(x))` per sequence, continuing from and updating each sequence's conv state.
 pub(super) fn ssm_conv(
@@ -52,12 +52,10 @@ pub(super) fn ssm_conv(
         w.shape
     );
     let wv = quant::dequantize(w.ty, w.bytes(), kk * c).expect("a conv weight of a decodable type");
-    // Tap-major (tap j's weights of every channel together), and the SiLU's unit factors.
+    // Tap-major: tap j's weights of every channel together.
     let wt: Vec<f32> = (0..kk)
-        .flat_map(|j| (0..c).map(move |ch| (j, ch)))
-        .map(|(j, ch)| wv[ch * kk + j])
+        .flat_map(|j| (0..c).map(|ch| wv[ch * kk + j]).collect::<Vec<_>>())
         .collect();
-    let ones = vec![1f32; c];
     out.shape_from(x.rows, &x.runs, c);
     for (kv, s) in kvs.iter_mut().zip(&step.plan.seqs) {
         if s.rows == 0 {
@@ -87,7 +85,7 @@ pub(super) fn ssm_conv(
             }
         };
         // Per row: the taps summed in order over whole rows (each channel's sum as before: a product
-        // then an add per tap), then the SiLU as a vector (silu_mul by ones).
+        // then an add per tap), then the SiLU as a vector.
         let body = |(t, o): (usize, &mut [f32])| {
             o.fill(0.0);
             for j in 0..kk {
@@ -95,8 +93,7 @@ pub(super) fn ssm_conv(
                     *s += x * w;
                 }
             }
-            let sum = o.to_vec();
-            silu_mul(&sum, &ones, o);
+            silu(o);
         };
         let rows = &mut out.data[s.row0 * c..(s.row0 + s.rows) * c];
         if s.rows > 1 {

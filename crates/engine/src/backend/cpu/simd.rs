@@ -310,6 +310,18 @@ unsafe fn gemm_block<const RN: usize>(
     }
 }
 
+/// `x = silu(x)`, with [`silu_mul`]'s numbers (its product by one).
+pub fn silu(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2+FMA present.
+        return unsafe { silu_avx2(x) };
+    }
+    for v in x.iter_mut() {
+        *v /= 1.0 + (-*v).exp();
+    }
+}
+
 /// Exponential for activations: within a few ulp of `f32::exp` (a vector polynomial on AVX2).
 pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
@@ -462,6 +474,21 @@ unsafe fn exp_block16(x: &mut [f32], max: f32) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+unsafe fn silu_avx2(x: &mut [f32]) {
+    let one = _mm256_set1_ps(1.0);
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let g = _mm256_loadu_ps(c.as_ptr());
+        let e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        _mm256_storeu_ps(c.as_mut_ptr(), _mm256_div_ps(g, _mm256_add_ps(one, e)));
+    }
+    for v in chunks.into_remainder() {
+        *v /= 1.0 + (-*v).exp();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn silu_mul_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
     let n = out.len().min(gate.len()).min(up.len());
     let one = _mm256_set1_ps(1.0);
@@ -586,6 +613,12 @@ mod tests {
             // relative 1e-6: the polynomial's error (2e-7) plus a division's rounding.
             assert!((out[i] - w).abs() <= 1e-6 * w.abs().max(1e-3), "{i}: {} vs {w}", out[i]);
         }
+        // silu: silu_mul's numbers by a factor of one.
+        let mut by_one = vec![0f32; 77];
+        silu_mul(&g, &[1f32; 77], &mut by_one);
+        let mut sg = g.clone();
+        silu(&mut sg);
+        assert_eq!(sg, by_one);
         let v: Vec<u8> = (0..77u16)
             .flat_map(|i| f32_to_f16(i as f32 * 0.01).to_le_bytes())
             .collect();

@@ -88,20 +88,7 @@ impl Cuda {
         if fused != Some((x.ptr, t, n, self.dev.seq.load(Ordering::Relaxed))) {
             let q0 = pairs.iter().any(|(w, _)| w.dev_ty == GgmlType::Q8_0);
             let qk = pairs.iter().any(|(w, _)| w.dev_ty != GgmlType::Q8_0);
-            self.dev.launch(
-                "quantize_act",
-                (t as u32, (n_pad / 256) as u32),
-                256,
-                &[
-                    A::P(x.ptr),
-                    A::I(n as i32),
-                    A::I(n_pad as i32),
-                    A::P(if q0 { act.q0 } else { 0 }),
-                    A::P(if q0 { act.d0 } else { 0 }),
-                    A::P(if qk { act.qk } else { 0 }),
-                    A::P(if qk { act.dk } else { 0 }),
-                ],
-            );
+            self.quantize_into(x, act, q0, qk);
         }
         for &(r0, rows) in runs {
             self.mmq_rows(pairs, act, n, r0, rows);
@@ -205,6 +192,26 @@ impl Cuda {
 
     /// The integer products' activation scratch for `rows` rows of `n_pad` values (a multiple of
     /// 256; `common.cuh`, act_q8): both flavours' int8 values and per-32 scales.
+    /// `x`'s rows into the activation scratch `act`: the q8_0 flavour if `q0`, the q8_K one if `qk`.
+    pub(super) fn quantize_into(&self, x: &CudaBuf, act: ActScratch, q0: bool, qk: bool) {
+        let (t, n) = (x.rows, x.cols);
+        let n_pad = n.next_multiple_of(256);
+        self.dev.launch(
+            "quantize_act",
+            (t as u32, (n_pad / 256) as u32),
+            256,
+            &[
+                A::P(x.ptr),
+                A::I(n as i32),
+                A::I(n_pad as i32),
+                A::P(if q0 { act.q0 } else { 0 }),
+                A::P(if q0 { act.d0 } else { 0 }),
+                A::P(if qk { act.qk } else { 0 }),
+                A::P(if qk { act.dk } else { 0 }),
+            ],
+        );
+    }
+
     pub(super) fn act_scratch(&self, rows: usize, n_pad: usize) -> ActScratch {
         let count = rows * n_pad;
         let need = 2 * count + 2 * 4 * (count / 32);

@@ -113,7 +113,7 @@ impl Cuda {
         let n_pad = n.next_multiple_of(256);
         let act = self.act_scratch(t, n_pad);
         if !(fused && (!router_int || x_route.ptr == x.ptr)) {
-            self.quantize_into(x, act);
+            self.quantize_into(x, act, true, true);
         }
         let flavour = |ty: GgmlType, a: ActScratch| {
             if ty == GgmlType::Q8_0 {
@@ -233,25 +233,5 @@ impl Cuda {
         }
         let (_, t) = all.iter().find(|(k, _)| *k == key).expect("made above");
         (self.dev.ptr(&t.gate), self.dev.ptr(&t.up), self.dev.ptr(&t.down))
-    }
-
-    /// `x`'s rows into the integer kernels' activation scratch `act` (both flavours).
-    pub(super) fn quantize_into(&self, x: &CudaBuf, act: ActScratch) {
-        let (t, n) = (x.rows, x.cols);
-        let n_pad = n.next_multiple_of(256);
-        self.dev.launch(
-            "quantize_act",
-            (t as u32, (n_pad / 256) as u32),
-            256,
-            &[
-                A::P(x.ptr),
-                A::I(n as i32),
-                A::I(n_pad as i32),
-                A::P(act.q0),
-                A::P(act.d0),
-                A::P(act.qk),
-                A::P(act.dk),
-            ],
-        );
     }
 }

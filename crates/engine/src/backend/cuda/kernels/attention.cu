@@ -270,12 +270,9 @@ extern "C" __global__ void attn_split_q8_0(Step s, const float* q, float* po, fl
     attn_split_t<KV_Q8_0>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
 }
 
-// The splits of a row and head merged, in split order. Grid (rows, heads), 128 threads.
-extern "C" __global__ void attn_combine(Step s, const float* po, const float* pml, const int* sidx, float* out, int cols, int hd,
-                                        int n_head, int window, int causal) {
-    int r = blockIdx.x, h = blockIdx.y;
-    int idx = sidx[r];
-    if (idx < 0) return;
+// Value d of head h of row r (its splits at sidx[r] ≥ 0), the splits merged in split order.
+__device__ __forceinline__ float combine_one(const Step& s, const float* po, const float* pml, int r, int idx, int h, int d,
+                                             int hd, int n_head, int window, int causal) {
     int lo, hi;
     key_range(s, r, window, causal, &lo, &hi);
     int nk = hi - lo + 1, len = split_len(nk), ns = (nk + len - 1) / len;
@@ -284,16 +281,24 @@ extern "C" __global__ void attn_combine(Step s, const float* po, const float* pm
     for (int j = 0; j < ns; j++) M = fmaxf(M, pml[2 * (P0 + j)]);
     float L = 0.f;
     for (int j = 0; j < ns; j++) L += pml[2 * (P0 + j) + 1] * expf(pml[2 * (P0 + j)] - M);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0.f;
-        for (int j = 0; j < ns; j++) o += po[(P0 + j) * hd + d] * expf(pml[2 * (P0 + j)] - M);
-        out[(u64)r * cols + (u64)h * hd + d] = o / L;
-    }
+    float o = 0.f;
+    for (int j = 0; j < ns; j++) o += po[(P0 + j) * hd + d] * expf(pml[2 * (P0 + j)] - M);
+    return o / L;
+}
+
+// The splits of a row and head merged. Grid (rows, heads), 128 threads.
+extern "C" __global__ void attn_combine(Step s, const float* po, const float* pml, const int* sidx, float* out, int cols, int hd,
+                                        int n_head, int window, int causal) {
+    int r = blockIdx.x, h = blockIdx.y;
+    int idx = sidx[r];
+    if (idx < 0) return;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x)
+        out[(u64)r * cols + (u64)h * hd + d] = combine_one(s, po, pml, r, idx, h, d, hd, n_head, window, causal);
 }
 
 // attn_combine for steps whose rows are all split-K rows, also quantizing the output for the
 // integer product that follows (common.cuh, act_q8): grid (rows, n_pad / 256), 256 threads, a
-// thread per output value (the same arithmetic as attn_combine's).
+// thread per output value.
 extern "C" __global__ void attn_combine_q8(Step s, const float* po, const float* pml, const int* sidx, float* out, int cols, int hd,
                                            int n_head, int window, int causal, int n_pad, signed char* q0, float* d0,
                                            signed char* qk, float* dk) {
@@ -301,17 +306,7 @@ extern "C" __global__ void attn_combine_q8(Step s, const float* po, const float*
     int idx = sidx[r];
     float o = 0.f;
     if (idx >= 0 && c < cols) {
-        int h = c / hd, d = c % hd;
-        int lo, hi;
-        key_range(s, r, window, causal, &lo, &hi);
-        int nk = hi - lo + 1, len = split_len(nk), ns = (nk + len - 1) / len;
-        u64 P0 = ((u64)idx * n_head + h) * SPLIT_MAX;
-        float M = -INFINITY;
-        for (int j = 0; j < ns; j++) M = fmaxf(M, pml[2 * (P0 + j)]);
-        float L = 0.f;
-        for (int j = 0; j < ns; j++) L += pml[2 * (P0 + j) + 1] * expf(pml[2 * (P0 + j)] - M);
-        for (int j = 0; j < ns; j++) o += po[(P0 + j) * hd + d] * expf(pml[2 * (P0 + j)] - M);
-        o = o / L;
+        o = combine_one(s, po, pml, r, idx, c / hd, c % hd, hd, n_head, window, causal);
         out[(u64)r * cols + c] = o;
     }
     u64 qo = (u64)r * n_pad, dof = (u64)r * (n_pad / 32);
