@@ -910,6 +910,73 @@ fn kv_budget_is_shared_and_never_truncates() {
     );
 }
 
+/// The KV positions `/metrics` reports held (running requests' and kept for reuse).
+fn kv_held(metrics: &str) -> usize {
+    ["hf2q_kv_tokens{", "hf2q_kv_cached_tokens{"]
+        .iter()
+        .map(|name| {
+            metrics
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+        })
+        .sum()
+}
+
+/// A request that starts inside a page the prefix cache holds too (its prompt departs from the
+/// slot's last one within the first block) writes into a copy of that page: the budget counts it,
+/// and when the budget has no page to spare, that block is fed again instead. Watched from
+/// `/metrics` while the request runs, the positions held never exceed the budget (a page each
+/// way: one 64-position page over was what CI saw once), and the replies are the same.
+#[test]
+fn kv_budget_counts_pages_copied_on_write() {
+    let s = std::sync::Arc::new(Server::start(&[
+        "--parallel",
+        "1",
+        "--ctx",
+        "512",
+        "--kv-budget",
+        "256",
+    ]));
+    let ask = |topic: &str, max_tokens: usize| {
+        json!({"temperature": 0, "max_tokens": max_tokens,
+               "messages": [{"role": "user", "content": format!("Write a long story about {topic}, with many details.")}]})
+    };
+    // B alone (reference), then A (its first block now in the cache), then B again while watched.
+    let b_alone = reply(&s.json("POST", "/v1/chat/completions", ask("tides", 200), None).1);
+    let (st, a) = s.json("POST", "/v1/chat/completions", ask("owls", 60), None);
+    let total = a["usage"]["total_tokens"].as_u64().unwrap_or(0);
+    assert!(st == 200 && total > 65, "A must fill the first block: {a}");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (s, done) = (s.clone(), done.clone());
+        std::thread::spawn(move || {
+            let (mut most, mut polls) = (0, 0);
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                most = most.max(kv_held(&s.request("GET", "/metrics", None, None).2));
+                polls += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            (most, polls)
+        })
+    };
+    let (st, r) = s.json("POST", "/v1/chat/completions", ask("tides", 200), None);
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let (most, polls) = watcher.join().unwrap();
+    assert_eq!(st, 200, "{r}");
+    let b = reply(&r);
+    assert_eq!(b.0, b_alone.0, "the same reply whatever the cache held");
+    assert!(
+        b.1 + 200 > 192,
+        "the request must need the whole budget: {} prompt tokens",
+        b.1
+    );
+    assert!(polls > 3, "watched only {polls} times");
+    assert!(most <= 256, "KV positions held {most} exceed the budget of 256");
+}
+
 /// Legacy `/v1/completions` logprobs (`logprobs: k`): tokens that spell the text, their
 /// log-probabilities, `k` alternatives each (the sampled token first under greedy decoding) and
 /// character offsets; the stream carries the same values token by token.

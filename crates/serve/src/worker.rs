@@ -201,8 +201,8 @@ pub struct Worker {
     active: Arc<AtomicUsize>,
     /// KV positions reserved by running requests, those kept for reuse (idle slots' tokens and
     /// the prefix cache), and the budget they share.
-    kv_active: Arc<AtomicUsize>,
-    kv_cached: Arc<AtomicUsize>,
+    /// One value, so a reader never pairs one step's reserved figure with another's cached one.
+    kv_use: Arc<Mutex<KvUse>>,
     pub kv_capacity: usize,
     prefix_blocks: Arc<AtomicUsize>,
     /// The sampling seed of requests that give none (`--seed`).
@@ -295,16 +295,14 @@ impl Worker {
                 used: 0,
             });
         }
-        let kv_active = Arc::new(AtomicUsize::new(0));
-        let kv_cached = Arc::new(AtomicUsize::new(0));
+        let kv_use = Arc::new(Mutex::new(KvUse::default()));
         let prefix_blocks = Arc::new(AtomicUsize::new(0));
         let held = Arc::new(AtomicUsize::new(0));
         let spec_stats = Arc::new(Mutex::new(SpecStats::default()));
         let gauges = Gauges {
             active: active.clone(),
             held: held.clone(),
-            kv_active: kv_active.clone(),
-            kv_cached: kv_cached.clone(),
+            kv_use: kv_use.clone(),
             prefix_blocks: prefix_blocks.clone(),
             spec: spec_stats.clone(),
         };
@@ -342,8 +340,7 @@ impl Worker {
             held,
             alive,
             active,
-            kv_active,
-            kv_cached,
+            kv_use,
             kv_capacity: limits.kv_budget,
             prefix_blocks,
             seed: limits.seed,
@@ -396,10 +393,7 @@ impl Worker {
 
     /// KV positions reserved by running requests, and those kept for reuse.
     pub fn kv(&self) -> KvUse {
-        KvUse {
-            active: self.kv_active.load(Ordering::Acquire),
-            cached: self.kv_cached.load(Ordering::Acquire),
-        }
+        *self.kv_use.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Blocks of [`BLOCK`] tokens held in memory by the prefix cache.
@@ -413,7 +407,7 @@ impl Worker {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct KvUse {
     pub active: usize,
     pub cached: usize,
@@ -424,8 +418,8 @@ struct Gauges {
     active: Arc<AtomicUsize>,
     /// 1 while the queue's head waits for KV budget outside the queue.
     held: Arc<AtomicUsize>,
-    kv_active: Arc<AtomicUsize>,
-    kv_cached: Arc<AtomicUsize>,
+    /// One value, so a reader never pairs one step's reserved figure with another's cached one.
+    kv_use: Arc<Mutex<KvUse>>,
     prefix_blocks: Arc<AtomicUsize>,
     spec: Arc<Mutex<SpecStats>>,
 }
@@ -595,10 +589,8 @@ fn schedule<B: Backend>(m: &Engine<B>, mut sc: Sched<B>, queue: &JobQueue, gauge
         }
         // KV figures first: a reader who sees the slot idle also sees its memory given back.
         let active = sc.active(b);
-        gauges.kv_active.store(active, Ordering::Release);
-        gauges
-            .kv_cached
-            .store(sc.used(b).saturating_sub(active), Ordering::Release);
+        let cached = sc.used(b).saturating_sub(active);
+        *gauges.kv_use.lock().unwrap_or_else(|e| e.into_inner()) = KvUse { active, cached };
         gauges.prefix_blocks.store(sc.store.len(), Ordering::Release);
         gauges.active.store(
             sc.slots.iter().filter(|s| s.active.is_some()).count(),
@@ -613,6 +605,20 @@ enum Admit {
     Refused,
     /// Not enough KV budget free yet.
     Wait(Box<Job>),
+}
+
+/// Cut a sequence back to at most `pos` (where a hybrid model's state can resume) so that its next
+/// write lands in a page it holds alone, giving up its pages from there on; returns where it
+/// now ends.
+fn writable_from<B: Backend>(b: &B, kv: &mut B::Kv, pos: usize) -> usize {
+    let mut p = b.kv_restore(kv, pos);
+    b.kv_release(kv, p);
+    while b.kv_page_shared(kv, p / BLOCK) {
+        b.kv_release(kv, p / BLOCK * BLOCK);
+        p = b.kv_restore(kv, p / BLOCK * BLOCK);
+        b.kv_release(kv, p);
+    }
+    p
 }
 
 /// Start a job in the idle slot sharing the longest prefix with its prompt, extended by the
@@ -650,17 +656,34 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
         0 => 0,
         sb => sb.div_ceil(b.kv_page_bytes(kv).max(1)).max(1) * BLOCK,
     };
+    // The slot keeps its tokens up to where the prompt departs from them (a hybrid model's state
+    // goes back only to a point it kept); its pages past that point are given up now, so that the
+    // budget counts each page the request writes. The first write into a page that the prefix
+    // cache or another slot holds too copies it: one page more, or, when the budget cannot hold
+    // it, that page's positions are fed again.
+    let slot = &mut sc.slots[best];
+    let mut from_slot = b.kv_restore(&mut slot.kv, from_slot);
+    b.kv_release(&mut slot.kv, from_slot);
+    if b.kv_page_shared(&slot.kv, from_slot / BLOCK) && paged(need) + BLOCK > sc.budget {
+        from_slot = writable_from(b, &mut slot.kv, from_slot);
+    }
+    slot.tokens.truncate(from_slot);
+    let own = paged(need)
+        + if b.kv_page_shared(&slot.kv, from_slot / BLOCK) {
+            BLOCK
+        } else {
+            0
+        };
     let mut copies = if copy_cost > 0 { STATE_COPIES } else { 0 };
     copies = copies.min(copy_points(from_slot, job.prompt.len(), copies).len());
-    while copies > 0 && paged(need) + copies * copy_cost > sc.budget {
+    while copies > 0 && own + copies * copy_cost > sc.budget {
         copies -= 1;
     }
-    if !sc.make_room(b, paged(need), copies * copy_cost, best, from_slot) {
+    if !sc.make_room(b, own, copies * copy_cost, best, from_slot) {
         return Admit::Wait(Box::new(job));
     }
     // (Making room may have given up some of the slot's kept tokens.)
     let from_slot = from_slot.min(sc.slots[best].tokens.len());
-    let have = b.kv_capacity(&sc.slots[best].kv);
     let decoding = match Decoding::new(&job.params, &job.prompt) {
         Ok(d) => match job.constraint.take() {
             Some(c) => d.with_constraint(c),
@@ -674,10 +697,6 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
     sc.tick += 1;
     let slot = &mut sc.slots[best];
     slot.used = sc.tick;
-    // A hybrid model's state goes back only to a point it kept (the slot's own tokens are cut there).
-    let from_slot = b.kv_restore(&mut slot.kv, from_slot.min(need));
-    slot.tokens.truncate(from_slot);
-    b.kv_release(&mut slot.kv, need.min(have));
     if let Err(e) = b.kv_reserve(&mut slot.kv, need) {
         slot.tokens.clear();
         job.send(Event::Error(e.into()));
@@ -711,7 +730,19 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
     }
     // The last prompt token is always fed again: its logits start the reply. A hybrid model's
     // state resumes from the latest copy at or before that (a mapped page's, or the slot's own).
-    let cached = b.kv_restore(&mut slot.kv, cached.min(job.prompt.len() - 1));
+    // When that falls in a mapped page (a prompt of whole blocks, all cached), that block is fed
+    // again into a page of the slot's own, as budgeted.
+    let resume = cached.min(job.prompt.len() - 1);
+    let cached = if cached > from_slot {
+        writable_from(b, &mut slot.kv, resume)
+    } else {
+        b.kv_restore(&mut slot.kv, resume)
+    };
+    if let Err(e) = b.kv_reserve(&mut slot.kv, need) {
+        slot.tokens.clear();
+        job.send(Event::Error(e.into()));
+        return Admit::Refused;
+    }
     b.kv_keep_states(&mut slot.kv, &copy_points(cached, job.prompt.len(), copies));
     slot.tokens.clear();
     slot.tokens.extend_from_slice(&job.prompt[..cached]);

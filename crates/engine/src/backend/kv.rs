@@ -100,6 +100,11 @@ pub(crate) fn release_pages<P>(pages: &mut Vec<Arc<P>>, positions: usize) {
     pages.shrink_to_fit();
 }
 
+/// Whether the page at `block` has another holder too (a write into it would copy it first).
+pub(crate) fn page_shared<P>(pages: &[Arc<P>], block: usize) -> bool {
+    pages.get(block).is_some_and(|p| Arc::strong_count(p) > 1)
+}
+
 /// Hold `page` at `block` (the pages before it must exist; the caller checks the pool).
 pub(crate) fn map_page<P>(pages: &mut Vec<Arc<P>>, n_ctx: usize, block: usize, page: &Arc<P>) -> Result<()> {
     if block > pages.len() || (block + 1) * PAGE > n_ctx.next_multiple_of(PAGE) {

@@ -236,6 +236,9 @@ pub trait Backend: Send + Sync + 'static {
     /// Shrink the allocation to the pages holding `positions` (pages shared with other holders stay
     /// alive for them).
     fn kv_release(&self, kv: &mut Self::Kv, positions: usize);
+    /// Whether the sequence's page at `block` is held by another sequence or the prefix cache too,
+    /// so a write into it would first copy it into a new page (false past the allocation).
+    fn kv_page_shared(&self, kv: &Self::Kv, block: usize) -> bool;
     /// Bytes of one page ([`crate::model::PAGE`] positions, all layers, K and V).
     fn kv_page_bytes(&self, kv: &Self::Kv) -> usize;
     /// Pages alive in the pool of `kv` (each counted once however many hold it), plus its live

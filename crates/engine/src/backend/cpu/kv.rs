@@ -202,6 +202,11 @@ impl CpuKv {
         kv::release_pages(&mut self.pages, positions);
     }
 
+    /// Whether another holder has the page at `block` too.
+    pub fn page_shared(&self, block: usize) -> bool {
+        kv::page_shared(&self.pages, block)
+    }
+
     /// The page holding positions `block·PAGE ..`.
     pub fn page(&self, block: usize) -> Arc<CpuPage> {
         self.pages[block].clone()

@@ -492,6 +492,10 @@ impl Backend for Cpu {
         kv.release(positions)
     }
 
+    fn kv_page_shared(&self, kv: &CpuKv, block: usize) -> bool {
+        kv.page_shared(block)
+    }
+
     fn kv_page_bytes(&self, kv: &CpuKv) -> usize {
         kv.page_bytes()
     }

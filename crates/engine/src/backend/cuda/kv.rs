@@ -199,6 +199,11 @@ impl CudaKv {
         self.layout.ty
     }
 
+    /// Whether another holder has the page at `block` too.
+    pub fn page_shared(&self, block: usize) -> bool {
+        kv::page_shared(&self.pages, block)
+    }
+
     pub fn capacity(&self) -> usize {
         (self.pages.len() * PAGE).min(self.n_ctx)
     }

@@ -410,6 +410,10 @@ impl Backend for Cuda {
         kv.release(positions)
     }
 
+    fn kv_page_shared(&self, kv: &CudaKv, block: usize) -> bool {
+        kv.page_shared(block)
+    }
+
     fn kv_page_bytes(&self, kv: &CudaKv) -> usize {
         kv.page_bytes()
     }
