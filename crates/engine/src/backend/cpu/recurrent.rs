@@ -31,7 +31,7 @@ fn softplus(x: f32) -> f32 {
     }
 }
 
-use super::simd::{axpy, dot, gemm, scale, silu, GEMM_ROWS};
+use super::simd::{axpy, dot, gemm, scale, silu, FlushSubnormals, GEMM_ROWS};
 
 /// `out = silu(conv(x))` per sequence, continuing from and updating each sequence's conv state.
 pub(super) fn ssm_conv(
@@ -53,9 +53,12 @@ pub(super) fn ssm_conv(
     );
     let wv = quant::dequantize(w.ty, w.bytes(), kk * c).expect("a conv weight of a decodable type");
     // Tap-major: tap j's weights of every channel together.
-    let wt: Vec<f32> = (0..kk)
-        .flat_map(|j| (0..c).map(|ch| wv[ch * kk + j]).collect::<Vec<_>>())
-        .collect();
+    let mut wt = vec![0f32; kk * c];
+    for (ch, taps) in wv.chunks_exact(kk).enumerate() {
+        for (j, &w) in taps.iter().enumerate() {
+            wt[j * c + ch] = w;
+        }
+    }
     out.shape_from(x.rows, &x.runs, c);
     for (kv, s) in kvs.iter_mut().zip(&step.plan.seqs) {
         if s.rows == 0 {
@@ -129,8 +132,11 @@ struct HeadIn<'a> {
 fn recurrent_token(m: &mut [f32], hk: usize, hv: usize, h: &HeadIn<'_>, t: usize, out: &mut [f32]) {
     let (q, k) = (&h.q[t * hk..(t + 1) * hk], &h.k[t * hk..(t + 1) * hk]);
     let v = &h.v[t * h.v_stride..t * h.v_stride + hv];
-    scale(m, h.g[t].exp());
+    let decay = h.g[t].exp();
+    // Row by row (the decay applied to a row just before its update, the same products as a
+    // whole-state pass first, one pass over the state instead of two).
     for (j, row) in m.chunks_mut(hk).enumerate() {
+        scale(row, decay);
         let d = (v[j] - dot(row, k)) * h.beta[t];
         axpy(row, k, d);
         out[j] = dot(row, q);
@@ -334,6 +340,8 @@ pub(super) fn gated_delta_net(
             .par_chunks_mut(hv * hk)
             .enumerate()
             .map(|(h, m)| {
+                // (Decays drive products below 1.2e-38; see FlushSubnormals.)
+                let _flush = FlushSubnormals::new();
                 let head = HeadIn {
                     q: &qs[h % nk],
                     k: &ks[h % nk],

@@ -166,6 +166,50 @@ unsafe fn scale_max_avx2(x: &mut [f32], scale: f32) -> f32 {
     scale_max_tail(&mut x[i..], scale, mx)
 }
 
+/// While alive, this thread's float operations treat subnormal inputs and results as zero
+/// (x86 MXCSR flush-to-zero and denormals-are-zero; no change elsewhere); the previous mode comes
+/// back on drop. For recurrences whose products decay towards zero (Gated DeltaNet's decays
+/// `exp(c_i - c_j)` and states): an operand below 2^-126 (1.2e-38) costs the core a microcode
+/// assist of ~100 cycles per operation, which made the delta rule's matrix products 4x slower
+/// (1.38 s -> 0.32 s of thread time per 512-token prompt of the benchmark's random Qwen 3.5 0.8B
+/// shape, 2-vCPU Xeon), while no value above 1.2e-38 changes.
+pub struct FlushSubnormals {
+    #[cfg(target_arch = "x86_64")]
+    saved: u32,
+}
+
+impl FlushSubnormals {
+    #[cfg(target_arch = "x86_64")]
+    pub fn new() -> FlushSubnormals {
+        /// MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6).
+        const FTZ_DAZ: u32 = 0x8040;
+        let mut saved = 0u32;
+        // SAFETY: stmxcsr / ldmxcsr read and write the 32-bit value behind the pointer only; every
+        // x86_64 CPU has them (SSE).
+        unsafe {
+            std::arch::asm!("stmxcsr [{}]", in(reg) &mut saved, options(nostack, preserves_flags));
+            let set = saved | FTZ_DAZ;
+            std::arch::asm!("ldmxcsr [{}]", in(reg) &set, options(nostack, readonly, preserves_flags));
+        }
+        FlushSubnormals { saved }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn new() -> FlushSubnormals {
+        FlushSubnormals {}
+    }
+}
+
+impl Drop for FlushSubnormals {
+    fn drop(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `new`; restores the mode read there.
+        unsafe {
+            std::arch::asm!("ldmxcsr [{}]", in(reg) &self.saved, options(nostack, readonly, preserves_flags));
+        }
+    }
+}
+
 /// Rows per block of [`gemm`] (callers pad `m` to a multiple).
 pub const GEMM_ROWS: usize = 4;
 
@@ -555,6 +599,25 @@ unsafe fn sum_squares_x4_avx2(rows: [&[f32]; 4], n: usize) -> [f64; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Inside the guard a product below 2^-126 is zero, and a subnormal operand counts as zero;
+    /// after it, the thread computes subnormals again; normal values are untouched throughout.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn subnormals_flush_only_while_guarded() {
+        use std::hint::black_box;
+        let tiny = black_box(f32::MIN_POSITIVE);
+        let half = || black_box(tiny) * black_box(0.5f32);
+        assert!(half() > 0.0 && half().is_subnormal());
+        {
+            let _g = FlushSubnormals::new();
+            assert_eq!(half(), 0.0);
+            assert_eq!(black_box(f32::from_bits(1)) + black_box(0.0f32), 0.0);
+            assert_eq!(black_box(tiny) * black_box(2.0f32), f32::MIN_POSITIVE * 2.0);
+            assert_eq!(black_box(1.5f32) * black_box(3.0f32), 4.5);
+        }
+        assert!(half().is_subnormal());
+    }
 
     /// Four rows' sums of squares side by side equal each row's scalar sum bit for bit, including
     /// the tail past the last group of four and rows whose sums need many f64 bits.
