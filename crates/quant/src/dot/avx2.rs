@@ -609,6 +609,8 @@ unsafe fn legacy_vnni_cols<L: Legacy, const C: usize>(n: usize, w: &[u8], acts: 
     let mut summs = [0f32; C];
     let wp = w.as_ptr();
     for b in 0..nb {
+        // (As legacy_cols: the one-row kernels prefetch PF bytes ahead.)
+        _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(b * L::BYTES + PF) as *const i8);
         let (qx, dx, mx) = L::load(wp.add(b * L::BYTES));
         // Unsigned × signed needs no sign trick; signed × signed multiplies |x| by sign(x)·y.
         let ux = if L::UNSIGNED { qx } else { _mm256_sign_epi8(qx, qx) };
@@ -859,6 +861,7 @@ macro_rules! k4_kernel {
             let mut accm = [_mm_setzero_ps(); C];
             for b in 0..nb {
                 let x = w.as_ptr().add(b * $bytes);
+                prefetch_lines(x.wrapping_add(PF), $bytes);
                 let (dx, dmx) = (f16_at(x), f16_at(x.add(2)));
                 let (sc, mins) = unpack_scales_k4(x.add(4));
                 let mut sumi = [_mm256_setzero_si256(); C];
