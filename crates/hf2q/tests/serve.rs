@@ -894,15 +894,7 @@ fn kv_budget_is_shared_and_never_truncates() {
     assert_eq!(got[0].0, alone[0]);
     assert_eq!(got[1].0, alone[1]);
     let m = s.request("GET", "/metrics", None, None).2;
-    let sample = |name: &str| -> usize {
-        m.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    let used = sample("hf2q_kv_tokens{") + sample("hf2q_kv_cached_tokens{");
+    let used = kv_held(&m);
     assert!(used <= 256, "KV positions held {used} exceed the budget");
     assert!(
         m.contains("hf2q_kv_capacity_tokens{model=\"SmolLM2-135M-Instruct.Q4_1\"} 256"),

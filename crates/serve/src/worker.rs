@@ -199,9 +199,9 @@ pub struct Worker {
     /// False once the engine thread has ended.
     alive: Arc<AtomicBool>,
     active: Arc<AtomicUsize>,
-    /// KV positions reserved by running requests, those kept for reuse (idle slots' tokens and
-    /// the prefix cache), and the budget they share.
-    /// One value, so a reader never pairs one step's reserved figure with another's cached one.
+    /// KV positions reserved by running requests and those kept for reuse (idle slots' tokens and
+    /// the prefix cache), as one value so that a reader never pairs figures of two steps; and the
+    /// budget they share.
     kv_use: Arc<Mutex<KvUse>>,
     pub kv_capacity: usize,
     prefix_blocks: Arc<AtomicUsize>,
@@ -607,16 +607,20 @@ enum Admit {
     Wait(Box<Job>),
 }
 
-/// Cut a sequence back to at most `pos` (where a hybrid model's state can resume) so that its next
-/// write lands in a page it holds alone, giving up its pages from there on; returns where it
-/// now ends.
-fn writable_from<B: Backend>(b: &B, kv: &mut B::Kv, pos: usize) -> usize {
-    let mut p = b.kv_restore(kv, pos);
+/// Cut a sequence back to at most `pos` (where a hybrid model's state can resume) and give up its
+/// pages past that point; returns where it now ends.
+fn cut_back<B: Backend>(b: &B, kv: &mut B::Kv, pos: usize) -> usize {
+    let p = b.kv_restore(kv, pos);
     b.kv_release(kv, p);
+    p
+}
+
+/// [`cut_back`], further back where needed so that the sequence's next write lands in a page it
+/// holds alone.
+fn writable_from<B: Backend>(b: &B, kv: &mut B::Kv, pos: usize) -> usize {
+    let mut p = cut_back(b, kv, pos);
     while b.kv_page_shared(kv, p / BLOCK) {
-        b.kv_release(kv, p / BLOCK * BLOCK);
-        p = b.kv_restore(kv, p / BLOCK * BLOCK);
-        b.kv_release(kv, p);
+        p = cut_back(b, kv, p / BLOCK * BLOCK);
     }
     p
 }
@@ -662,18 +666,14 @@ fn admit<B: Backend>(b: &B, sc: &mut Sched<B>, mut job: Job) -> Admit {
     // cache or another slot holds too copies it: one page more, or, when the budget cannot hold
     // it, that page's positions are fed again.
     let slot = &mut sc.slots[best];
-    let mut from_slot = b.kv_restore(&mut slot.kv, from_slot);
-    b.kv_release(&mut slot.kv, from_slot);
-    if b.kv_page_shared(&slot.kv, from_slot / BLOCK) && paged(need) + BLOCK > sc.budget {
+    let mut from_slot = cut_back(b, &mut slot.kv, from_slot);
+    let mut shared = b.kv_page_shared(&slot.kv, from_slot / BLOCK);
+    if shared && paged(need) + BLOCK > sc.budget {
         from_slot = writable_from(b, &mut slot.kv, from_slot);
+        shared = false;
     }
     slot.tokens.truncate(from_slot);
-    let own = paged(need)
-        + if b.kv_page_shared(&slot.kv, from_slot / BLOCK) {
-            BLOCK
-        } else {
-            0
-        };
+    let own = paged(need) + if shared { BLOCK } else { 0 };
     let mut copies = if copy_cost > 0 { STATE_COPIES } else { 0 };
     copies = copies.min(copy_points(from_slot, job.prompt.len(), copies).len());
     while copies > 0 && own + copies * copy_cost > sc.budget {
