@@ -253,7 +253,15 @@ pub fn matmul_groups<B: Backend>(b: &B) {
 /// activations); and the product after either equals the product of its output read back and
 /// written into a fresh buffer.
 pub fn matmul_rows_alone<B: Backend>(b: &B) {
-    let (n, m, t) = (1024, 98, 40);
+    // Rows of 4 and of 16 units of 256 values (on CUDA each of a tile's four warps takes one, or
+    // four).
+    for n in [1024, 4096] {
+        rows_alone(b, n);
+    }
+}
+
+fn rows_alone<B: Backend>(b: &B, n: usize) {
+    let (m, t) = (98, 40);
     let gv = values(n, 11);
     for &ty in MATMUL_TYPES {
         if quant::dot::vec_dot_type(ty).is_none() {
@@ -290,13 +298,13 @@ pub fn matmul_rows_alone<B: Backend>(b: &B) {
             let all = product(&xv, t, op, false);
             if op > 0 {
                 let copied = product(&xv, t, op, true);
-                assert!(copied == all, "{} op={op}: the fused product differs", ty.name());
+                assert!(copied == all, "{} n={n} op={op}: the fused product differs", ty.name());
             }
             for r in 0..t {
                 let one = product(&xv[r * n..(r + 1) * n], 1, op, false);
                 assert!(
                     one == all[r * m..(r + 1) * m],
-                    "{} op={op}: row {r} of {t} differs from the row alone",
+                    "{} n={n} op={op}: row {r} of {t} differs from the row alone",
                     ty.name()
                 );
             }
@@ -1078,8 +1086,11 @@ mod cpu {
     }
     #[test]
     fn moe() {
-        // The CPU routes every step on the host.
-        assert_eq!(super::moe(&cpu(), 0), 0);
+        // The CPU routes every step on the host. (Both seeds the CUDA test takes: neither has a
+        // row near a routing tie.)
+        for seed in [0, 1] {
+            assert_eq!(super::moe(&cpu(), seed), 0);
+        }
     }
     /// The exact-activation mode (encoders) multiplies through its own GEMM path.
     #[test]
@@ -1101,7 +1112,7 @@ mod cpu {
 /// Σ|terms|); without the activation rounding it would be ~1e-3 off. (A statistical bound against
 /// the CPU's own outputs does not hold there: f16 rounding of a block's values that share one scale
 /// is correlated.) Matrices of 64 and of 70 rows (a partial tile of 16 on CUDA), rows of 512 and
-/// 576 values (Q8_0: a partial unit of 256).
+/// 576 values (Q8_0: a partial unit of 256), and of 4096-4352 (16-17 units).
 pub fn matmul_follows_cpu<B: Backend>(b: &B, integer: impl Fn(GgmlType, usize) -> bool) {
     let cpu = super::cpu::Cpu::new(2).unwrap();
     let h = |v: f32| quant::fp::f16_to_f32(quant::fp::f32_to_f16(v)) as f64;
@@ -1120,6 +1131,10 @@ pub fn matmul_follows_cpu<B: Backend>(b: &B, integer: impl Fn(GgmlType, usize) -
         (GgmlType::Q4_K, 200, 512, 70),
         (GgmlType::Q8_0, 150, 576, 64),
         (GgmlType::Q6_K, 140, 512, 70),
+        // Long rows (16-17 units of 256 values: four a warp on CUDA).
+        (GgmlType::Q4_K, 1, 4096, 70),
+        (GgmlType::Q6_K, 3, 4096, 64),
+        (GgmlType::Q8_0, 40, 4352, 48),
     ] {
         let wv = values(n * m, ty as u64 + 7);
         let ws = Weights::new(&[("w", ty, [n, m], &wv)]);
@@ -1170,7 +1185,7 @@ pub fn matmul_follows_cpu<B: Backend>(b: &B, integer: impl Fn(GgmlType, usize) -
 }
 
 /// The MoE FFN (router, softmax top-k with normalized weights, each chosen expert's SwiGLU FFN of
-/// Q4_K gate / up and Q6_K down, the weighted sum) for steps of 1, 2, 5 and 20 rows, against an
+/// Q4_K gate / up and Q6_K down, the weighted sum) for steps of 1 to 130 rows, against an
 /// f64 reference from the stored weights; and where the backend routes on the device
 /// (`moe_ffn_on_device`), that path against its host-routed one. Returns how many of the steps
 /// took the device path. `seed` varies the weights (a backend that keeps tables of a model's
@@ -1243,8 +1258,10 @@ pub fn moe<B: Backend>(b: &B, seed: u64) -> usize {
             })
             .collect()
     };
-    let mut device_steps = 0;
-    for rows in [1, 2, 5, 20] {
+    let (mut device_steps, mut near_ties) = (0, 0);
+    // On CUDA: 1-5 rows (4-20 pairs) each pair on its own; 20, 40 and 130 rows (80, 160 and 520
+    // pairs: runs of ~5, ~10 and ~32 per expert, several row tiles for some) grouped by expert.
+    for rows in [1, 2, 5, 20, 40, 130] {
         let x: Vec<f32> = values(rows * n, 40 + rows as u64).iter().map(|v| v * 2.0).collect();
         let xb = buf(b, rows, n, &x);
         let mut t = MoeBufs::new(b, rows, n, n_ff, &r);
@@ -1277,10 +1294,17 @@ pub fn moe<B: Backend>(b: &B, seed: u64) -> usize {
             let p: Vec<f64> = logits.iter().map(|l| (l - mx).exp()).collect();
             let mut order: Vec<usize> = (0..n_expert).collect();
             order.sort_by(|&a, &c| p[c].total_cmp(&p[a]));
-            assert!(
-                p[order[k - 1]] - p[order[k]] > 1e-3 * p[order[k - 1]],
-                "test data: row {row} of {rows} is near a routing tie (change the seed)"
-            );
+            // A row near a routing tie may take either expert (the f32 logits decide): not
+            // checked against the reference (the device-vs-host check above still holds it), and
+            // such rows stay rare.
+            if p[order[k - 1]] - p[order[k]] <= 1e-3 * p[order[k - 1]] {
+                near_ties += 1;
+                assert!(
+                    near_ties <= 2,
+                    "test data: {near_ties} rows near a routing tie (change the seed)"
+                );
+                continue;
+            }
             let top_sum: f64 = order[..k].iter().map(|&e| p[e]).sum();
             let vx = rounding(&xr);
             let (mut want, mut var, mut mag) = (vec![0f64; n], vec![0f64; n], vec![0f64; n]);
@@ -1407,9 +1431,10 @@ mod cuda {
             // Steps of 1, 2 and 5 rows (up to 20 (row, slot) pairs) route on the device. The
             // second run's weights are new, perhaps at the first's addresses.
             for seed in [0, 1] {
-                assert!(
-                    super::moe(&b, seed) >= 3,
-                    "the MoE steps of 1 to 5 rows did not take the device path"
+                assert_eq!(
+                    super::moe(&b, seed),
+                    6,
+                    "the MoE steps of 1 to 130 rows did not all take the device path"
                 );
             }
         }

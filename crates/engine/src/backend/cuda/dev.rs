@@ -2,7 +2,7 @@
 //! the GPU — recorded, issued together, replayed as CUDA graphs when a step repeats — plus the
 //! per-step upload arena and deferred frees.
 
-use super::{compile, ty_name, DEVICE_TYPES, MMQ_NT, MMQ_TYPES, MMV_ROWS};
+use super::{compile, ty_name, DEVICE_TYPES, MMQ_MOE_NT, MMQ_NT, MMQ_TYPES, MMV_ROWS};
 use crate::{EngineError, Result};
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
@@ -660,6 +660,7 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "split_cols",
                 "move_rows",
                 "weighted_sum_rows",
+                "weighted_sum_pos",
                 "rope",
                 "to_half",
             ]
@@ -681,11 +682,19 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             })
             .collect(),
         "mmq" => {
-            let mut v: Vec<String> = ["quantize_act", "argmax_part", "argmax_rows", "moe_route"]
-                .map(String::from)
-                .to_vec();
+            let mut v: Vec<String> = [
+                "quantize_act",
+                "argmax_part",
+                "argmax_rows",
+                "moe_route",
+                "moe_group",
+                "gather_act",
+            ]
+            .map(String::from)
+            .to_vec();
             for &t in MMQ_TYPES {
                 v.push(format!("mmq_moe_{}", ty_name(t)));
+                v.extend(MMQ_MOE_NT.iter().map(|k| format!("mmq_moe_g_{}_{k}", ty_name(t))));
                 v.push(format!("tile_{}", ty_name(t)));
                 v.push(format!("decode_tiled_{}", ty_name(t)));
                 v.extend(MMQ_NT.iter().map(|k| format!("mmq_{}_{k}", ty_name(t))));

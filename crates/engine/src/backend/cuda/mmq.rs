@@ -14,6 +14,8 @@ use std::sync::atomic::Ordering;
 pub(super) const MMQ_TYPES: &[GgmlType] = &[GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0];
 /// Activation columns per n-tile of the integer kernels, and the most n-tiles per launch.
 pub(super) const MMQ_NT: [usize; 4] = [1, 2, 4, 8];
+/// The n-tiles of the grouped MoE products (`kernels/mmq.cu`: `mmq_moe_g_*`; `moe::grouped_nt`).
+pub(super) const MMQ_MOE_NT: [usize; 3] = [1, 2, 4];
 
 /// Whether the integer tensor-core kernels are on (`HF2Q_CUDA_MMQ=0` sends their types through
 /// the f32 matrix-vector kernels and cuBLAS instead, to compare).

@@ -18,7 +18,7 @@ mod recurrent;
 pub use kv::{CudaKv, GpuPage};
 
 use dev::{blocks, Dev, StepArgs, A};
-use mmq::{mmq_fits, mmq_max_rows, mmq_on, MMQ_NT, MMQ_TYPES};
+use mmq::{mmq_fits, mmq_max_rows, mmq_on, MMQ_MOE_NT, MMQ_NT, MMQ_TYPES};
 
 use super::{AttnLayer, Backend, DeltaNetLayer, KvType, Rope, StepPlan, WeightSource};
 use crate::{EngineError, Result};

@@ -2,8 +2,9 @@
 //! `mmq_moe_*`): the router's product, the top-k choice and weights, every (row, slot) pair's
 //! gate / up product by its expert, the GLU, the down products and the weighted sum, all launched
 //! without the host reading anything, so a decode step of a MoE model is one graph like a dense
-//! one. Steps of many rows (prompts, wide batches) keep the generic path (`model::blocks::moe_ffn`:
-//! routing read on the host, each used expert's rows multiplied together).
+//! one. A step of a few pairs multiplies each pair on its own; a step of many (prompts, wide
+//! batches) sorts the pairs by expert on the device and multiplies each expert's run of rows
+//! together (`moe_group`, `mmq_moe_g_*`), as llama.cpp's MMQ with expert ids does.
 
 use super::dev::A;
 use super::mmq::{mmq_fits, mmq_on, ActScratch};
@@ -25,6 +26,27 @@ fn max_pairs() -> usize {
             .and_then(|v| v.parse().ok())
             .unwrap_or(64)
     })
+}
+
+/// `HF2Q_CUDA_MOE_GROUPED=0` sends steps of more than `max_pairs()` pairs back to the generic
+/// path (routing on the host), to compare.
+fn grouped_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("HF2Q_CUDA_MOE_GROUPED").map_or(true, |v| v != "0"))
+}
+
+/// The most pairs of one grouped step: the row tiles (at most pairs / 8 + experts) are a grid
+/// dimension (at most 65,535).
+const MAX_GROUPED_PAIRS: usize = 8 * 60_000;
+
+/// Pairs per row tile of the grouped products (8 · NT of `mmq_moe_g_*_NT`): about the mean run
+/// of pairs per used expert, so most experts fill one or two tiles with little padding.
+fn grouped_nt(pairs: usize, n_expert: usize) -> usize {
+    match pairs / pairs.min(n_expert).max(1) {
+        0..=10 => 1,
+        11..=20 => 2,
+        _ => 4,
+    }
 }
 
 /// Device tables of a MoE layer's experts: the tiled weights' addresses of gate, up and down.
@@ -52,7 +74,12 @@ impl Cuda {
     ) -> bool {
         let (t, n) = (x.rows, x.cols);
         let pairs = t * r.k;
-        if !mmq_on() || t == 0 || pairs > max_pairs() || r.n_expert > 1024 || r.k > 63 || r.k > r.n_expert {
+        // Up to max_pairs() pairs each on its own; more (prompts, wide batches) grouped by expert.
+        let grouped = pairs > max_pairs();
+        if !mmq_on() || t == 0 || max_pairs() == 0 || r.n_expert > 1024 || r.k > 63 || r.k > r.n_expert {
+            return false;
+        }
+        if grouped && (!grouped_on() || pairs > MAX_GROUPED_PAIRS) {
             return false;
         }
         if experts.len() != r.n_expert || experts.is_empty() {
@@ -83,17 +110,39 @@ impl Cuda {
         let (gate_t, up_t, down_t) = self.expert_tables(router, experts);
 
         self.products(&[router], x_route, &mut [&mut bufs.router]);
-        // Scratch: gate, up, GLU output (pairs × n_ff each), weights, ids (pairs each).
+        // Scratch (4-byte words): gate, up, GLU output (pairs × n_ff each), weights, ids (pairs
+        // each); grouped, also the sorted order, the sorted positions (pairs each), the row tiles'
+        // table, and x's rows in sorted order (both flavours, from a 256-byte boundary).
         let area = pairs * n_ff;
-        let base = self.grown(
-            &self.moe_scratch,
-            3 * area + 2 * pairs,
-            (3 * area + 2 * pairs).max(1 << 20),
-            "MoE scratch",
-        );
+        let n_pad = n.next_multiple_of(256);
+        let nt = grouped_nt(pairs, r.n_expert);
+        let max_tiles = pairs.div_ceil(8 * nt) + pairs.min(r.n_expert);
+        let plain = 3 * area + 2 * pairs;
+        let sorted_at = (plain + 2 * pairs + 1 + 3 * max_tiles).next_multiple_of(64);
+        let words = if grouped {
+            sorted_at + 2 * (pairs * n_pad / 4 + pairs * n_pad / 32)
+        } else {
+            plain
+        };
+        let base = self.grown(&self.moe_scratch, words, words.max(1 << 20), "MoE scratch");
         let (gate, up, act_f) = (base, base + 4 * area as u64, base + 8 * area as u64);
         let ws = base + 12 * area as u64;
         let ids = ws + 4 * pairs as u64;
+        let (order, pos) = (ids + 4 * pairs as u64, ids + 8 * pairs as u64);
+        let tiles = ids + 12 * pairs as u64;
+        let sorted = {
+            let (q0, qk) = (
+                base + 4 * sorted_at as u64,
+                base + 4 * sorted_at as u64 + (pairs * n_pad) as u64,
+            );
+            let d0 = qk + (pairs * n_pad) as u64;
+            ActScratch {
+                q0,
+                qk,
+                d0,
+                dk: d0 + 4 * (pairs * n_pad / 32) as u64,
+            }
+        };
         self.dev.launch(
             "moe_route",
             (t as u32, 1),
@@ -110,7 +159,6 @@ impl Cuda {
         );
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the
         // router's product (an integer one on x itself) did not need the scratch for another input.
-        let n_pad = n.next_multiple_of(256);
         let act = self.act_scratch(t, n_pad);
         if !(fused && (!router_int || x_route.ptr == x.ptr)) {
             self.quantize_into(x, act, true, true);
@@ -125,6 +173,26 @@ impl Cuda {
         let expert_mm = |ty: GgmlType, a: ActScratch, np: usize, div: usize, m: usize, mats: &[(u64, u64)]| {
             let (qa, ad) = flavour(ty, a);
             let (t1, o1) = mats.get(1).copied().unwrap_or((0, 0));
+            if grouped {
+                self.dev.launch(
+                    &format!("mmq_moe_g_{}_{nt}", ty_name(ty)),
+                    ((mats.len() * m.div_ceil(16)) as u32, max_tiles as u32),
+                    128,
+                    &[
+                        A::P(qa),
+                        A::P(ad),
+                        A::I(np as i32),
+                        A::I((np / 256) as i32),
+                        A::P(tiles),
+                        A::I(m as i32),
+                        A::P(mats[0].0),
+                        A::P(mats[0].1),
+                        A::P(t1),
+                        A::P(o1),
+                    ],
+                );
+                return;
+            }
             self.dev.launch(
                 &format!("mmq_moe_{}", ty_name(ty)),
                 ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
@@ -143,6 +211,47 @@ impl Cuda {
                     A::P(o1),
                 ],
             );
+        };
+        let act = if grouped {
+            // The pairs sorted by expert, and x's rows in that order.
+            self.dev.launch(
+                "moe_group",
+                (1, 1),
+                1024,
+                &[
+                    A::P(ids),
+                    A::I(pairs as i32),
+                    A::I(r.n_expert as i32),
+                    A::I(8 * nt as i32),
+                    A::P(order),
+                    A::P(pos),
+                    A::P(tiles),
+                ],
+            );
+            let k_flavour = g_ty != GgmlType::Q8_0 || u_ty != GgmlType::Q8_0;
+            let q0_flavour = g_ty == GgmlType::Q8_0 || u_ty == GgmlType::Q8_0;
+            let pick = |on: bool, p: u64| if on { p } else { 0 };
+            self.dev.launch(
+                "gather_act",
+                (pairs as u32, 1),
+                128,
+                &[
+                    A::P(pick(q0_flavour, act.q0)),
+                    A::P(act.d0),
+                    A::P(pick(k_flavour, act.qk)),
+                    A::P(act.dk),
+                    A::I(n_pad as i32),
+                    A::P(order),
+                    A::I(r.k as i32),
+                    A::P(sorted.q0),
+                    A::P(sorted.d0),
+                    A::P(sorted.qk),
+                    A::P(sorted.dk),
+                ],
+            );
+            sorted
+        } else {
+            act
         };
         if g_ty == u_ty {
             expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)]);
@@ -176,6 +285,24 @@ impl Cuda {
         bufs.slots.set_shape(pairs, n);
         expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)]);
         out.set_shape(t, n);
+        if grouped {
+            // The slots are in sorted order: each pair's row found through its position.
+            self.dev.launch(
+                "weighted_sum_pos",
+                (t as u32, 1),
+                256,
+                &[
+                    A::P(bufs.slots.ptr),
+                    A::P(pos),
+                    A::P(ws),
+                    A::P(out.ptr),
+                    A::I(t as i32),
+                    A::I(r.k as i32),
+                    A::I(n as i32),
+                ],
+            );
+            return true;
+        }
         self.dev.launch(
             "weighted_sum_rows",
             (t as u32, 1),

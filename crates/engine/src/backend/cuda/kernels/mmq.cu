@@ -397,6 +397,84 @@ MMQ_MOE(mmq_moe_TY_Q4_K, TY_Q4_K)
 MMQ_MOE(mmq_moe_TY_Q6_K, TY_Q6_K)
 MMQ_MOE(mmq_moe_TY_Q8_0, TY_Q8_0)
 
+// ---- Grouped MoE steps (prompts, wide batches: many pairs per expert), as llama.cpp's MMQ with
+// expert ids (ggml-cuda/mmq.cu) groups them: the pairs sorted by expert, each expert's run cut
+// into row tiles of R = NT·8 pairs, and one block per (weight tile, row tile) that multiplies its
+// expert's 16 rows by the run's activation rows, read once per row tile instead of once per pair.
+// A pair's outputs are the same bits as on the per-pair path (mmq_t: no output depends on NT or
+// on the other rows of the launch); only where they are stored differs (sorted position).
+//
+// moe_group: one block of 1024 threads. ids (pairs) -> order[i] = the pair at sorted position i
+// (grouped by expert in id order; within an expert in no fixed order, which changes no value),
+// pos[p] = the sorted position of pair p, tiles[0] = the number of row tiles and tiles[1 + 3i ..]
+// = (expert, first sorted position, count) of row tile i.
+extern "C" __global__ void moe_group(const int* ids, int pairs, int ne, int R, int* order, int* pos, int* tiles) {
+    __shared__ int cnt[1024], off[1024], toff[1024], fill[1024];
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) { cnt[e] = 0; fill[e] = 0; }
+    __syncthreads();
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&cnt[ids[p]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int o = 0, tt = 0;
+        for (int e = 0; e < ne; e++) {
+            off[e] = o;
+            toff[e] = tt;
+            o += cnt[e];
+            tt += (cnt[e] + R - 1) / R;
+        }
+        tiles[0] = tt;
+    }
+    __syncthreads();
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        int e = ids[p], i = off[e] + atomicAdd(&fill[e], 1);
+        order[i] = p;
+        pos[p] = i;
+    }
+    for (int e = threadIdx.x; e < ne; e += blockDim.x)
+        for (int j = 0; j * R < cnt[e]; j++) {
+            int* tl = tiles + 1 + 3 * (toff[e] + j);
+            tl[0] = e;
+            tl[1] = off[e] + j * R;
+            tl[2] = min(R, cnt[e] - j * R);
+        }
+}
+
+// Activation rows in sorted order: row i of the output is row order[i] / div of the input, in the
+// integer kernels' layout (int8 rows of n_pad values, a multiple of 256, and their per-32 scales);
+// q0 / qk null: that flavour not copied. Grid (pairs), 128 threads.
+extern "C" __global__ void gather_act(const i8* q0, const float* d0, const i8* qk, const float* dk, int n_pad,
+                                      const int* order, int div, i8* g0, float* gd0, i8* gk, float* gdk) {
+    int i = blockIdx.x, src = order[i] / div, nb = n_pad >> 5;
+    u64 so = (u64)src * n_pad, io = (u64)i * n_pad;
+    for (int c = threadIdx.x; c < n_pad / 16; c += blockDim.x) {
+        if (q0) ((int4*)(g0 + io))[c] = ((const int4*)(q0 + so))[c];
+        if (qk) ((int4*)(gk + io))[c] = ((const int4*)(qk + so))[c];
+    }
+    for (int c = threadIdx.x; c < nb; c += blockDim.x) {
+        if (q0) gd0[(u64)i * nb + c] = d0[(u64)src * nb + c];
+        if (qk) gdk[(u64)i * nb + c] = dk[(u64)src * nb + c];
+    }
+}
+
+// The grouped products: grid (mats · weight tiles, row tiles at most); row tile y of moe_group's
+// table multiplies sorted activation rows [first, first + count) by its expert's weight tile
+// x % tiles of matrix x / tiles (T0 / T1: the experts' tiled weights' addresses), into the same
+// rows of o0 / o1.
+#define MMQ_MOE_G(NAME, TY, NT) \
+    extern "C" __global__ void __launch_bounds__(128) NAME##_##NT(const i8* qa, const float* ad, int n_pad, int U, const int* tiles, \
+        int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
+        if ((int)blockIdx.y >= tiles[0]) return; \
+        const int* tl = tiles + 1 + 3 * blockIdx.y; \
+        int wt = (m + 15) >> 4, z = blockIdx.x / wt; \
+        const u64* T = z ? T1 : T0; \
+        float* o = z ? o1 : o0; \
+        mmq_t<TY, NT>(blockIdx.x % wt, tl[1], (const u8*)T[tl[0]], U, m, qa, ad, n_pad, o, tl[1] + tl[2]); \
+    }
+#define MMQ_MOE_G_ALL(TY) MMQ_MOE_G(mmq_moe_g_##TY, TY, 1) MMQ_MOE_G(mmq_moe_g_##TY, TY, 2) MMQ_MOE_G(mmq_moe_g_##TY, TY, 4)
+MMQ_MOE_G_ALL(TY_Q4_K)
+MMQ_MOE_G_ALL(TY_Q6_K)
+MMQ_MOE_G_ALL(TY_Q8_0)
+
 // Activation rows to the integer products' layout (common.cuh: act_q8): grid (rows, n_pad / 256),
 // 256 threads; q0/d0 the q8_0 flavour, qk/dk the q8_K one (either null: not made).
 extern "C" __global__ void quantize_act(const float* x, int n, int n_pad, signed char* q0, float* d0, signed char* qk, float* dk) {

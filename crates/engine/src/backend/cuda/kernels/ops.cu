@@ -195,6 +195,21 @@ extern "C" __global__ void weighted_sum_rows(const float* src, const float* w, f
     }
 }
 
+// weighted_sum_rows over rows kept in another order: pair (r, k)'s row is src[pos[r·k_per + k]]
+// (the grouped MoE products' sorted rows); the same arithmetic in the same order.
+extern "C" __global__ void weighted_sum_pos(const float* src, const int* pos, const float* w, float* out, int t, int k_per, int n) {
+    int r = blockIdx.x;
+    if (r >= t) return;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+        float acc = 0.f;
+        for (int k = 0; k < k_per; k++) {
+            float y = src[(u64)pos[r * k_per + k] * n + c] * w[r * k_per + k];
+            acc = k == 0 ? y : acc + y;
+        }
+        out[(u64)r * n + c] = acc;
+    }
+}
+
 // Rotary embedding in place: row r, head h, pair i with (cos, sin) = cs[r * half + i] (the
 // host's tables, ggml_rope_cache_init). neox pairs (i, i + n_dims/2), else (2i, 2i+1). One thread
 // per (row, head, pair).
