@@ -14,10 +14,10 @@ use cudarc::driver::CudaSlice;
 use gguf::GgmlType;
 use std::sync::atomic::Ordering;
 
-/// The most (row, slot) pairs a step takes through the device path: each pair reads its expert's
-/// weights on its own, which for one to a few decode rows is what the step reads anyway (their
-/// experts mostly differ); wider steps share each expert's weights between its rows on the
-/// generic path. `HF2Q_CUDA_MOE_PAIRS=0` turns the device path off, to compare.
+/// The most (row, slot) pairs a step multiplies each on its own: each pair reads its expert's
+/// weights alone, which for one to a few decode rows is what the step reads anyway (their experts
+/// mostly differ); wider steps group the pairs by expert, so each expert's weights are read once
+/// per tile of its rows. `HF2Q_CUDA_MOE_PAIRS=0` turns the device path off, to compare.
 fn max_pairs() -> usize {
     static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *N.get_or_init(|| {
