@@ -138,6 +138,134 @@ for f in sys.argv[1:]:
 " /tmp/hf2q-bench-$tag.json /tmp/llama-bench-$tag.json | tee -a $OUT/bench-summary.txt
 }
 case $phase in
+c6)
+  # 2026-12-03, third session, fourth machine (carrying .dev: bins.tar.xz of the final build, with
+  # the split products of calls 4-5 taken out again; llama-src.tgz; the fixtures not run in call 4):
+  # op tests, those fixtures on CUDA, then the MoE (and, if made in time, the 8B Q4_K_M) against
+  # llama-bench.
+  tar -xJf $D/bins.tar.xz -C $D
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
+  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j12 --target llama-bench >> /tmp/lc.log 2>&1; echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+  mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/
+  setsid nohup bash -c "python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 > /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log; \
+      python3 bench/cuda/make_model.py llama8b $W/l8b >> /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 150 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked" -A2
+  for i in $(seq 1 80); do grep -q BUILD-END /tmp/lc.log && grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed" /tmp/mk.log | tee $OUT/make.txt
+  bench_pair moe $W/moe.q4_k_m.gguf
+  HF2Q_CUDA_MOE_GROUPED=0 timeout 50 $H bench -m $W/moe.q4_k_m.gguf --device cuda -p 512 -n 0 -r 2 2>&1 | grep pp512 | sed 's/^/moe MOE_GROUPED=0 /' | tee -a $OUT/bench-summary.txt
+  grep -q MAKE-END /tmp/mk.log && bench_pair q4_k_m $W/l8b.q4_k_m.gguf
+  grep -E "make_model|Elapsed" /tmp/mk.log > $OUT/make.txt
+  ;;
+c3)
+  # 2026-12-03, third session, third machine, first call (carrying .dev: bins.tar.xz, llama-src.tgz,
+  # half of the fixtures): llama.cpp (llama-bench) and the models in the background (the
+  # Qwen3.5-0.8B-shaped hybrid in Q8_0 / Q4_K_M; the 8B in Q4_K_M, Q8_0, BF16; the 24-layer
+  # Qwen3-30B-A3B-shaped MoE in Q4_K_M); op tests, fixtures on CUDA, the product microbenchmark.
+  tar -xJf $D/bins.tar.xz -C $D
+  { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
+  nvidia-smi -q > $OUT/nvidia-smi-q.txt
+  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
+  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j12 --target llama-bench >> /tmp/lc.log 2>&1; echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+  mkdir -p /tmp/bin && cp $D/hf2q $D/engine_tiny /tmp/bin/ && cp -r $D/fixtures/tiny/qwen3_5_text /tmp/q35fix
+  setsid nohup bash -c "FIXTURE=/tmp/q35fix python3 bench/spec/make_qwen35.py $W/q35 > /tmp/mk.log 2>&1 && \
+      for q in q8_0 q4_k_m; do /tmp/bin/hf2q convert $W/q35 -o $W/q35.\$q.gguf --quant \$q --no-mtp >> /tmp/mk.log 2>&1; done; rm -rf $W/q35; echo Q35-END >> /tmp/mk.log; \
+      python3 bench/cuda/make_model.py llama8b $W/l8b >> /tmp/mk.log 2>&1 && \
+      for q in q4_k_m q8_0 bf16; do /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; done; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
+      avail=\$(df -B1 --output=avail /dev/shm | tail -n 1); M=/dev/shm/moe; [ \$avail -lt 34000000000 ] && M=$W/moe; \
+      echo moe in \$M, /dev/shm avail \$avail >> /tmp/mk.log; \
+      python3 bench/cuda/make_model.py qwen3moe30b \$M 24 >> /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert \$M -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf \$M; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked" -A2
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/cuda/mmq_micro.py base,split 2>&1 | tee $OUT/micro.txt
+  ;;
+c4)
+  # Second call, same machine (carrying .dev2: the other half of the fixtures): those fixtures on
+  # CUDA, then both tools on each file and the A/Bs of this session's changes.
+  HF2Q_FIXTURES=$PWD/.dev2/fixtures timeout 150 /tmp/bin/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny-2.txt | grep -E "NOT RUN|test result|panicked" -A2
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|moe in|rror" /tmp/mk.log
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  m=$W/l8b.q4_k_m.gguf
+  for v in 0 1; do HF2Q_CUDA_MMQ_SPLIT=$v timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep tg128 | sed "s/^/q4_k_m MMQ_SPLIT=$v /" | tee -a $OUT/bench-summary.txt; done
+  HF2Q_CUDA_MMQ_SPLIT=0 timeout 60 $H bench -m $W/l8b.q8_0.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | grep tg128 | sed "s/^/q8_0 MMQ_SPLIT=0 /" | tee -a $OUT/bench-summary.txt
+  for q in q8_0 q4_k_m; do bench_pair q35-$q $W/q35.$q.gguf; done
+  for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "moe in|make_model|Elapsed" /tmp/mk.log | tee $OUT/make.txt
+  bench_pair moe $W/moe.q4_k_m.gguf
+  HF2Q_CUDA_MOE_GROUPED=0 timeout 60 $H bench -m $W/moe.q4_k_m.gguf --device cuda -p 512 -n 0 -r 2 2>&1 | grep pp512 | sed 's/^/moe MOE_GROUPED=0 /' | tee -a $OUT/bench-summary.txt
+  ;;
+x1)
+  # 2026-12-03, third session, second machine (carrying .dev1/engine-tests): the MoE op test (the
+  # grouped products: steps of 20-130 rows), then the decode-product microbenchmark
+  # (bench/cuda/mmq_micro.py) and ncu's sections on one launch of each base kernel.
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  timeout 120 .dev1/engine-tests --test-threads=1 cuda::moe 2>&1 | tee $OUT/engine-tests-moe.txt | grep -E "^test |test result|panicked" -A3
+  PYTHONUNBUFFERED=1 timeout 240 python3 bench/cuda/mmq_micro.py 2>&1 | tee $OUT/micro.txt
+  timeout 150 ncu --clock-control none -k regex:"mmq_|mmv_" --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis python3 bench/cuda/mmq_micro.py --ncu > $OUT/ncu-micro.txt 2>&1
+  grep -E "^  mmq_|^  mmv_|Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Issued Warp|No Eligible|Eligible Warps|Warp Cycles Per Issued|Block Limit" $OUT/ncu-micro.txt | head -n 90
+  ;;
+c1)
+  # 2026-12-03, third session, first call (carrying .dev: bins.tar.xz with hf2q, engine-tests and
+  # engine_tiny; llama-src.tgz; fixtures): llama.cpp (llama-bench) and the models in the
+  # background (8B Q4_K_M, the 24-layer Qwen3-30B-A3B-shaped MoE, the Qwen3.5-0.8B-shaped hybrid in
+  # Q8_0 / Q4_K_M); op tests and fixtures on CUDA; both tools on each file; ncu's per-kernel times
+  # of a decode step (8B Q4_K_M).
+  tar -xJf $D/bins.tar.xz -C $D
+  { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
+  nvidia-smi -q > $OUT/nvidia-smi-q.txt
+  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
+  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j12 --target llama-bench >> /tmp/lc.log 2>&1; echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+  mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/hf2q && cp -r $D/fixtures/qwen3_5_text /tmp/q35fix
+  setsid nohup bash -c "FIXTURE=/tmp/q35fix python3 bench/spec/make_qwen35.py $W/q35 > /tmp/mk.log 2>&1 && \
+      for q in q8_0 q4_k_m; do /tmp/bin/hf2q convert $W/q35 -o $W/q35.\$q.gguf --quant \$q --no-mtp >> /tmp/mk.log 2>&1; done; rm -rf $W/q35; echo Q35-END >> /tmp/mk.log; \
+      python3 bench/cuda/make_model.py llama8b $W/l8b >> /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
+      avail=\$(df -B1 --output=avail /dev/shm | tail -n 1); M=/dev/shm/moe; [ \$avail -lt 34000000000 ] && M=$W/moe; \
+      echo moe in \$M, /dev/shm avail \$avail >> /tmp/mk.log; \
+      python3 bench/cuda/make_model.py qwen3moe30b \$M 24 >> /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert \$M -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf \$M; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked"
+  ;;
+c2)
+  # Second call, on the same warm machine (carrying nothing): the benches and ncu.
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|moe in|rror" /tmp/mk.log
+  for q in q8_0 q4_k_m; do bench_pair q35-$q $W/q35.$q.gguf; done
+  bench_pair q4_k_m $W/l8b.q4_k_m.gguf
+  HF2Q_CUDA_GRAPHS=0 timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 2500 --launch-count 420 \
+      /tmp/bin/hf2q bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1 > /tmp/ncu.csv 2> /tmp/ncu.err; tail -n 2 /tmp/ncu.err
+  python3 -c "
+import csv,sys,collections
+rows=[r for r in csv.reader(open('/tmp/ncu.csv')) if len(r)>10]
+h=rows[0]; k=h.index('Kernel Name'); v=h.index('Metric Value')
+t=collections.OrderedDict()
+for r in rows[1:]:
+    n=r[k].split('(')[0]; x=float(r[v].replace(',',''))
+    a=t.setdefault(n,[0,0.0]); a[0]+=1; a[1]+=x
+tot=sum(a[1] for a in t.values())
+print('ncu kernels', sum(a[0] for a in t.values()), 'total us', round(tot/1e3,1))
+for n,a in sorted(t.items(), key=lambda i:-i[1][1]): print(n, a[0], round(a[1]/1e3,1), 'us', round(a[1]/a[0]/1e3,2), 'us each')
+" 2>&1 | tee $OUT/ncu-tg-q4_k_m.txt
+  for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "moe in|make_model|Elapsed" /tmp/mk.log | tee $OUT/make.txt
+  bench_pair moe $W/moe.q4_k_m.gguf
+  ;;
 n4)
   # 2026-12-03, second session, the one call left after a refused start (n2 and n3 then ran on a bare
   # machine): op tests, fixtures, then the 8B Q4_K_M and a 24-layer Qwen3-30B-A3B-shaped MoE against
@@ -477,11 +605,11 @@ p4)
   done
   cmp -s $OUT/generate-q8_0-cuda.txt $OUT/generate-q8_0-cpu.txt && echo "generate: CUDA and CPU give the same text" || echo "generate: CUDA and CPU texts DIFFER"
   if command -v ncu > /dev/null; then
-    HF2Q_CUDA_GRAPHS=0 timeout 100 ncu --clock-control none --csv --metrics gpu__time_duration.sum \
+    HF2Q_CUDA_GRAPHS=0 timeout 90 ncu --clock-control none --csv --metrics gpu__time_duration.sum \
       --launch-skip 1200 --launch-count 40 $D/hf2q generate -m $W/l8b.q4_k_m.gguf --device cuda -p "hello" -n 4 --temp 0 \
       > $OUT/ncu-decode-q4_k_m.csv 2> /dev/null
     python3 -c "print(' '.join(['word'] * 600))" > /tmp/p512.txt
-    HF2Q_CUDA_GRAPHS=0 timeout 100 ncu --clock-control none --csv --metrics gpu__time_duration.sum \
+    HF2Q_CUDA_GRAPHS=0 timeout 90 ncu --clock-control none --csv --metrics gpu__time_duration.sum \
       --launch-skip 20 --launch-count 60 $D/hf2q generate -m $W/l8b.bf16.gguf --device cuda -f /tmp/p512.txt -n 1 --temp 0 \
       > $OUT/ncu-prefill-bf16.csv 2> /dev/null
   fi
