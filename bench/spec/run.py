@@ -5,7 +5,8 @@ usage: python3 bench/spec/run.py HF2Q MODELS_DIR [OUT.json]
 For each model (SmolLM2-135M-Instruct Q8_0 with its chat template; Gemma 3 270M Q4_K_M, a base
 model, with a plain-text prompt) and each task — a quoting task (the reply should reproduce the first
 ~1,000 tokens of Alice in Wonderland's chapter I, given in the prompt) and ordinary chat / continuation prompts — runs
-`hf2q generate --temp 0` with `--spec off` and `--spec ngram`, and reports decode tokens/s (hf2q's
+`hf2q generate --temp 0` with `--spec off` and `--spec ngram` (`--draft-max $DRAFT_MAX` when set, else
+hf2q's default), and reports decode tokens/s (hf2q's
 own `-v` log line), the ratio, the acceptance, whether the two outputs are the same bytes, and for
 the quoting task how much of the quoted text the reply reproduces (longest common prefix, and the
 fraction of the quote's words that appear in order: difflib's matching blocks).
@@ -33,7 +34,9 @@ PLAIN = [
 
 def run(model, prompt, chat, spec, n):
     args = [hf2q, "-v", "generate", "-m", model, "-p", prompt, "-n", str(n), "--temp", "0", "-t", "2",
-            "--spec", spec, "--draft-max", "8"]
+            "--spec", spec]
+    if os.environ.get("DRAFT_MAX"):
+        args += ["--draft-max", os.environ["DRAFT_MAX"]]
     if chat:
         args.insert(5, "--chat")
     r = subprocess.run(args, capture_output=True, text=True)

@@ -64,8 +64,11 @@ pub struct SpecArgs {
     /// distribution otherwise [default: auto for generate, off for serve and bench]
     #[arg(long = "spec", value_parser = parse_spec)]
     pub mode: Option<engine::spec::SpecMode>,
-    /// Most tokens proposed per step (at most 16).
-    #[arg(long, default_value_t = 8, value_parser = parse_draft_max)]
+    /// Most tokens proposed per step (at most 16; drafts grow to it while all are kept and shrink
+    /// after misses). 16 by measurement: with the faster CPU decoding of 2026-12-03 a check's extra
+    /// rows cost more of a step than before, and longer drafts on text the reply copies made
+    /// up for it (bench/runs/2026-12-03-xeon-2c/spec-after-cpu-speedups).
+    #[arg(long, default_value_t = 16, value_parser = parse_draft_max)]
     pub draft_max: usize,
 }
 
