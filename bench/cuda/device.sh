@@ -51,6 +51,13 @@ bg_llama() {
       > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j10 --target llama-bench llama-server llama-batched-bench >> /tmp/lc.log 2>&1; \
       echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
 }
+bg_llama_bench() {
+  # llama-bench alone (-j12: the model conversions run beside it), in the background.
+  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
+  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j12 --target llama-bench >> /tmp/lc.log 2>&1; echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+}
 bg_builds() {
   # The llama.cpp build and the 8B model with its three conversions, in the background.
   bg_llama
@@ -145,10 +152,7 @@ c6)
   # llama-bench.
   tar -xJf $D/bins.tar.xz -C $D
   nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
-  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
-  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j12 --target llama-bench >> /tmp/lc.log 2>&1; echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+  bg_llama_bench
   mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/
   setsid nohup bash -c "python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 > /tmp/mk.log 2>&1 && \
       /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log; \
@@ -171,10 +175,7 @@ c3)
   tar -xJf $D/bins.tar.xz -C $D
   { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
   nvidia-smi -q > $OUT/nvidia-smi-q.txt
-  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
-  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j12 --target llama-bench >> /tmp/lc.log 2>&1; echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+  bg_llama_bench
   mkdir -p /tmp/bin && cp $D/hf2q $D/engine_tiny /tmp/bin/ && cp -r $D/fixtures/tiny/qwen3_5_text /tmp/q35fix
   setsid nohup bash -c "FIXTURE=/tmp/q35fix python3 bench/spec/make_qwen35.py $W/q35 > /tmp/mk.log 2>&1 && \
       for q in q8_0 q4_k_m; do /tmp/bin/hf2q convert $W/q35 -o $W/q35.\$q.gguf --quant \$q --no-mtp >> /tmp/mk.log 2>&1; done; rm -rf $W/q35; echo Q35-END >> /tmp/mk.log; \
@@ -187,7 +188,8 @@ c3)
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
   HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked" -A2
-  PYTHONUNBUFFERED=1 timeout 150 python3 bench/cuda/mmq_micro.py base,split 2>&1 | tee $OUT/micro.txt
+  # (Ran `mmq_micro.py base,split` with the split products of that build, since taken out.)
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/cuda/mmq_micro.py base 2>&1 | tee $OUT/micro.txt
   ;;
 c4)
   # Second call, same machine (carrying .dev2: the other half of the fixtures): those fixtures on
@@ -225,10 +227,7 @@ c1)
   tar -xJf $D/bins.tar.xz -C $D
   { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
   nvidia-smi -q > $OUT/nvidia-smi-q.txt
-  mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
-  setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j12 --target llama-bench >> /tmp/lc.log 2>&1; echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
+  bg_llama_bench
   mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/hf2q && cp -r $D/fixtures/qwen3_5_text /tmp/q35fix
   setsid nohup bash -c "FIXTURE=/tmp/q35fix python3 bench/spec/make_qwen35.py $W/q35 > /tmp/mk.log 2>&1 && \
       for q in q8_0 q4_k_m; do /tmp/bin/hf2q convert $W/q35 -o $W/q35.\$q.gguf --quant \$q --no-mtp >> /tmp/mk.log 2>&1; done; rm -rf $W/q35; echo Q35-END >> /tmp/mk.log; \

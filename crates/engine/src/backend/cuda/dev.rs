@@ -660,7 +660,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "split_cols",
                 "move_rows",
                 "weighted_sum_rows",
-                "weighted_sum_pos",
                 "rope",
                 "to_half",
             ]

@@ -906,6 +906,7 @@ impl Backend for Cuda {
             256,
             &[
                 A::P(src.ptr),
+                A::P(0),
                 A::P(w),
                 A::P(out.ptr),
                 A::I(t as i32),

@@ -130,19 +130,6 @@ impl Cuda {
         let ids = ws + 4 * pairs as u64;
         let (order, pos) = (ids + 4 * pairs as u64, ids + 8 * pairs as u64);
         let tiles = ids + 12 * pairs as u64;
-        let sorted = {
-            let (q0, qk) = (
-                base + 4 * sorted_at as u64,
-                base + 4 * sorted_at as u64 + (pairs * n_pad) as u64,
-            );
-            let d0 = qk + (pairs * n_pad) as u64;
-            ActScratch {
-                q0,
-                qk,
-                d0,
-                dk: d0 + 4 * (pairs * n_pad / 32) as u64,
-            }
-        };
         self.dev.launch(
             "moe_route",
             (t as u32, 1),
@@ -173,44 +160,23 @@ impl Cuda {
         let expert_mm = |ty: GgmlType, a: ActScratch, np: usize, div: usize, m: usize, mats: &[(u64, u64)]| {
             let (qa, ad) = flavour(ty, a);
             let (t1, o1) = mats.get(1).copied().unwrap_or((0, 0));
-            if grouped {
-                self.dev.launch(
-                    &format!("mmq_moe_g_{}_{nt}", ty_name(ty)),
+            let mut args = vec![A::P(qa), A::P(ad), A::I(np as i32), A::I((np / 256) as i32)];
+            let (name, grid) = if grouped {
+                // Grid (mats · weight tiles, row tiles at most); the pairs through the tile table.
+                args.push(A::P(tiles));
+                (
+                    format!("mmq_moe_g_{}_{nt}", ty_name(ty)),
                     ((mats.len() * m.div_ceil(16)) as u32, max_tiles as u32),
-                    128,
-                    &[
-                        A::P(qa),
-                        A::P(ad),
-                        A::I(np as i32),
-                        A::I((np / 256) as i32),
-                        A::P(tiles),
-                        A::I(m as i32),
-                        A::P(mats[0].0),
-                        A::P(mats[0].1),
-                        A::P(t1),
-                        A::P(o1),
-                    ],
-                );
-                return;
-            }
-            self.dev.launch(
-                &format!("mmq_moe_{}", ty_name(ty)),
-                ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
-                128,
-                &[
-                    A::P(qa),
-                    A::P(ad),
-                    A::I(np as i32),
-                    A::I((np / 256) as i32),
-                    A::P(ids),
-                    A::I(div as i32),
-                    A::I(m as i32),
-                    A::P(mats[0].0),
-                    A::P(mats[0].1),
-                    A::P(t1),
-                    A::P(o1),
-                ],
-            );
+                )
+            } else {
+                args.extend([A::P(ids), A::I(div as i32)]);
+                (
+                    format!("mmq_moe_{}", ty_name(ty)),
+                    ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
+                )
+            };
+            args.extend([A::I(m as i32), A::P(mats[0].0), A::P(mats[0].1), A::P(t1), A::P(o1)]);
+            self.dev.launch(&name, grid, 128, &args);
         };
         let act = if grouped {
             // The pairs sorted by expert, and x's rows in that order.
@@ -231,6 +197,19 @@ impl Cuda {
             let k_flavour = g_ty != GgmlType::Q8_0 || u_ty != GgmlType::Q8_0;
             let q0_flavour = g_ty == GgmlType::Q8_0 || u_ty == GgmlType::Q8_0;
             let pick = |on: bool, p: u64| if on { p } else { 0 };
+            let sorted = {
+                let (q0, qk) = (
+                    base + 4 * sorted_at as u64,
+                    base + 4 * sorted_at as u64 + (pairs * n_pad) as u64,
+                );
+                let d0 = qk + (pairs * n_pad) as u64;
+                ActScratch {
+                    q0,
+                    qk,
+                    d0,
+                    dk: d0 + 4 * (pairs * n_pad / 32) as u64,
+                }
+            };
             self.dev.launch(
                 "gather_act",
                 (pairs as u32, 1),
@@ -285,30 +264,14 @@ impl Cuda {
         bufs.slots.set_shape(pairs, n);
         expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)]);
         out.set_shape(t, n);
-        if grouped {
-            // The slots are in sorted order: each pair's row found through its position.
-            self.dev.launch(
-                "weighted_sum_pos",
-                (t as u32, 1),
-                256,
-                &[
-                    A::P(bufs.slots.ptr),
-                    A::P(pos),
-                    A::P(ws),
-                    A::P(out.ptr),
-                    A::I(t as i32),
-                    A::I(r.k as i32),
-                    A::I(n as i32),
-                ],
-            );
-            return true;
-        }
         self.dev.launch(
             "weighted_sum_rows",
             (t as u32, 1),
             256,
             &[
                 A::P(bufs.slots.ptr),
+                // Grouped, the slots are in sorted order: each pair's row found through its position.
+                A::P(if grouped { pos } else { 0 }),
                 A::P(ws),
                 A::P(out.ptr),
                 A::I(t as i32),

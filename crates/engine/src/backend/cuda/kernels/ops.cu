@@ -181,29 +181,16 @@ extern "C" __global__ void move_rows(const float* x, float* out, const int* idx,
     for (int c = threadIdx.x; c < n; c += blockDim.x) d[c] = s[c];
 }
 
-// out[t] = sum_k w[t*k_per + k] * src[t*k_per + k], in k order (the MoE combine).
-extern "C" __global__ void weighted_sum_rows(const float* src, const float* w, float* out, int t, int k_per, int n) {
+// out[t] = sum_k w[t*k_per + k] * src[row(t*k_per + k)], in k order (the MoE combine); row(p) is
+// p, or pos[p] where the rows are kept in another order (the grouped MoE products' sorted rows).
+extern "C" __global__ void weighted_sum_rows(const float* src, const int* pos, const float* w, float* out, int t, int k_per, int n) {
     int r = blockIdx.x;
     if (r >= t) return;
     for (int c = threadIdx.x; c < n; c += blockDim.x) {
         float acc = 0.f;
         for (int k = 0; k < k_per; k++) {
-            float y = src[((u64)r * k_per + k) * n + c] * w[r * k_per + k];
-            acc = k == 0 ? y : acc + y;
-        }
-        out[(u64)r * n + c] = acc;
-    }
-}
-
-// weighted_sum_rows over rows kept in another order: pair (r, k)'s row is src[pos[r·k_per + k]]
-// (the grouped MoE products' sorted rows); the same arithmetic in the same order.
-extern "C" __global__ void weighted_sum_pos(const float* src, const int* pos, const float* w, float* out, int t, int k_per, int n) {
-    int r = blockIdx.x;
-    if (r >= t) return;
-    for (int c = threadIdx.x; c < n; c += blockDim.x) {
-        float acc = 0.f;
-        for (int k = 0; k < k_per; k++) {
-            float y = src[(u64)pos[r * k_per + k] * n + c] * w[r * k_per + k];
+            int p = r * k_per + k;
+            float y = src[(u64)(pos ? pos[p] : p) * n + c] * w[p];
             acc = k == 0 ? y : acc + y;
         }
         out[(u64)r * n + c] = acc;
