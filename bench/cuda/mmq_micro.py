@@ -8,6 +8,8 @@ usage: python3 bench/cuda/mmq_micro.py [VARIANT,...] [--ncu]   (from the reposit
 
 Variants (text edits of a copy of the kernel source, compiled here):
   base       the kernel as the engine runs it
+  v          the one-row dp4a kernel (mmq_v_*, batch-1 decode); vnoload, vnocompute, vstagesN
+             as the variants below on it
   noload     the weight copies (cp.async) left out: the products on whatever shared memory holds
   nocompute  the products left out: the weight copies alone (one byte of each stage read)
   stagesN    N cp.async stages per warp instead of the type's own
@@ -30,17 +32,20 @@ STAGES_LINE = {"TY_Q4_K": "UB = 2304, STAGES = 4;", "TY_Q6_K": "UB = 3360, STAGE
 
 def mmq_module(ty, variant):
     s = mmq_src.split("// ---- Mixture-of-experts decode steps")[0]
-    s = s.replace("MMQ_ALL(TY_Q4_K)\nMMQ_ALL(TY_Q6_K)\nMMQ_ALL(TY_Q8_0)\n", f"MMQ(mmq_{ty}, {ty}, 1)\n")
+    one = f"MMQ_K(mmq_{ty}_1, {ty}, 1, true)" if variant.startswith("v") else f"MMQ(mmq_{ty}, {ty}, 1)"
+    s = s.replace("MMQ_ALL(TY_Q4_K)\nMMQ_ALL(TY_Q6_K)\nMMQ_ALL(TY_Q8_0)\n", one + "\n")
+    variant = variant[1:] if variant.startswith("v") and variant != "v" else variant
     if variant == "noload":
         s = s.replace("cp_async16(sw + s * Q::UB + 16 * c, src + 16 * c);", ";")
         s = s.replace("cp_async16(dst + 16 * c, src + 16 * c);", ";")
     elif variant == "nocompute":
-        s = s.replace("Q::template unit<NT>(sw + ((u - u0) % Q::STAGES) * Q::UB, x, u, lane, acc);",
-                      "acc[0][0] += (float)sw[((u - u0) % Q::STAGES) * Q::UB + lane];")
+        for call in ("Q::template unit<NT>(sw + ((u - u0) % Q::STAGES) * Q::UB, x, u, lane, acc);",
+                     "Q::unit_v(sw + ((u - u0) % Q::STAGES) * Q::UB, x, u, lane, acc);"):
+            s = s.replace(call, "acc[0][0] += (float)sw[((u - u0) % Q::STAGES) * Q::UB + lane];")
     elif variant.startswith("stages"):
         old = STAGES_LINE[ty]
         s = s.replace(old, old.split("STAGES")[0] + "STAGES = " + variant[6:] + ";")
-    assert s.count(f"MMQ(mmq_{ty}, {ty}, 1)") == 1
+    assert s.count(one) == 1
     return cp.RawModule(code=common + s, options=("--gpu-architecture=sm_90", "--std=c++17"))
 
 

@@ -24,6 +24,14 @@ pub(super) fn mmq_on() -> bool {
     *ON.get_or_init(|| std::env::var_os("HF2Q_CUDA_MMQ").is_none_or(|v| v != "0"))
 }
 
+/// Whether products of one activation row (batch-1 decode steps, MoE pairs) take the dp4a
+/// kernels (`mmq_v_*`, `mmq_moe_v_*`: the same sums as the tensor-core ones, bit for bit, in
+/// fewer instructions); `HF2Q_CUDA_MMQ_V=0` sends them through the tensor-core kernels, to compare.
+pub(super) fn mmq_v_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("HF2Q_CUDA_MMQ_V").is_none_or(|v| v != "0"))
+}
+
 /// The most n-tiles of 8 activation rows one integer-kernel block takes (`HF2Q_CUDA_MMQ_NT=1|2|4`
 /// caps it below 8, to compare): more rows than this are more column tiles.
 fn mmq_nt_max() -> usize {
@@ -149,8 +157,12 @@ impl Cuda {
                 }
             }
             // May start while the kernel before it runs: it reads its weights, then waits.
-            self.dev
-                .launch_early(&format!("mmq_{}_{nt}", ty_name(ty)), (total, 1), 128, &args);
+            let name = if t == 1 && mmq_v_on() {
+                format!("mmq_v_{}", ty_name(ty))
+            } else {
+                format!("mmq_{}_{nt}", ty_name(ty))
+            };
+            self.dev.launch_early(&name, (total, 1), 128, &args);
         }
     }
 

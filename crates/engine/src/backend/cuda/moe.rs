@@ -170,8 +170,9 @@ impl Cuda {
                 )
             } else {
                 args.extend([A::P(ids), A::I(div as i32)]);
+                let v = if super::mmq::mmq_v_on() { "v_" } else { "" };
                 (
-                    format!("mmq_moe_{}", ty_name(ty)),
+                    format!("mmq_moe_{v}{}", ty_name(ty)),
                     ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
                 )
             };

@@ -138,6 +138,50 @@ template <> struct MQ<TY_Q4_K> {
             }
         }
     }
+    // `unit` for one activation row (t = 1, the row's values at xs: this lane's 64 bytes of the
+    // unit, act_pos) through dp4a: the lane's partial s1 and cm over its 8 values of each
+    // sub-block, summed over the four lanes of its rows (exact integers: the same s1 and cm as the
+    // tensor-core products), then the same f32 steps as `unit` for output column 0 (acc[0][0]
+    // row g, acc[0][2] row g + 8; the other slots are columns past t, never written).
+    static __device__ __forceinline__ void unit_v(const u8* s, const Act& x, int u, int lane, float acc[1][4]) {
+        int g = lane >> 2;
+        u32 dm[2] = {*(const u32*)(s + 4 * g), *(const u32*)(s + 4 * (g + 8))};
+        Scales sr[2] = {scales(s + 64 + 12 * g), scales(s + 64 + 12 * (g + 8))};
+        const uint4* xq = (const uint4*)(x.q + u * 256 + (lane & 3) * 64);
+        int s1[2] = {0, 0}, cm[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint4 w = *(const uint4*)(s + 256 + i * 512 + lane * 16);
+            uint4 xv = xq[i];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int j = 2 * i + h, sh = 4 * h;
+                int bx = (int)(h ? xv.z : xv.x), by = (int)(h ? xv.w : xv.y);
+                int pg = __dp4a((int)((w.x >> sh) & 0x0F0F0F0Fu), bx, __dp4a((int)((w.z >> sh) & 0x0F0F0F0Fu), by, 0));
+                int pg8 = __dp4a((int)((w.y >> sh) & 0x0F0F0F0Fu), bx, __dp4a((int)((w.w >> sh) & 0x0F0F0F0Fu), by, 0));
+                int xsum = __dp4a(bx, 0x01010101, __dp4a(by, 0x01010101, 0));
+                s1[0] += byte_of(sr[0].sc[j >> 2], j & 3) * pg;
+                s1[1] += byte_of(sr[1].sc[j >> 2], j & 3) * pg8;
+                cm[0] += byte_of(sr[0].mn[j >> 2], j & 3) * xsum;
+                cm[1] += byte_of(sr[1].mn[j >> 2], j & 3) * xsum;
+            }
+        }
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                s1[r] += __shfl_xor_sync(0xffffffffu, s1[r], o);
+                cm[r] += __shfl_xor_sync(0xffffffffu, cm[r], o);
+            }
+        float dx = x.d_at(0, u * 8);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float d = h2f(dm[r] & 0xFFFF), dmin = h2f(dm[r] >> 16);
+            float v = __fmaf_rn(__fmul_rn(dx, d), __int2float_rn(s1[r]), -__fmul_rn(__fmul_rn(dx, dmin), __int2float_rn(cm[r])));
+            acc[0][2 * r] = __fadd_rn(acc[0][2 * r], v);
+            acc[0][2 * r + 1] = acc[0][2 * r];
+        }
+    }
 };
 
 // Q6_K blob (3360 bytes): d of each row (f16, 16 × 2), the rows' 16 int8 scales (16 × 16), the
@@ -201,6 +245,44 @@ template <> struct MQ<TY_Q6_K> {
             }
         }
     }
+    // `unit` for one activation row through dp4a (as MQ<TY_Q4_K>::unit_v): the lane's partial
+    // Σ sc·(Σ (q - 32)·x) over its four values of each sub-block, summed over its rows' four lanes.
+    static __device__ __forceinline__ void unit_v(const u8* s, const Act& x, int u, int lane, float acc[1][4]) {
+        int g = lane >> 2;
+        uint4 sc[2] = {*(const uint4*)(s + 32 + 16 * g), *(const uint4*)(s + 32 + 16 * (g + 8))};
+        const uint2* xq = (const uint2*)(x.q + u * 256 + (lane & 3) * 64);
+        int si[2] = {0, 0};
+#pragma unroll
+        for (int jb = 0; jb < 8; jb++) {
+            uint2 b = xq[jb];
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                int j16 = 2 * jb + half;
+                int n2 = j16 >> 3, qq = (j16 & 7) >> 1, hh = j16 & 1, q1 = qq & 1, nib = qq >> 1;
+                int k = 8 * n2 + hh + 2 * qq;
+#pragma unroll
+                for (int rs = 0; rs < 2; rs++) {
+                    int iw = ((n2 * 2 + q1) * 2 + hh) * 2 + rs, ih = (n2 * 2 + hh) * 2 + rs;
+                    u32 lw = *(const u32*)(s + 288 + lane * 64 + 4 * iw);
+                    u32 hw = *(const u32*)(s + 2336 + lane * 32 + 4 * ih);
+                    u32 v = ((lw >> (4 * nib)) & 0x0F0F0F0Fu) | (((hw >> (2 * qq)) & 0x03030303u) << 4);
+                    int p = __dp4a((int)__vsub4(v, 0x20202020u), (int)(half ? b.y : b.x), 0);
+                    si[rs] += (int)(signed char)byte_of(comp(sc[rs], k >> 2), k & 3) * p;
+                }
+            }
+        }
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1)
+#pragma unroll
+            for (int r = 0; r < 2; r++) si[r] += __shfl_xor_sync(0xffffffffu, si[r], o);
+        float dx = x.d_at(0, u * 8);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float v = __fmul_rn(__fmul_rn(dx, h2f(*(const u16*)(s + 2 * (g + 8 * r)))), __int2float_rn(si[r]));
+            acc[0][2 * r] = __fadd_rn(acc[0][2 * r], v);
+            acc[0][2 * r + 1] = acc[0][2 * r];
+        }
+    }
 };
 
 // Q8_0 blob (4352 bytes; a unit is eight blocks of 32): the rows' eight block scales (f16, 16 ×
@@ -231,11 +313,44 @@ template <> struct MQ<TY_Q8_0> {
             }
         }
     }
+    // `unit` for one activation row through dp4a (as MQ<TY_Q4_K>::unit_v): each block's integer
+    // product summed over the four lanes of its rows, then the same fma as `unit`, block by block.
+    static __device__ __forceinline__ void unit_v(const u8* s, const Act& x, int u, int lane, float acc[1][4]) {
+        int g = lane >> 2;
+        uint4 dw4[2] = {*(const uint4*)(s + 16 * g), *(const uint4*)(s + 16 * (g + 8))};
+        const uint2* xq = (const uint2*)(x.q + u * 256 + (lane & 3) * 64);
+        int c[8][2];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint4 w = *(const uint4*)(s + 256 + j * 512 + lane * 16);
+            uint2 b = xq[j];
+            c[j][0] = __dp4a((int)w.x, (int)b.x, __dp4a((int)w.z, (int)b.y, 0));
+            c[j][1] = __dp4a((int)w.y, (int)b.x, __dp4a((int)w.w, (int)b.y, 0));
+        }
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                c[j][0] += __shfl_xor_sync(0xffffffffu, c[j][0], o);
+                c[j][1] += __shfl_xor_sync(0xffffffffu, c[j][1], o);
+            }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float dx = x.d_at(0, u * 8 + j);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float dw = h2f((comp(dw4[r], j >> 1) >> (16 * (j & 1))) & 0xFFFF);
+                acc[0][2 * r] = __fmaf_rn(__fmul_rn(dx, dw), i2f(c[j][r]), acc[0][2 * r]);
+            }
+        }
+        acc[0][1] = acc[0][0];
+        acc[0][3] = acc[0][2];
+    }
 };
 
 // One block: tile `tile` (16 weight rows) of W times activation rows c0 .. c0 + NT·8 (clamped to
 // t; outputs past t or m are not written). W: the weight's tiled bytes, U units per row.
-template <int TY, int NT>
+template <int TY, int NT, bool V = false>
 __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa, const float* ad, int n_pad, float* out, int t) {
     typedef MQ<TY> Q;
     Act x{qa, ad, n_pad, c0, t, (int)(threadIdx.x & 31) >> 2, (int)threadIdx.x & 3};
@@ -273,7 +388,10 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
         cp_commit();
         cp_wait<Q::STAGES - 1>();
         __syncwarp();
-        Q::template unit<NT>(sw + ((u - u0) % Q::STAGES) * Q::UB, x, u, lane, acc);
+        if constexpr (V)
+            Q::unit_v(sw + ((u - u0) % Q::STAGES) * Q::UB, x, u, lane, acc);
+        else
+            Q::template unit<NT>(sw + ((u - u0) % Q::STAGES) * Q::UB, x, u, lane, acc);
         // The stage is refilled by the next iteration's copy.
         __syncwarp();
     }
@@ -298,16 +416,18 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
 // Up to three weights of one type by the same activations in one launch (a layer's Q, K and V, or
 // gate and up): blocks [0, nb0) the first weight's, the next nb1 the second's, the rest the
 // third's; within a weight, block b is tile b / ct and columns (b % ct)·NT·8 (ct column tiles).
-#define MMQ(NAME, TY, NT) \
-    extern "C" __global__ void __launch_bounds__(128) NAME##_##NT(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
+#define MMQ_K(NAME, TY, NT, V) \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
         const u8* W0, float* o0, int m0, int nb0, const u8* W1, float* o1, int m1, int nb1, const u8* W2, float* o2, int m2) { \
         int b = blockIdx.x; \
         const u8* W = W0; float* o = o0; int m = m0; \
         if (b >= nb0) { b -= nb0; W = W1; o = o1; m = m1; if (b >= nb1) { b -= nb1; W = W2; o = o2; m = m2; } } \
-        mmq_t<TY, NT>(b / ct, (b % ct) * NT * 8, W, U, m, qa, ad, n_pad, o, t); \
+        mmq_t<TY, NT, V>(b / ct, (b % ct) * NT * 8, W, U, m, qa, ad, n_pad, o, t); \
     }
-// (The name is pasted here, before the type's macro is expanded: mmq_TY_Q4_K_8 ...)
-#define MMQ_ALL(TY) MMQ(mmq_##TY, TY, 1) MMQ(mmq_##TY, TY, 2) MMQ(mmq_##TY, TY, 4) MMQ(mmq_##TY, TY, 8)
+#define MMQ(NAME, TY, NT) MMQ_K(NAME##_##NT, TY, NT, false)
+// (The name is pasted here, before the type's macro is expanded: mmq_TY_Q4_K_8 ...; mmq_v_TY_Q4_K
+// is the one-row kernel of the same products through dp4a: t = 1, ct = 1.)
+#define MMQ_ALL(TY) MMQ(mmq_##TY, TY, 1) MMQ(mmq_##TY, TY, 2) MMQ(mmq_##TY, TY, 4) MMQ(mmq_##TY, TY, 8) MMQ_K(mmq_v_##TY, TY, 1, true)
 MMQ_ALL(TY_Q4_K)
 MMQ_ALL(TY_Q6_K)
 MMQ_ALL(TY_Q8_0)
@@ -385,17 +505,20 @@ extern "C" __global__ void moe_route(const float* logits, int ne, int k, int sof
 // row): grid (pairs · tiles, mats); pair p = blockIdx.x / tiles multiplies activation row p / div
 // by expert ids[p]'s weight of matrix blockIdx.y (T0 or T1: the experts' tiled weights'
 // addresses), into row p of o0 / o1 (m outputs each).
-#define MMQ_MOE(NAME, TY) \
+#define MMQ_MOE(NAME, TY, V) \
     extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
         int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
         int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div; \
         const u64* T = blockIdx.y ? T1 : T0; \
         float* o = blockIdx.y ? o1 : o0; \
-        mmq_t<TY, 1>(tile, 0, (const u8*)T[ids[p]], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1); \
+        mmq_t<TY, 1, V>(tile, 0, (const u8*)T[ids[p]], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1); \
     }
-MMQ_MOE(mmq_moe_TY_Q4_K, TY_Q4_K)
-MMQ_MOE(mmq_moe_TY_Q6_K, TY_Q6_K)
-MMQ_MOE(mmq_moe_TY_Q8_0, TY_Q8_0)
+MMQ_MOE(mmq_moe_TY_Q4_K, TY_Q4_K, false)
+MMQ_MOE(mmq_moe_TY_Q6_K, TY_Q6_K, false)
+MMQ_MOE(mmq_moe_TY_Q8_0, TY_Q8_0, false)
+MMQ_MOE(mmq_moe_v_TY_Q4_K, TY_Q4_K, true)
+MMQ_MOE(mmq_moe_v_TY_Q6_K, TY_Q6_K, true)
+MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
 
 // ---- Grouped MoE steps (prompts, wide batches: many pairs per expert), as llama.cpp's MMQ with
 // expert ids (ggml-cuda/mmq.cu) groups them: the pairs sorted by expert, each expert's run cut
