@@ -37,14 +37,15 @@ struct Graph {
 }
 
 /// Launches are recorded, not issued, until something needs their results or the stream's order
-/// (a read, a copy into an existing buffer, a cuBLAS call); then they are issued together
-/// (`Dev::flush`). A run of launches identical to the previous flush's (same kernels, grids and
-/// arguments: a decode step, whose step data sits at the same arena addresses every time) is
-/// captured once as a CUDA graph and replayed: one launch per step instead of hundreds.
+/// (a read, a copy into an existing buffer, a cuBLAS call), or `flush_every` of them wait; then
+/// they are issued together (`Dev::flush`). A run of launches seen in a recent flush (same
+/// kernels, grids and arguments: a part of a decode step, whose step data sits at the same arena
+/// addresses every time) is captured once as a CUDA graph and replayed: a few launches per step
+/// instead of hundreds, and the GPU runs the step's first parts while the host records the rest.
 struct Recorder {
     pending: Vec<Launch>,
-    /// Hash of the previous flush's launches (a run seen twice is captured).
-    last: u64,
+    /// Hashes of the recent flushes' launches (a run seen twice is captured).
+    seen: std::collections::VecDeque<u64>,
     graphs: Vec<Graph>,
     /// Per-step small uploads (step tables, ids, rope tables), bump-allocated: the same sequence
     /// of uploads lands at the same addresses every step, so the launches that read them repeat.
@@ -60,8 +61,12 @@ struct Recorder {
 // SAFETY: the graph handles are used under the recorder's mutex only.
 unsafe impl Send for Recorder {}
 
-/// Graphs kept per device (each a decode shape of the batch).
-const MAX_GRAPHS: usize = 16;
+/// Graphs kept per device (the parts of each decode shape of the batch).
+const MAX_GRAPHS: usize = 96;
+/// Flushes remembered for capturing a run seen again.
+const SEEN_FLUSHES: usize = 64;
+/// Launches issued together at most, by default (`Dev::flush_every`).
+const FLUSH_EVERY: usize = 64;
 /// First arena size in bytes (grown by doubling).
 const ARENA_BYTES: usize = 8 << 20;
 
@@ -93,6 +98,9 @@ pub struct Dev {
     rec: Mutex<Recorder>,
     /// `HF2Q_CUDA_GRAPHS=0` issues every launch directly.
     graphs: bool,
+    /// Recorded launches are issued once this many wait (0: only when something needs them):
+    /// `HF2Q_CUDA_FLUSH_EVERY=N`.
+    flush_every: usize,
     /// Kernels recorded with `launch_early` may start before the one ahead ends: `HF2Q_CUDA_PDL=1`
     /// (compute capability 9.0 and later). Off by default: on an H200 it made batch-1 decoding
     /// slower, 237.9 against 243.9 tokens/s (bench/runs/2026-12-03-h200/cuda-mmq).
@@ -110,6 +118,8 @@ pub struct Dev {
     pub(super) seq: std::sync::atomic::AtomicU64,
     /// Per-kernel timing (`HF2Q_CUDA_PROFILE`).
     prof: Option<super::prof::Prof>,
+    /// Per-replay timing (`HF2Q_CUDA_STEP_TIMES`).
+    step_times: Option<super::prof::StepTimes>,
     /// The host side of reads (`read_with`).
     pinned: Mutex<Pinned>,
 }
@@ -231,7 +241,7 @@ impl Dev {
             blas,
             rec: Mutex::new(Recorder {
                 pending: Vec::new(),
-                last: 0,
+                seen: std::collections::VecDeque::new(),
                 graphs: Vec::new(),
                 arena: None,
                 arena_off: 0,
@@ -239,6 +249,10 @@ impl Dev {
                 old_arenas: Vec::new(),
             }),
             graphs: std::env::var("HF2Q_CUDA_GRAPHS").map_or(true, |v| v != "0"),
+            flush_every: std::env::var("HF2Q_CUDA_FLUSH_EVERY")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(FLUSH_EVERY),
             pdl: cc.0 >= 9 && std::env::var("HF2Q_CUDA_PDL").is_ok_and(|v| v == "1"),
             scratch: Mutex::new((None, None)),
             q8: Mutex::new(None),
@@ -246,6 +260,7 @@ impl Dev {
             argmax: Mutex::new(None),
             seq: std::sync::atomic::AtomicU64::new(0),
             prof: super::prof::Prof::from_env(),
+            step_times: super::prof::StepTimes::from_env(),
             pinned: Mutex::new(Pinned {
                 ptr: std::ptr::null_mut(),
                 len: 0,
@@ -375,7 +390,11 @@ impl Dev {
         if rc != sys::CUresult::CUDA_SUCCESS {
             self.fail("reading device memory", format!("{rc:?}"));
         }
+        let t = self.step_times.as_ref().map(|_| std::time::Instant::now());
         self.sync();
+        if let (Some(st), Some(t)) = (&self.step_times, t) {
+            st.waited(t.elapsed());
+        }
         // SAFETY: the copy into `dst` (`bytes` long) is complete; the buffer is ours while the
         // lock is held.
         f(unsafe { std::slice::from_raw_parts(dst, bytes) })
@@ -434,7 +453,14 @@ impl Dev {
             args: args.to_vec(),
             early,
         };
-        self.rec.lock().unwrap_or_else(|e| e.into_inner()).pending.push(l);
+        let waiting = {
+            let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
+            rec.pending.push(l);
+            rec.pending.len()
+        };
+        if self.flush_every > 0 && waiting >= self.flush_every {
+            self.flush();
+        }
     }
 
     fn issue(&self, l: &Launch) {
@@ -510,6 +536,9 @@ impl Dev {
         if let Some(p) = &self.prof {
             p.new_step();
         }
+        if let Some(st) = &self.step_times {
+            st.new_step();
+        }
         let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
         rec.arena_off = 0;
         // (Freed in stream order, after the launches issued above.)
@@ -554,7 +583,13 @@ impl Dev {
             }
             h.finish()
         };
-        let repeat = std::mem::replace(&mut rec.last, hash) == hash;
+        let repeat = rec.seen.contains(&hash);
+        if !repeat {
+            if rec.seen.len() >= SEEN_FLUSHES {
+                rec.seen.pop_front();
+            }
+            rec.seen.push_back(hash);
+        }
         let cached = rec.graphs.iter().position(|g| g.launches == pending);
         let stream = self.stream.cu_stream();
         let exec = match cached {
@@ -605,10 +640,16 @@ impl Dev {
         };
         match exec {
             Some(e) => {
-                // SAFETY: an instantiated graph of this context, launched on our stream.
-                let rc = unsafe { sys::cuGraphLaunch(e, stream) };
-                if rc != sys::CUresult::CUDA_SUCCESS {
-                    self.fail("launching a graph", format!("{rc:?}"));
+                let launch = || {
+                    // SAFETY: an instantiated graph of this context, launched on our stream.
+                    let rc = unsafe { sys::cuGraphLaunch(e, stream) };
+                    if rc != sys::CUresult::CUDA_SUCCESS {
+                        self.fail("launching a graph", format!("{rc:?}"));
+                    }
+                };
+                match &self.step_times {
+                    Some(st) => st.replay(&self.ctx, &self.stream, launch),
+                    None => launch(),
                 }
             }
             None => {
@@ -627,6 +668,9 @@ impl Drop for Dev {
         if let Some(p) = &self.prof {
             let _ = self.stream.synchronize();
             p.report();
+        }
+        if let Some(st) = &self.step_times {
+            st.report();
         }
         let pin = self.pinned.get_mut().unwrap_or_else(|e| e.into_inner());
         if !pin.ptr.is_null() {
@@ -693,6 +737,8 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             .to_vec();
             for &t in MMQ_TYPES {
                 v.push(format!("mmq_moe_{}", ty_name(t)));
+                v.push(format!("mmq_moe_v_{}", ty_name(t)));
+                v.push(format!("mmq_v_{}", ty_name(t)));
                 v.extend(MMQ_MOE_NT.iter().map(|k| format!("mmq_moe_g_{}_{k}", ty_name(t))));
                 v.push(format!("tile_{}", ty_name(t)));
                 v.push(format!("decode_tiled_{}", ty_name(t)));

@@ -95,3 +95,97 @@ impl Prof {
         }
     }
 }
+
+/// `HF2Q_CUDA_STEP_TIMES=1`: how long the replayed graphs of each step (a decode step's parts)
+/// keep the GPU busy, against the time from one step's start to the next's, to tell the GPU's
+/// share of a step from what the host adds (recording launches, uploads, reading the tokens).
+/// Two events per replay, read when the next step starts (the step's tokens were read by then);
+/// the report goes to stderr when the device is dropped.
+pub(super) struct StepTimes {
+    state: Mutex<StepState>,
+}
+
+#[derive(Default)]
+struct StepState {
+    /// This step's replays' events.
+    open: Vec<(CudaEvent, CudaEvent)>,
+    /// When this step started, and when its first graph was launched.
+    started: Option<std::time::Instant>,
+    first: Option<std::time::Instant>,
+    /// Host time waiting at reads in this step.
+    wait: std::time::Duration,
+    /// Steps with replays, their GPU time in graphs, and the time from their start to the next's.
+    steps: u64,
+    gpu_ms: f64,
+    period_ms: f64,
+    /// Over those steps: from the start to the first graph launch, and waiting at reads.
+    lead_ms: f64,
+    wait_ms: f64,
+}
+
+impl StepTimes {
+    pub(super) fn from_env() -> Option<StepTimes> {
+        std::env::var("HF2Q_CUDA_STEP_TIMES")
+            .is_ok_and(|v| v == "1")
+            .then(|| StepTimes {
+                state: Mutex::new(StepState::default()),
+            })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, StepState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `f` (a graph launch on `stream`) between two events.
+    pub(super) fn replay(&self, ctx: &Arc<CudaContext>, stream: &CudaStream, f: impl FnOnce()) {
+        let ev = || ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
+        let (Ok(a), Ok(b)) = (ev(), ev()) else { return f() };
+        let now = std::time::Instant::now();
+        let _ = a.record(stream);
+        f();
+        let _ = b.record(stream);
+        let mut st = self.lock();
+        st.first.get_or_insert(now);
+        st.open.push((a, b));
+    }
+
+    /// The host waited `d` for a read.
+    pub(super) fn waited(&self, d: std::time::Duration) {
+        self.lock().wait += d;
+    }
+
+    /// A step starts: the last one's replays are added up (waiting for them) if it had any.
+    pub(super) fn new_step(&self) {
+        let mut st = self.lock();
+        let now = std::time::Instant::now();
+        let open = std::mem::take(&mut st.open);
+        if let (Some(at), Some((_, last))) = (st.started, open.last()) {
+            let _ = last.synchronize();
+            st.steps += 1;
+            st.gpu_ms += open
+                .iter()
+                .map(|(a, b)| a.elapsed_ms(b).unwrap_or(0.0) as f64)
+                .sum::<f64>();
+            st.period_ms += now.duration_since(at).as_secs_f64() * 1e3;
+            let lead = st.first.map_or(0.0, |f| f.duration_since(at).as_secs_f64() * 1e3);
+            st.lead_ms += lead;
+            st.wait_ms += st.wait.as_secs_f64() * 1e3;
+        }
+        st.started = Some(now);
+        st.first = None;
+        st.wait = std::time::Duration::ZERO;
+    }
+
+    pub(super) fn report(&self) {
+        let st = self.lock();
+        let per = |ms: f64| 1e3 * ms / st.steps.max(1) as f64;
+        eprintln!(
+            "HF2Q_CUDA_STEP_TIMES: {} steps with graphs: {:.1} us of GPU time in graphs each, {:.1} us from one step's start to the next's; {:.1} us from the start to the first graph launch, {:.1} us waiting at reads",
+            st.steps,
+            per(st.gpu_ms),
+            per(st.period_ms),
+            per(st.lead_ms),
+            per(st.wait_ms),
+        );
+    }
+}
