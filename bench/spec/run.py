@@ -5,7 +5,7 @@ usage: python3 bench/spec/run.py HF2Q MODELS_DIR [OUT.json]
 For each model (SmolLM2-135M-Instruct Q8_0 with its chat template; Gemma 3 270M Q4_K_M, a base
 model, with a plain-text prompt) and each task — a quoting task (the reply should reproduce the first
 ~1,000 tokens of Alice in Wonderland's chapter I, given in the prompt) and ordinary chat / continuation prompts — runs
-`hf2q generate --temp 0` with `--spec off` and `--spec ngram` (`--draft-max $DRAFT_MAX` when set, else
+`hf2q generate --temp 0 --device $DEVICE` (default cpu) with `--spec off` and `--spec ngram` (`--draft-max $DRAFT_MAX` when set, else
 hf2q's default), and reports decode tokens/s (hf2q's
 own `-v` log line), the ratio, the acceptance, whether the two outputs are the same bytes, and for
 the quoting task how much of the quoted text the reply reproduces (longest common prefix, and the
@@ -34,7 +34,7 @@ PLAIN = [
 
 def run(model, prompt, chat, spec, n):
     args = [hf2q, "-v", "generate", "-m", model, "-p", prompt, "-n", str(n), "--temp", "0", "-t", "2",
-            "--spec", spec]
+            "--spec", spec, "--device", os.environ.get("DEVICE", "cpu")]
     if os.environ.get("DRAFT_MAX"):
         args += ["--draft-max", os.environ["DRAFT_MAX"]]
     if chat:
@@ -70,6 +70,9 @@ cases = [
 ]
 for name, chat, kind, prompt, n in cases:
     model = os.path.join(models, name)
+    if not os.path.exists(model):
+        print(f"NOT RUN: {name} (not in {models})", flush=True)
+        continue
     off = run(model, prompt, chat, "off", n)
     ng = run(model, prompt, chat, "ngram", n)
     row = {

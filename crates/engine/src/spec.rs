@@ -30,7 +30,7 @@ pub enum SpecMode {
     /// The model's multi-token-prediction layer (models that carry one).
     Mtp,
     /// What the backend does best by measurement (`Backend::spec_by_default`): n-gram lookup on
-    /// the CPU, one token per step on CUDA (not yet measured there).
+    /// the CPU and on CUDA (measured on both; `spec_by_default`).
     Auto,
 }
 

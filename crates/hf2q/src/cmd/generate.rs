@@ -59,7 +59,7 @@ pub struct SpecArgs {
     /// Propose tokens ahead and check them in one step: `ngram` looks them up in the prompt and
     /// the text so far (strong when the reply quotes or edits text of the prompt), `mtp` asks the
     /// model's multi-token-prediction layer (Qwen 3.5 / 3.6 checkpoints converted with it), `off` decodes
-    /// one token per step, `auto` is ngram on the CPU and off on a GPU (not yet measured there).
+    /// one token per step, `auto` is ngram on the CPU and on CUDA (measured on both).
     /// The output is the same either way with greedy sampling (--temp 0), and has the same
     /// distribution otherwise [default: auto for generate, off for serve and bench]
     #[arg(long = "spec", value_parser = parse_spec)]
