@@ -78,7 +78,8 @@ wait_builds() {
   tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|Maximum resident" /tmp/mk.log > $OUT/make.txt
 }
 stash() {
-  mkdir -p /tmp/stash && for d in stashA stashB; do [ -d $D/$d ] && cp $D/$d/* /tmp/stash/; done; ls /tmp/stash
+  # (From .dev, or from .dev1 / .dev2 when a call carries a half alone.)
+  mkdir -p /tmp/stash && for d in $D/stashA $D/stashB $PWD/.dev1/stashA $PWD/.dev2/stashB; do [ -d $d ] && cp $d/* /tmp/stash/; done; ls /tmp/stash
 }
 batched() {
   # llama-batched-bench and hf2q bench --parallel on the 8B Q4_K_M (512-token prompts, 128 steps).
@@ -145,6 +146,122 @@ for f in sys.argv[1:]:
 " /tmp/hf2q-bench-$tag.json /tmp/llama-bench-$tag.json | tee -a $OUT/bench-summary.txt
 }
 case $phase in
+d6)
+  # Where the CPU and CUDA part on the Gemma 4 MoE / PLE fixtures in Q8_0 (0.34 / 0.24 apart, calls 1
+  # and 4), against the llama fixture (1.3e-2): every intermediate tensor of one prompt dumped on both
+  # backends (HF2Q_DUMP), compared tensor by tensor (bench/cuda/dump_diff.py).
+  tar -xJf $D/bins.tar.xz -C $D
+  for f in gemma4_moe gemma4_ple llama; do
+    $D/hf2q convert $D/fixtures/tiny/$f -o /tmp/$f.q8_0.gguf --quant q8_0 > /dev/null 2>&1
+    for dev in cpu cuda; do
+      rm -f /tmp/$f.$dev.dump
+      HF2Q_DUMP=/tmp/$f.$dev.dump $D/hf2q generate -m /tmp/$f.q8_0.gguf --device $dev -p "The quick brown fox jumps over the lazy dog" -n 1 --temp 0 --spec off > /dev/null 2>&1
+    done
+    echo "## $f q8_0: cpu vs cuda" | tee -a $OUT/dump-diff.txt
+    python3 bench/cuda/dump_diff.py /tmp/$f.cpu.dump /tmp/$f.cuda.dump 2>&1 | tee -a $OUT/dump-diff.txt | head -40
+  done
+  ;;
+d4)
+  # 2026-12-03, fourth session, second machine, first call (carrying .dev: bins.tar.xz,
+  # llama-src.tgz; fixtures llama, gemma4_moe, gemma4_ple, qwen3_5, qwen3_5_text): llama-bench and
+  # the models in the background (8B Q4_K_M, Q8_0, BF16; the hybrid in Q4_K_M; the MoE); op tests,
+  # the fixtures on CUDA, MTP speculation on the tiny qwen3_5 fixture on CUDA.
+  tar -xJf $D/bins.tar.xz -C $D
+  nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee $OUT/gpu.txt
+  bg_llama_bench
+  mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/ && cp -r $D/fixtures/tiny/qwen3_5_text /tmp/q35fix
+  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
+      for q in q4_k_m q8_0 bf16; do /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; done; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
+      FIXTURE=/tmp/q35fix python3 bench/spec/make_qwen35.py $W/q35 >> /tmp/mk.log 2>&1 && \
+      /tmp/bin/hf2q convert $W/q35 -o $W/q35.q4_k_m.gguf --quant q4_k_m --no-mtp >> /tmp/mk.log 2>&1; rm -rf $W/q35; echo Q35-END >> /tmp/mk.log; \
+      python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 >> /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 150 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|q8_0|f16 on" | head -40
+  DEVICE=cuda timeout 120 bash bench/spec/mtp.sh /tmp/bin/hf2q $D/fixtures /tmp/lc /tmp/mtp 2>&1 | tee $OUT/mtp-cuda.txt | grep -E "^#|^##|tg128|NOT RUN"
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+  ;;
+d5)
+  # Second call, same machine: both tools on the 8B files, the MoE and the hybrid; A/Bs of the
+  # launches issued in parts while the step is recorded (HF2Q_CUDA_FLUSH_EVERY; 0 = the step at
+  # once, as before), of programmatic dependent launch, with hf2q's per-step times.
+  for i in $(seq 1 130); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|rror|END" /tmp/mk.log
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  tg() {  # tg TAG FILE [ENV=V ...]: hf2q tg128 alone with the per-step times
+    local tag=$1 m=$2; shift 2
+    env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
+  }
+  for f in 0 32 64 128; do tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_FLUSH_EVERY=$f; done
+  tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_PDL=1
+  tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_MMQ_V=0
+  for q in q8_0 bf16; do tg $q $W/l8b.$q.gguf HF2Q_CUDA_FLUSH_EVERY=0; tg $q $W/l8b.$q.gguf HF2Q_CUDA_FLUSH_EVERY=64; done
+  for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  bench_pair q35 $W/q35.q4_k_m.gguf
+  tg q35 $W/q35.q4_k_m.gguf HF2Q_CUDA_FLUSH_EVERY=0; tg q35 $W/q35.q4_k_m.gguf HF2Q_CUDA_FLUSH_EVERY=64
+  bench_pair moe $W/moe.q4_k_m.gguf
+  tg moe $W/moe.q4_k_m.gguf HF2Q_CUDA_FLUSH_EVERY=0; tg moe $W/moe.q4_k_m.gguf HF2Q_CUDA_FLUSH_EVERY=64; tg moe $W/moe.q4_k_m.gguf HF2Q_CUDA_PDL=1
+  ;;
+d1)
+  # 2026-12-03, fourth session, first call (carrying .dev: bins.tar.xz, llama-src.tgz, the Gemma,
+  # llama and qwen3_moe fixtures): llama-bench and the models in the background (the 8B in Q4_K_M,
+  # Q8_0, BF16, then the 24-layer MoE in Q4_K_M); copy bandwidth, op tests, those fixtures on CUDA
+  # (the tanh GELU as the CPU computes it), the decode products alone (tensor-core and dp4a kernels).
+  tar -xJf $D/bins.tar.xz -C $D
+  { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
+  nvidia-smi -q > $OUT/nvidia-smi-q.txt
+  bg_llama_bench
+  mkdir -p /tmp/bin && cp $D/hf2q $D/engine_tiny $D/engine-tests /tmp/bin/
+  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
+      for q in q4_k_m q8_0 bf16; do /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; done; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
+      python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 >> /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 150 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|gemma|over" | head -40
+  PYTHONUNBUFFERED=1 timeout 120 python3 bench/cuda/mmq_micro.py base,v 2>&1 | tee $OUT/micro.txt
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed" /tmp/mk.log
+  ;;
+d2)
+  # Second call (carrying .dev/stashA, the first half of SmolLM2 Q4_1): both tools on the 8B
+  # files, with hf2q's per-step GPU time (HF2Q_CUDA_STEP_TIMES); the dp4a one-row products against
+  # the tensor-core ones (HF2Q_CUDA_MMQ_V=0); the MoE.
+  stash
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|rror" /tmp/mk.log
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  for q in q4_k_m q8_0; do
+    for v in 0 1; do
+      HF2Q_CUDA_MMQ_V=$v HF2Q_CUDA_STEP_TIMES=1 timeout 60 $H bench -m $W/l8b.$q.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$q MMQ_V=$v /" | tee -a $OUT/bench-summary.txt
+    done
+  done
+  HF2Q_CUDA_STEP_TIMES=1 timeout 60 $H bench -m $W/l8b.bf16.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/bf16 /" | tee -a $OUT/bench-summary.txt
+  for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed" /tmp/mk.log > $OUT/make.txt
+  bench_pair moe $W/moe.q4_k_m.gguf
+  for v in 0 1; do
+    HF2Q_CUDA_MMQ_V=$v HF2Q_CUDA_STEP_TIMES=1 timeout 60 $H bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/moe MMQ_V=$v /" | tee -a $OUT/bench-summary.txt
+  done
+  ;;
+d3)
+  # Third call (carrying .dev/stashB, the second half): SmolLM2's goldens with logit margins and
+  # perplexity on the CPU and CUDA; n-gram speculation on SmolLM2 Q8_0 on CUDA (bench/spec/run.py).
+  stash
+  M=/tmp/smollm2 && mkdir -p $M
+  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
+  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
+  for q in Q8_0 Q4_K_M; do
+    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
+  done
+  DEVICE=cuda PYTHONUNBUFFERED=1 timeout 200 python3 bench/spec/run.py $H $M $OUT/spec-cuda.json 2>&1 | tee $OUT/spec-cuda.txt
+  timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 4
+  for q in Q8_0 Q4_1; do
+    for dev in cpu cuda; do
+      echo "$q $dev: $(timeout 100 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
+    done
+  done
+  ;;
 c6)
   # 2026-12-03, third session, fourth machine (carrying .dev: bins.tar.xz of the final build, with
   # the split products of calls 4-5 taken out again; llama-src.tgz; the fixtures not run in call 4):
