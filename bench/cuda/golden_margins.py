@@ -1,6 +1,8 @@
 """Greedy SmolLM2 chat goldens on CUDA vs the CPU, with the logit margin at the first differing step.
 
 usage: python3 bench/cuda/golden_margins.py HF2Q MODEL_DIR   (MODEL_DIR holds SmolLM2-135M-Instruct.{Q4_1,Q8_0,Q4_K_M}.gguf)
+       GM_DEVICES=A,B (default cpu,cuda) picks the two servers' devices, GM_ENV_A / GM_ENV_B add
+       variables to the first's / second's environment, GM_THREADS their threads (4)
 
 For each quantization, `hf2q serve` runs on the CPU and on CUDA side by side; each golden prompt is
 sent to both as a chat completion (temperature 0, 64 tokens, logprobs with the top 5). Where the two
@@ -37,9 +39,15 @@ def wait(port):
 same = total = 0
 for quant in ("Q4_1", "Q8_0", "Q4_K_M"):
     model = f"{mdir}/SmolLM2-135M-Instruct.{quant}.gguf"
+    # GM_ENV_A / GM_ENV_B="NAME=VALUE ..." are added to the first / second server's environment
+    # (GM_DEVICES=cpu,cpu GM_ENV_B=HF2Q_CPU_ATTN_F32=1: the CPU with and without ggml's f16 attention
+    # rounding; GM_ENV_A=HF2Q_CPU_ATTN_F32=1: CUDA against the CPU attending in f32).
+    env_of = lambda var: dict(os.environ, **dict(kv.split("=", 1) for kv in os.environ.get(var, "").split()))
     procs = [subprocess.Popen([hf2q, "serve", "-m", model, "--device", dev, "--port", str(port), "--parallel", "1",
-                               "-t", "4"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for dev, port in zip(os.environ.get("GM_DEVICES", "cpu,cuda").split(","), (8090, 8091))]
+                               "-t", os.environ.get("GM_THREADS", "4")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=env)
+             for dev, port, env in zip(os.environ.get("GM_DEVICES", "cpu,cuda").split(","), (8090, 8091),
+                                       (env_of("GM_ENV_A"), env_of("GM_ENV_B")))]
     try:
         wait(8090)
         wait(8091)

@@ -173,7 +173,8 @@ fn batched_f32(q: &CpuBuf, kv: &CpuKv, a: &AttnArgs, out: &mut CpuBuf) {
     });
 }
 
-/// Short batches and decoding (ggml's `one_chunk` path), one task per (query row, head).
+/// Short batches and decoding (ggml's `one_chunk` path, or in f32 with `Cpu::with_f32_attention`),
+/// one task per (query row, head).
 fn per_row(cpu: &Cpu, q: &CpuBuf, runs: &[(&CpuKv, AttnArgs)], out: &mut CpuBuf) {
     // Task index → (run, row within it, head).
     let mut starts = Vec::with_capacity(runs.len() + 1);
@@ -196,6 +197,17 @@ fn per_row(cpu: &Cpu, q: &CpuBuf, runs: &[(&CpuKv, AttnArgs)], out: &mut CpuBuf)
         let layer = a.layer;
         let mut res = vec![0f32; hd];
         match kv.ty() {
+            KvType::F16 if cpu.attn_f32 => {
+                let head_off = kh * hd * 2;
+                online_f32(range, a.scale, &mut res, |ic, vf: &mut Vec<f32>| {
+                    let k = &kv.k_row(layer, ic)[head_off..head_off + 2 * hd];
+                    simd::f16_to_f32s(&kv.v_row(layer, ic)[head_off..head_off + 2 * hd], vf);
+                    k.chunks_exact(2)
+                        .zip(qrow)
+                        .map(|(b, &x)| f16_to_f32(u16::from_le_bytes([b[0], b[1]])) * x)
+                        .sum()
+                });
+            }
             KvType::F16 => {
                 let head_off = kh * hd * 2;
                 let krow = |ic: usize| &kv.k_row(layer, ic)[head_off..head_off + 2 * hd];
@@ -343,10 +355,18 @@ mod tests {
 
     /// The tiled path (≥ 64 query rows) and the one-chunk path agree with exact softmax attention,
     /// with a batch after earlier positions, rows that are not a multiple of the tiles, a sliding
-    /// window and non-causal attention.
+    /// window and non-causal attention; with `with_f32_attention` short batches too are held to the
+    /// f32 bound.
     #[test]
     fn attention_paths_match_exact_softmax() {
-        let cpu = Cpu::new(2).unwrap();
+        for f32_rows in [false, true] {
+            let cpu = Cpu::new(2).unwrap();
+            let cpu = if f32_rows { cpu.with_f32_attention() } else { cpu };
+            attention_cases(&cpu, f32_rows);
+        }
+    }
+
+    fn attention_cases(cpu: &Cpu, f32_rows: bool) {
         let (n_head, n_kv_head, hd) = (4, 2, 64);
         for (pos0, rows, window, causal) in [
             (0, 100, None, true),
@@ -356,9 +376,9 @@ mod tests {
             (5, 1, Some(3), true),
         ] {
             let n = pos0 + rows;
-            let k = filled(&cpu, n, n_kv_head * hd, 1.0);
-            let v = filled(&cpu, n, n_kv_head * hd, 2.0);
-            let q = filled(&cpu, rows, n_head * hd, 3.0);
+            let k = filled(cpu, n, n_kv_head * hd, 1.0);
+            let v = filled(cpu, n, n_kv_head * hd, 2.0);
+            let q = filled(cpu, rows, n_head * hd, 3.0);
             let mut kv = cpu
                 .alloc_kv(
                     &[crate::model::KvLayer::own(n_kv_head * hd, n_kv_head * hd, None)],
@@ -394,9 +414,10 @@ mod tests {
                 causal,
             };
             cpu.attention(&q, &step, &[&kv], &layer, &mut out);
-            // The tiled path sums in f32 (rel. error ~1e-6 over ≤ 190 keys); the one-chunk path
-            // rounds Q and the V accumulator to f16 (2^-11 relative per step).
-            let tol = if rows >= TILE_Q { 2e-5 } else { 5e-3 };
+            // The tiled path sums in f32 (rel. error ~1e-6 over ≤ 190 keys), as the one-chunk
+            // path does in f32 mode; by default it rounds Q and the V accumulator to f16 (2^-11
+            // relative per step).
+            let tol = if rows >= TILE_Q || f32_rows { 2e-5 } else { 5e-3 };
             for i in 0..rows {
                 for h in 0..n_head {
                     let want = reference(&q, &k, &v, &a, i, h);

@@ -28,6 +28,9 @@ pub struct Cpu {
     path: KernelPath,
     /// Multiply by f32 activations and dequantized weights instead of ggml's quantized activations.
     exact_activations: bool,
+    /// Attend short batches and decode rows in f32 instead of ggml's f16 rounding of Q and of the
+    /// softmax·V accumulator (`attn.rs`).
+    pub(super) attn_f32: bool,
     /// Activation scratch of matmul (converted rows, one buffer per activation type), reused.
     scratch: Mutex<Vec<Vec<u8>>>,
     /// Empty polls between a waiting worker's yields of its CPU ([`keep_warm`]): every poll when
@@ -50,6 +53,7 @@ impl Cpu {
             threads,
             path: KernelPath::detect(),
             exact_activations: false,
+            attn_f32: std::env::var("HF2Q_CPU_ATTN_F32").is_ok_and(|v| v == "1"),
             scratch: Mutex::new(Vec::new()),
             warm_polls: if threads > cpus { 1 } else { 256 },
         })
@@ -61,6 +65,15 @@ impl Cpu {
     /// load and multiplied with a blocked GEMM over the whole batch (`dense.rs`).
     pub fn with_exact_activations(mut self) -> Cpu {
         self.exact_activations = true;
+        self
+    }
+
+    /// Short batches and decode rows attend in f32 (Q and the softmax·V accumulator not rounded to
+    /// f16 as ggml's CPU flash attention rounds them; `HF2Q_CPU_ATTN_F32=1` sets it too): the
+    /// arithmetic of the CUDA backend's attention up to summation order, for comparing the two.
+    /// llama.cpp's numbers are the f16 ones, so this is off by default.
+    pub fn with_f32_attention(mut self) -> Cpu {
+        self.attn_f32 = true;
         self
     }
 
