@@ -146,11 +146,24 @@ for f in sys.argv[1:]:
 " /tmp/hf2q-bench-$tag.json /tmp/llama-bench-$tag.json | tee -a $OUT/bench-summary.txt
 }
 case $phase in
+gpart)
+  # Gemma 3 270M Q4_K_M (253 MB) in six parts (`split -n 6 -d`), one carried per call as .g1 ... .g6
+  # (a call carries 64 MiB at most), kept in /tmp/gstash while the machine stays warm.
+  mkdir -p /tmp/gstash && for d in $PWD/.g[1-6]; do [ -d $d ] && cp $d/* /tmp/gstash/; done; ls /tmp/gstash | tr '\n' ' '
+  ;;
+gspec)
+  # The parts put together; n-gram speculation on Gemma 3 270M on CUDA (bench/spec/run.py, the
+  # plain-text quoting and continuation tasks; SmolLM2 ran in call 3).
+  M=/tmp/gemma && mkdir -p $M && cat /tmp/gstash/gem.part.* > $M/gemma-3-270m-q4_k_m.gguf
+  sha256sum $M/gemma-3-270m-q4_k_m.gguf | tee $OUT/gemma-sha.txt
+  DEVICE=cuda PYTHONUNBUFFERED=1 timeout 300 python3 bench/spec/run.py /tmp/bin/hf2q $M $OUT/spec-cuda-gemma.json 2>&1 | tee $OUT/spec-cuda-gemma.txt
+  ;;
 d6)
   # Where the CPU and CUDA part on the Gemma 4 MoE / PLE fixtures in Q8_0 (0.34 / 0.24 apart, calls 1
   # and 4), against the llama fixture (1.3e-2): every intermediate tensor of one prompt dumped on both
   # backends (HF2Q_DUMP), compared tensor by tensor (bench/cuda/dump_diff.py).
   tar -xJf $D/bins.tar.xz -C $D
+  mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/
   for f in gemma4_moe gemma4_ple llama; do
     $D/hf2q convert $D/fixtures/tiny/$f -o /tmp/$f.q8_0.gguf --quant q8_0 > /dev/null 2>&1
     for dev in cpu cuda; do
@@ -256,6 +269,8 @@ d3)
   done
   DEVICE=cuda PYTHONUNBUFFERED=1 timeout 200 python3 bench/spec/run.py $H $M $OUT/spec-cuda.json 2>&1 | tee $OUT/spec-cuda.txt
   timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 4
+  # CUDA against the CPU attending in f32 (bench/runs/2026-12-03-xeon-2c/attn-f32).
+  GM_ENV_A=HF2Q_CPU_ATTN_F32=1 timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens-cpu-f32.txt | tail -n 1
   for q in Q8_0 Q4_1; do
     for dev in cpu cuda; do
       echo "$q $dev: $(timeout 100 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
