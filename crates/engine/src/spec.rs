@@ -197,6 +197,10 @@ impl Drafter {
 pub struct MtpDrafter {
     k_max: usize,
     k: usize,
+    /// Proposals left to skip after checks that kept nothing, and the next pause's length (as
+    /// [`NgramDrafter`]'s); a skipped proposal still runs the pending rows through the MTP layer.
+    wait: usize,
+    cool: usize,
     pending: Option<Pending>,
     pub stats: SpecStats,
 }
@@ -217,6 +221,8 @@ impl MtpDrafter {
         MtpDrafter {
             k_max,
             k: k_max,
+            wait: 0,
+            cool: 1,
             pending: None,
             stats: SpecStats::default(),
         }
@@ -228,9 +234,19 @@ impl MtpDrafter {
         self.pending = Some(Pending { row0, pos0, next });
     }
 
+    /// How many drafts the next proposal makes (at most `limit`): none while pausing after checks
+    /// that kept nothing.
+    fn next_k(&mut self, limit: usize) -> usize {
+        if self.wait > 0 {
+            self.wait -= 1;
+            return 0;
+        }
+        self.k.min(limit)
+    }
+
     /// Pair the pending rows with their tokens (`tok` after the last) in the MTP layer, then
-    /// up to `limit` drafts (fewer as checks keep fewer). Nothing pending, nothing proposed: the
-    /// MTP layer's cache would miss a position.
+    /// up to `limit` drafts (fewer as checks keep fewer, none while pausing after checks that kept
+    /// nothing). Nothing pending, nothing proposed: the MTP layer's cache would miss a position.
     pub fn propose<B: Backend>(
         &mut self,
         m: &dyn Model<B>,
@@ -245,7 +261,7 @@ impl MtpDrafter {
         let mut toks = p.next;
         toks.push(tok);
         let rows: Vec<usize> = (p.row0..p.row0 + toks.len()).collect();
-        let k = self.k.min(limit);
+        let k = self.next_k(limit);
         let logits = if k == 0 { Logits::None } else { Logits::Last };
         let mut step = |tokens: &[u32], pos0: usize, hidden: HiddenRows<'_>, logits: Logits| {
             m.forward_mtp_argmax(
@@ -274,16 +290,23 @@ impl MtpDrafter {
     }
 
     /// A check of `drafted` tokens kept `accepted` of them: the next draft length follows as for
-    /// n-gram drafts, without pausing (every step's rows must reach the MTP layer).
+    /// n-gram drafts, and a check that kept none pauses the drafts as theirs do (the rows still
+    /// reach the MTP layer: a paused proposal runs them without drafting). An MTP head that does not
+    /// match its model (0 % kept) then costs one MTP row a step, not a check of drafts.
     pub fn feedback(&mut self, drafted: usize, accepted: usize) {
         self.stats.checks += 1;
         self.stats.drafted += drafted;
         self.stats.accepted += accepted;
-        self.k = if accepted == drafted {
-            (self.k * 2).min(self.k_max)
+        if accepted == drafted {
+            self.k = (self.k * 2).min(self.k_max);
+            self.cool = 1;
         } else {
-            (accepted + 1).max(self.k / 2).clamp(1, self.k_max)
-        };
+            self.k = (accepted + 1).max(self.k / 2).clamp(1, self.k_max);
+        }
+        if accepted == 0 {
+            self.wait = self.cool;
+            self.cool = (self.cool * 2).min(COOL_MAX);
+        }
     }
 }
 
@@ -387,5 +410,27 @@ mod tests {
         assert!(!d.propose(&h, 100).is_empty());
         assert_eq!(d.stats.checks, 4);
         assert_eq!(d.stats.accepted, 5);
+    }
+
+    #[test]
+    fn mtp_drafts_pause_when_refused() {
+        let mut d = MtpDrafter::new(4);
+        assert_eq!(d.next_k(100), 4);
+        assert_eq!(d.next_k(2), 2);
+        d.feedback(4, 0);
+        // Paused one proposal, then a second failure pauses two; a full success ends the doubling.
+        assert_eq!(d.next_k(100), 0);
+        assert_eq!(d.next_k(100), 2);
+        d.feedback(2, 0);
+        assert_eq!(d.next_k(100), 0);
+        assert_eq!(d.next_k(100), 0);
+        assert_eq!(d.next_k(100), 1);
+        d.feedback(1, 1);
+        assert_eq!(d.next_k(100), 2);
+        d.feedback(2, 0);
+        assert_eq!(d.next_k(100), 0);
+        assert_eq!(d.next_k(100), 1);
+        assert_eq!(d.stats.checks, 4);
+        assert_eq!(d.stats.accepted, 1);
     }
 }
