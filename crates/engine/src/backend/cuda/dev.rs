@@ -307,12 +307,16 @@ impl Dev {
         rec.arena_off += bytes.next_multiple_of(256);
         drop(rec);
         if bytes > 0 {
+            let t = self.step_times.as_ref().map(|_| std::time::Instant::now());
             // SAFETY: a fresh region of the arena, nothing recorded reads it yet; pageable host
             // memory is staged before the call returns; in stream order after earlier flushes.
             let rc =
                 unsafe { sys::cuMemcpyHtoDAsync_v2(at, data.as_ptr() as *const _, bytes, self.stream.cu_stream()) };
             if rc != sys::CUresult::CUDA_SUCCESS {
                 self.fail("uploading step data", format!("{rc:?}"));
+            }
+            if let (Some(st), Some(t)) = (&self.step_times, t) {
+                st.uploaded(t.elapsed());
             }
         }
         at
@@ -458,6 +462,9 @@ impl Dev {
             rec.pending.push(l);
             rec.pending.len()
         };
+        if let Some(st) = &self.step_times {
+            st.recorded();
+        }
         if self.flush_every > 0 && waiting >= self.flush_every {
             self.flush();
         }
@@ -546,8 +553,20 @@ impl Dev {
     }
 
     /// Issue the recorded launches: as a cached graph when the same run was issued before, captured
-    /// into one when the previous flush had the same run, else one by one.
+    /// into one when a recent flush had the same run, else one by one (timed for
+    /// `HF2Q_CUDA_STEP_TIMES`).
     pub(super) fn flush(&self) {
+        match &self.step_times {
+            Some(st) => {
+                let t = std::time::Instant::now();
+                self.issue_recorded();
+                st.flushed(t.elapsed());
+            }
+            None => self.issue_recorded(),
+        }
+    }
+
+    fn issue_recorded(&self) {
         let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
         if rec.pending.is_empty() {
             rec.graveyard.clear();

@@ -112,15 +112,23 @@ struct StepState {
     /// When this step started, and when its first graph was launched.
     started: Option<std::time::Instant>,
     first: Option<std::time::Instant>,
-    /// Host time waiting at reads in this step.
+    /// Host time waiting at reads in this step, issuing recorded launches (`Dev::flush`, graph
+    /// launches included) and uploading, and the launches recorded.
     wait: std::time::Duration,
+    flush: std::time::Duration,
+    upload: std::time::Duration,
+    launches: u64,
     /// Steps with replays, their GPU time in graphs, and the time from their start to the next's.
     steps: u64,
     gpu_ms: f64,
     period_ms: f64,
-    /// Over those steps: from the start to the first graph launch, and waiting at reads.
+    /// Over those steps: from the start to the first graph launch, waiting at reads, issuing,
+    /// uploading, and the launches recorded.
     lead_ms: f64,
     wait_ms: f64,
+    flush_ms: f64,
+    upload_ms: f64,
+    launch_count: u64,
 }
 
 impl StepTimes {
@@ -154,6 +162,21 @@ impl StepTimes {
         self.lock().wait += d;
     }
 
+    /// The host spent `d` issuing recorded launches.
+    pub(super) fn flushed(&self, d: std::time::Duration) {
+        self.lock().flush += d;
+    }
+
+    /// The host spent `d` uploading step data.
+    pub(super) fn uploaded(&self, d: std::time::Duration) {
+        self.lock().upload += d;
+    }
+
+    /// A launch was recorded.
+    pub(super) fn recorded(&self) {
+        self.lock().launches += 1;
+    }
+
     /// A step starts: the last one's replays are added up (waiting for them) if it had any.
     pub(super) fn new_step(&self) {
         let mut st = self.lock();
@@ -170,22 +193,31 @@ impl StepTimes {
             let lead = st.first.map_or(0.0, |f| f.duration_since(at).as_secs_f64() * 1e3);
             st.lead_ms += lead;
             st.wait_ms += st.wait.as_secs_f64() * 1e3;
+            st.flush_ms += st.flush.as_secs_f64() * 1e3;
+            st.upload_ms += st.upload.as_secs_f64() * 1e3;
+            st.launch_count += st.launches;
         }
         st.started = Some(now);
         st.first = None;
         st.wait = std::time::Duration::ZERO;
+        st.flush = std::time::Duration::ZERO;
+        st.upload = std::time::Duration::ZERO;
+        st.launches = 0;
     }
 
     pub(super) fn report(&self) {
         let st = self.lock();
         let per = |ms: f64| 1e3 * ms / st.steps.max(1) as f64;
         eprintln!(
-            "HF2Q_CUDA_STEP_TIMES: {} steps with graphs: {:.1} us of GPU time in graphs each, {:.1} us from one step's start to the next's; {:.1} us from the start to the first graph launch, {:.1} us waiting at reads",
+            "HF2Q_CUDA_STEP_TIMES: {} steps with graphs: {:.1} us of GPU time in graphs each, {:.1} us from one step's start to the next's; {:.1} us from the start to the first graph launch, {:.1} us waiting at reads; host {:.1} us issuing and {:.1} us uploading, {:.1} launches recorded",
             st.steps,
             per(st.gpu_ms),
             per(st.period_ms),
             per(st.lead_ms),
             per(st.wait_ms),
+            per(st.flush_ms),
+            per(st.upload_ms),
+            st.launch_count as f64 / st.steps.max(1) as f64,
         );
     }
 }
