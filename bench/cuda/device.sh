@@ -208,6 +208,8 @@ d5)
   for f in 0 32 64 128; do tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_FLUSH_EVERY=$f; done
   tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_PDL=1
   tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_MMQ_V=0
+  # (Added after the run: rope and KV store in one launch, off by default until measured.)
+  for q in q4_k_m q8_0; do tg $q $W/l8b.$q.gguf HF2Q_CUDA_ROPE_STORE=1; done
   for q in q8_0 bf16; do tg $q $W/l8b.$q.gguf HF2Q_CUDA_FLUSH_EVERY=0; tg $q $W/l8b.$q.gguf HF2Q_CUDA_FLUSH_EVERY=64; done
   for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt

@@ -328,6 +328,23 @@ pub trait Backend: Send + Sync + 'static {
     /// Write every sequence's K and V rows of the step at its positions of `layer` (`kvs` in the
     /// step's sequence order).
     fn store_kv(&self, kvs: &mut [&mut Self::Kv], step: &Self::Step, layer: usize, k: &Self::Buf, v: &Self::Buf);
+    /// `rope_qk` of the layer's queries and keys, then `store_kv` of the roped keys and `v`;
+    /// backends may do both in one pass. Equal to the two calls, bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_store_kv(
+        &self,
+        q: &mut Self::Buf,
+        k: &mut Self::Buf,
+        v: &Self::Buf,
+        head_dim: usize,
+        rope: &Rope,
+        kvs: &mut [&mut Self::Kv],
+        step: &Self::Step,
+        layer: usize,
+    ) {
+        self.rope_qk(q, k, head_dim, step, rope);
+        self.store_kv(kvs, step, layer, k, v);
+    }
     /// Softmax attention of one layer for every sequence of a step, one call: each sequence's
     /// query rows attend over its own cache (`kvs` in the step's sequence order).
     fn attention(&self, q: &Self::Buf, step: &Self::Step, kvs: &[&Self::Kv], layer: &AttnLayer, out: &mut Self::Buf);

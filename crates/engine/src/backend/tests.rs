@@ -606,6 +606,75 @@ pub fn plan(seqs: &[(usize, usize)]) -> StepPlan {
 /// path) and decode rows, F16 and Q8_0 caches. Reference: exact softmax over the cache's rounded
 /// K/V. Bounds: the tiled f32 path 2e-5 relative; the per-row path rounds Q to f16 and accumulates
 /// V in f16 (2^-11 per step): 5e-3; Q8_0 caches quantize Q to Q8_0 as well: 2e-2.
+/// `rope_store_kv` equals `rope_qk` then `store_kv`, bit for bit: the roped queries and keys and
+/// the caches they leave (read back through attention), for F16 and Q8_0 caches, neox and
+/// interleaved pairs, partial rotation, heads of 64 and 128 values, decode rows and a short batch
+/// after earlier positions, two sequences in one step.
+pub fn rope_store_kv<B: Backend>(b: &B) {
+    for ty in [KvType::F16, KvType::Q8_0] {
+        for (hd, neox, n_dims) in [(64, true, 64), (128, false, 128), (128, true, 32)] {
+            let (n_head, n_kv) = (4, 2);
+            let layers = [KvLayer::own(n_kv * hd, n_kv * hd, None)];
+            let r = Rope {
+                n_dims,
+                neox,
+                freq_base: 10000.0,
+                freq_scale: 1.0,
+                ext_factor: 0.0,
+                attn_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                n_ctx_orig: 4096,
+                freq_factors: None,
+            };
+            // Two sequences: 30 earlier positions then 1 row; 7 earlier then 5 rows.
+            let seqs = [(30usize, 1usize), (7, 5)];
+            let rows: usize = seqs.iter().map(|s| s.1).sum();
+            let run = |fused: bool| {
+                let mut kvs: Vec<B::Kv> = seqs.iter().map(|_| b.alloc_kv(&layers, 64, ty).unwrap()).collect();
+                for (i, (&(pos0, _), kv)) in seqs.iter().zip(kvs.iter_mut()).enumerate() {
+                    let k = buf(b, pos0, n_kv * hd, &values(pos0 * n_kv * hd, 70 + i as u64));
+                    let v = buf(b, pos0, n_kv * hd, &values(pos0 * n_kv * hd, 80 + i as u64));
+                    let step = b.begin_step(plan(&[(0, pos0)]), &[&*kv]).unwrap();
+                    b.store_kv(&mut [kv], &step, 0, &k, &v);
+                }
+                let mut q = buf(b, rows, n_head * hd, &values(rows * n_head * hd, 91));
+                let mut k = buf(b, rows, n_kv * hd, &values(rows * n_kv * hd, 92));
+                let v = buf(b, rows, n_kv * hd, &values(rows * n_kv * hd, 93));
+                let refs: Vec<&B::Kv> = kvs.iter().collect();
+                let step = b.begin_step(plan(&seqs), &refs).unwrap();
+                let mut muts: Vec<&mut B::Kv> = kvs.iter_mut().collect();
+                b.run(|| {
+                    if fused {
+                        b.rope_store_kv(&mut q, &mut k, &v, hd, &r, &mut muts, &step, 0);
+                    } else {
+                        b.rope_qk(&mut q, &mut k, hd, &step, &r);
+                        b.store_kv(&mut muts, &step, 0, &k, &v);
+                    }
+                });
+                let refs: Vec<&B::Kv> = kvs.iter().collect();
+                let a = AttnLayer {
+                    layer: 0,
+                    n_head,
+                    n_kv_head: n_kv,
+                    head_dim: hd,
+                    scale: 0.1,
+                    window: None,
+                    causal: true,
+                };
+                let mut out = b.alloc(rows, n_head * hd);
+                b.run(|| b.attention(&q, &step, &refs, &a, &mut out));
+                (b.read(&q), b.read(&k), b.read(&out))
+            };
+            let (parts, fused) = (run(false), run(true));
+            let what = format!("{ty:?} cache, heads of {hd}, neox {neox}, {n_dims} dims roped");
+            assert!(parts.0 == fused.0, "{what}: the roped queries differ");
+            assert!(parts.1 == fused.1, "{what}: the roped keys differ");
+            assert!(parts.2 == fused.2, "{what}: attention over the stored keys differs");
+        }
+    }
+}
+
 pub fn attention<B: Backend>(b: &B) {
     for ty in [KvType::F16, KvType::Q8_0] {
         let (n_head, n_kv, hd) = (4, 2, 64);
@@ -1073,6 +1142,10 @@ mod cpu {
         super::attention(&cpu());
     }
     #[test]
+    fn rope_store_kv() {
+        super::rope_store_kv(&cpu());
+    }
+    #[test]
     fn encoder_ops() {
         super::encoder_ops(&cpu());
     }
@@ -1411,6 +1484,13 @@ mod cuda {
     fn attention() {
         if let Some(b) = cuda("attention") {
             super::attention(&b);
+        }
+    }
+    #[test]
+    fn rope_store_kv() {
+        // The fused launch against the two launches it replaces (on whatever the default is).
+        if let Some(b) = cuda("rope_store_kv") {
+            super::rope_store_kv(&b.with_rope_store(true));
         }
     }
     #[test]

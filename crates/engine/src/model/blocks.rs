@@ -3,7 +3,7 @@
 //! buffers; families put them together in their own order with their own norms.
 
 use super::batch::{KvLayer, SeqStep};
-use crate::backend::{AttnLayer, Backend};
+use crate::backend::{AttnLayer, Backend, Rope};
 use crate::Result;
 
 /// The shape of one layer's attention.
@@ -34,6 +34,46 @@ pub fn attend<B: Backend>(
         let mut kvs: Vec<&mut B::Kv> = seqs.iter_mut().map(|s| &mut *s.kv).collect();
         b.store_kv(&mut kvs, step, layer, k, v);
     }
+    attend_stored(b, step, seqs, layer, kv, shape, q, out);
+}
+
+/// `attend` after `rope_qk` of `q` and `k`: the rotation and the store as one backend call
+/// (`rope_store_kv`) where the layer keeps its own cache.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_attend<B: Backend>(
+    b: &B,
+    step: &B::Step,
+    seqs: &mut [SeqStep<'_, B>],
+    layer: usize,
+    kv: &KvLayer,
+    shape: AttnShape,
+    rope: &Rope,
+    q: &mut B::Buf,
+    k: &mut B::Buf,
+    v: &B::Buf,
+    out: &mut B::Buf,
+) {
+    if kv.shares.is_none() {
+        let mut kvs: Vec<&mut B::Kv> = seqs.iter_mut().map(|s| &mut *s.kv).collect();
+        b.rope_store_kv(q, k, v, shape.head_dim, rope, &mut kvs, step, layer);
+    } else {
+        b.rope_qk(q, k, shape.head_dim, step, rope);
+    }
+    attend_stored(b, step, seqs, layer, kv, shape, q, out);
+}
+
+/// The attention of `attend` once the step's K/V rows are in the caches.
+#[allow(clippy::too_many_arguments)]
+fn attend_stored<B: Backend>(
+    b: &B,
+    step: &B::Step,
+    seqs: &mut [SeqStep<'_, B>],
+    layer: usize,
+    kv: &KvLayer,
+    shape: AttnShape,
+    q: &B::Buf,
+    out: &mut B::Buf,
+) {
     let a = AttnLayer {
         layer: kv.shares.unwrap_or(layer),
         n_head: shape.n_head,

@@ -223,11 +223,23 @@ impl<B: Backend> Llama<B> {
             if let Some(w) = &ly.k_norm {
                 b.head_rms_norm(&mut s.k, Some(w), hd, p.eps);
             }
-            b.rope_qk(&mut s.q, &mut s.k, hd, &step, &p.rope);
+            // Roped (and the keys stored) with the attention; the dumps after it see the roped q, k.
+            blocks::rope_attend(
+                b,
+                &step,
+                seqs,
+                il,
+                &self.kv[il],
+                shape,
+                &p.rope,
+                &mut s.q,
+                &mut s.k,
+                &s.v,
+                &mut s.attn,
+            );
             dump.put(b, &format!("Qcur-{il}"), &s.q);
             dump.put(b, &format!("Kcur-{il}"), &s.k);
             dump.put(b, &format!("Vcur-{il}"), &s.v);
-            blocks::attend(b, &step, seqs, il, &self.kv[il], shape, &s.q, &s.k, &s.v, &mut s.attn);
             dump.put(b, &format!("kqv_out-{il}"), &s.attn);
             b.matmul(&ly.wo, &s.attn, &mut s.o);
             dump.put(b, &format!("attn_out-{il}"), &s.o);

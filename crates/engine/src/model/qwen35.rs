@@ -474,16 +474,28 @@ impl<B: Backend> Qwen35<B> {
                 b.unzip_heads(&s.qg, hd, &mut s.q, &mut s.gate);
                 b.head_rms_norm(&mut s.q, Some(&f.q_norm), hd, eps);
                 b.head_rms_norm(&mut s.k, Some(&f.k_norm), hd, eps);
-                b.rope_qk(&mut s.q, &mut s.k, hd, step, &self.rope);
-                dump.put(b, &format!("Qcur-{il}"), &s.q);
-                dump.put(b, &format!("Kcur-{il}"), &s.k);
                 let shape = AttnShape {
                     n_head: self.n_head,
                     n_kv_head: self.n_kv_head,
                     head_dim: hd,
                     scale: 1.0 / (hd as f32).sqrt(),
                 };
-                blocks::attend(b, step, seqs, il, &self.kv[il], shape, &s.q, &s.k, &s.v, &mut s.attn);
+                // Roped (and the keys stored) with the attention; the dumps see the roped q, k.
+                blocks::rope_attend(
+                    b,
+                    step,
+                    seqs,
+                    il,
+                    &self.kv[il],
+                    shape,
+                    &self.rope,
+                    &mut s.q,
+                    &mut s.k,
+                    &s.v,
+                    &mut s.attn,
+                );
+                dump.put(b, &format!("Qcur-{il}"), &s.q);
+                dump.put(b, &format!("Kcur-{il}"), &s.k);
                 b.sigmoid_mul(&mut s.attn, &s.gate);
                 dump.put(b, &format!("attn_gated-{il}"), &s.attn);
                 b.matmul(&f.wo, &s.attn, &mut s.att);

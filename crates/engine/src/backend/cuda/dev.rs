@@ -767,6 +767,7 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
         }
         "attention" => [
             "store_kv",
+            "rope_store_kv",
             "attn_f16",
             "attn_q8_0",
             "attn_split_f16",

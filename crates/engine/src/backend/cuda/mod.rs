@@ -116,6 +116,10 @@ pub struct Cuda {
     /// tables (keyed by its router's address).
     moe_scratch: Mutex<Option<CudaSlice<f32>>>,
     moe_tables: Mutex<Vec<(u64, moe::ExpertTables)>>,
+    /// `rope_store_kv` in one launch (`rope_store_kv` in kernels/attention.cu) instead of `rope`
+    /// and `store_kv`: `HF2Q_CUDA_ROPE_STORE=1` or `with_rope_store`. Off by default until it has
+    /// been measured on a GPU.
+    rope_store: bool,
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -146,7 +150,14 @@ impl Cuda {
             q8_of: Mutex::new(None),
             moe_scratch: Mutex::new(None),
             moe_tables: Mutex::new(Vec::new()),
+            rope_store: std::env::var("HF2Q_CUDA_ROPE_STORE").is_ok_and(|v| v == "1"),
         })
+    }
+
+    /// Rope and KV store fused into one launch (`Backend::rope_store_kv`) or not.
+    pub fn with_rope_store(mut self, on: bool) -> Cuda {
+        self.rope_store = on;
+        self
     }
 
     /// Free and total device memory in bytes.
@@ -641,41 +652,9 @@ impl Backend for Cuda {
     }
 
     fn store_kv(&self, kvs: &mut [&mut CudaKv], step: &CudaStep, layer: usize, k: &CudaBuf, v: &CudaBuf) {
-        let Some(first) = kvs.first() else { return };
-        let layout = first.layout.clone();
-        let (kd, vd) = layout.dims[layer];
-        assert_eq!((k.cols, v.cols), (kd, vd), "KV rows of layer {layer}");
-        // Pages shared with other holders are copied before the write (the page table follows).
-        let mut changed = false;
-        let mut entry = 0usize;
-        let mut ptab = step.ptab_host.lock().unwrap_or_else(|e| e.into_inner());
-        for (kv, s) in kvs.iter_mut().zip(&step.plan.seqs) {
-            assert!(
-                s.pos0 + s.rows <= kv.capacity(),
-                "KV cache of {} positions cannot hold {}",
-                kv.capacity(),
-                s.pos0 + s.rows
-            );
-            if s.rows > 0 {
-                for b in s.pos0 / crate::model::PAGE..=(s.pos0 + s.rows - 1) / crate::model::PAGE {
-                    if kv
-                        .own_page(b)
-                        .unwrap_or_else(|e| self.dev.fail("copying a shared KV page", e))
-                    {
-                        ptab[entry + b] = kv.pages[b].ptr;
-                        changed = true;
-                    }
-                }
-            }
-            entry += kv.pages.len();
-        }
-        if changed {
-            // SAFETY: the same table, same length, on the stream before the kernels that read it.
-            let bytes: Vec<u8> = ptab.iter().flat_map(|p| p.to_le_bytes()).collect();
-            self.dev.write_bytes(step.ptab, &bytes);
-        }
-        drop(ptab);
-        let (ko, vo) = layout.offsets[layer];
+        let Some((kd, vd, ko, vo, q8)) = self.kv_pages(kvs, step, layer, k, v) else {
+            return;
+        };
         let rows = step.plan.positions.len();
         self.dev.launch(
             "store_kv",
@@ -689,11 +668,63 @@ impl Backend for Cuda {
                 A::I(vd as i32),
                 A::P(ko as u64),
                 A::P(vo as u64),
-                A::I((layout.ty == KvType::Q8_0) as i32),
+                A::I(q8 as i32),
             ],
         );
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn rope_store_kv(
+        &self,
+        q: &mut CudaBuf,
+        k: &mut CudaBuf,
+        v: &CudaBuf,
+        head_dim: usize,
+        rope: &Rope,
+        kvs: &mut [&mut CudaKv],
+        step: &CudaStep,
+        layer: usize,
+    ) {
+        // One launch where every 256-value segment of a row holds whole heads.
+        let fits = self.rope_store
+            && !kvs.is_empty()
+            && head_dim > 0
+            && 256 % head_dim == 0
+            && rope.n_dims <= head_dim
+            && q.rows == k.rows
+            && q.rows == step.plan.positions.len();
+        if !fits {
+            self.rope_qk(q, k, head_dim, step, rope);
+            self.store_kv(kvs, step, layer, k, v);
+            return;
+        }
+        let Some((kd, vd, ko, vo, q8)) = self.kv_pages(kvs, step, layer, k, v) else {
+            return;
+        };
+        let table = self.rope_table(step, rope);
+        let segs = q.cols.div_ceil(256) + kd.div_ceil(256) + vd.div_ceil(256);
+        self.dev.launch(
+            "rope_store_kv",
+            (q.rows as u32, segs as u32),
+            128,
+            &[
+                A::S(step.args),
+                A::P(q.ptr),
+                A::I(q.cols as i32),
+                A::P(k.ptr),
+                A::I(kd as i32),
+                A::P(v.ptr),
+                A::I(vd as i32),
+                A::P(table),
+                A::I(head_dim as i32),
+                A::I(rope.n_dims as i32),
+                A::I(rope.neox as i32),
+                A::P(ko as u64),
+                A::P(vo as u64),
+                A::I(q8 as i32),
+            ],
+        );
+    }
     fn attention(&self, q: &CudaBuf, step: &CudaStep, kvs: &[&CudaKv], l: &AttnLayer, out: &mut CudaBuf) {
         let Some(first) = kvs.first() else { return };
         assert!(
@@ -1225,26 +1256,78 @@ impl Cuda {
         }
     }
 
+    /// The host's part of storing the step's K/V rows of `layer` (`store_kv`, `rope_store_kv`):
+    /// the shapes checked, pages shared with other holders copied before the write (the page table
+    /// follows); the layer's widths, offsets and whether the cache is Q8_0. None without caches.
+    fn kv_pages(
+        &self,
+        kvs: &mut [&mut CudaKv],
+        step: &CudaStep,
+        layer: usize,
+        k: &CudaBuf,
+        v: &CudaBuf,
+    ) -> Option<(usize, usize, usize, usize, bool)> {
+        let first = kvs.first()?;
+        let layout = first.layout.clone();
+        let (kd, vd) = layout.dims[layer];
+        assert_eq!((k.cols, v.cols), (kd, vd), "KV rows of layer {layer}");
+        let mut changed = false;
+        let mut entry = 0usize;
+        let mut ptab = step.ptab_host.lock().unwrap_or_else(|e| e.into_inner());
+        for (kv, s) in kvs.iter_mut().zip(&step.plan.seqs) {
+            assert!(
+                s.pos0 + s.rows <= kv.capacity(),
+                "KV cache of {} positions cannot hold {}",
+                kv.capacity(),
+                s.pos0 + s.rows
+            );
+            if s.rows > 0 {
+                for b in s.pos0 / crate::model::PAGE..=(s.pos0 + s.rows - 1) / crate::model::PAGE {
+                    if kv
+                        .own_page(b)
+                        .unwrap_or_else(|e| self.dev.fail("copying a shared KV page", e))
+                    {
+                        ptab[entry + b] = kv.pages[b].ptr;
+                        changed = true;
+                    }
+                }
+            }
+            entry += kv.pages.len();
+        }
+        if changed {
+            // SAFETY: the same table, same length, on the stream before the kernels that read it.
+            let bytes: Vec<u8> = ptab.iter().flat_map(|p| p.to_le_bytes()).collect();
+            self.dev.write_bytes(step.ptab, &bytes);
+        }
+        drop(ptab);
+        let (ko, vo) = layout.offsets[layer];
+        Some((kd, vd, ko, vo, layout.ty == KvType::Q8_0))
+    }
+
+    /// The step's rope table for `rope` (cos, sin per row and pair: the CPU's,
+    /// ggml_rope_cache_init), computed on the host and uploaded once per step.
+    fn rope_table(&self, step: &CudaStep, rope: &Rope) -> u64 {
+        let mut memo = step.rope.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, t)) = memo.iter().find(|(r, _)| r == rope) {
+            return *t;
+        }
+        let mut cs = Vec::with_capacity(step.plan.positions.len() * rope.n_dims);
+        for &p in &step.plan.positions {
+            for (c, s) in super::cpu::rope::cache(rope, p as f32) {
+                cs.push(c);
+                cs.push(s);
+            }
+        }
+        let t = self.dev.upload(&cs);
+        memo.push((rope.clone(), t));
+        t
+    }
+
     /// Rope of `x` (and `y`, in the same launch).
     fn rotate(&self, x: &CudaBuf, y: Option<&CudaBuf>, head_dim: usize, step: &CudaStep, rope: &Rope) {
         assert_eq!(step.plan.positions.len(), x.rows);
         let half = rope.n_dims / 2;
-        let mut memo = step.rope.lock().unwrap_or_else(|e| e.into_inner());
-        let i = match memo.iter().position(|(r, _)| r == rope) {
-            Some(i) => i,
-            None => {
-                // The CPU's tables (ggml_rope_cache_init), computed on the host once per step.
-                let mut cs = Vec::with_capacity(x.rows * half * 2);
-                for &p in &step.plan.positions {
-                    for (c, s) in super::cpu::rope::cache(rope, p as f32) {
-                        cs.push(c);
-                        cs.push(s);
-                    }
-                }
-                memo.push((rope.clone(), self.dev.upload(&cs)));
-                memo.len() - 1
-            }
-        };
+        let table = self.rope_table(step, rope);
         let cols = y.map_or(x.cols, |y| x.cols.max(y.cols));
         let n = (x.rows * (cols / head_dim) * half) as u64;
         let (y_ptr, y_cols) = y.map_or((x.ptr, x.cols), |y| (y.ptr, y.cols));
@@ -1257,7 +1340,7 @@ impl Cuda {
                 A::I(x.cols as i32),
                 A::P(y_ptr),
                 A::I(y_cols as i32),
-                A::P(memo[i].1),
+                A::P(table),
                 A::I(x.rows as i32),
                 A::I(head_dim as i32),
                 A::I(rope.n_dims as i32),

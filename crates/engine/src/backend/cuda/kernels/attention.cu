@@ -54,6 +54,53 @@ extern "C" __global__ void store_kv(Step s, const float* k, const float* v, int 
     }
 }
 
+// rope (ops.cu) of row r's queries and keys, then store_kv of the roped keys and of the values, in
+// one launch: grid (rows, segments), 128 threads; segment y is 256 values of q (the first
+// ceil(qd/256)), of k (the next ceil(kd/256)) or of v (the rest), each holding whole heads
+// (256 % hd == 0: the host checks). Each value gets the operations of the two kernels: the pair's
+// rotation with the same fused product, then the same f16 / Q8_0 store.
+extern "C" __global__ void rope_store_kv(Step s, float* q, int qd, float* k, int kd, const float* v, int vd, const float2* cs,
+                                         int hd, int n_dims, int neox, u64 k_off, u64 v_off, int kt) {
+    int r = blockIdx.x, seg = blockIdx.y;
+    int nq = (qd + 255) / 256, nk = (kd + 255) / 256;
+    int which = seg < nq ? 0 : seg < nq + nk ? 1 : 2;
+    int dim = which == 0 ? qd : which == 1 ? kd : vd;
+    int lo = (seg - (which == 0 ? 0 : which == 1 ? nq : nq + nk)) * 256;
+    if (lo >= dim) return;
+    int hi = min(dim, lo + 256);
+    float* row = (which == 0 ? q : which == 1 ? k : (float*)v) + (u64)r * dim;
+    if (which < 2) {
+        int half = n_dims / 2, h0 = lo / hd;
+        for (int i = threadIdx.x; i < (hi - lo) / hd * half; i += blockDim.x) {
+            int h = h0 + i / half, p = i % half;
+            float* x = row + h * hd;
+            float2 c = cs[(u64)r * half + p];
+            int a = neox ? p : 2 * p, b = neox ? p + half : 2 * p + 1;
+            float x0v = x[a], x1v = x[b];
+            x[a] = fmaf(x0v, c.x, -(x1v * c.y));
+            x[b] = fmaf(x0v, c.y, x1v * c.x);
+        }
+        if (which == 0) return;
+        // (The block's writes above are visible to all its threads after the barrier.)
+        __syncthreads();
+    }
+    int rb = kt == KV_F16 ? 2 * dim : dim / 32 * 34;
+    u8* dst = kv_row(s, s.row_seq[r], s.row_pos[r], which == 2 ? v_off : k_off, rb);
+    if (kt == KV_F16) {
+        for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) ((u16*)dst)[i] = f2h(row[i]);
+        return;
+    }
+    int lane = threadIdx.x & 31;
+    for (int b = lo / 32 + threadIdx.x / 32; b < hi / 32; b += blockDim.x / 32) {
+        float x = row[b * 32 + lane];
+        float amax = warp_max(fabsf(x));
+        float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
+        u8* blk = dst + b * 34;
+        blk[2 + lane] = (u8)(i8)__float2int_rn(x * id);
+        if (lane == 0) *(u16*)blk = f2h(d);
+    }
+}
+
 // The keys row r attends to: lo ..= hi.
 __device__ __forceinline__ void key_range(const Step& s, int r, int window, int causal, int* lo, int* hi) {
     int seq = s.row_seq[r], pos = s.row_pos[r];
