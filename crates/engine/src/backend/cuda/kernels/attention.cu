@@ -30,14 +30,8 @@ template <int KT> __device__ __forceinline__ float kv_get(const u8* row, int d) 
 // Write row r's K (blockIdx.y even) or V (odd) values at its position: f16, or Q8_0 as the CPU
 // backend writes it (d = amax / 127, q = round-half-even(x · 127 / amax)). Blocks of 128 threads, each 256 values of a
 // row (blockIdx.y / 2-th): a decode step's few rows spread over several multiprocessors.
-extern "C" __global__ void store_kv(Step s, const float* k, const float* v, int kd, int vd, u64 k_off, u64 v_off, int kt) {
-    int r = blockIdx.x, which = blockIdx.y & 1, lo = (blockIdx.y >> 1) * 256;
-    int dim = which ? vd : kd;
-    if (lo >= dim) return;
-    int hi = min(dim, lo + 256);
-    const float* src = (which ? v : k) + (u64)r * dim;
-    int rb = kt == KV_F16 ? 2 * dim : dim / 32 * 34;
-    u8* dst = kv_row(s, s.row_seq[r], s.row_pos[r], which ? v_off : k_off, rb);
+// Values lo .. hi of a K or V row (src, dim values) into its cache row at dst, by the block.
+__device__ void store_seg(u8* dst, const float* src, int lo, int hi, int kt) {
     if (kt == KV_F16) {
         for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) ((u16*)dst)[i] = f2h(src[i]);
         return;
@@ -52,6 +46,15 @@ extern "C" __global__ void store_kv(Step s, const float* k, const float* v, int 
         blk[2 + lane] = (u8)(i8)__float2int_rn(x * id);
         if (lane == 0) *(u16*)blk = f2h(d);
     }
+}
+
+extern "C" __global__ void store_kv(Step s, const float* k, const float* v, int kd, int vd, u64 k_off, u64 v_off, int kt) {
+    int r = blockIdx.x, which = blockIdx.y & 1, lo = (blockIdx.y >> 1) * 256;
+    int dim = which ? vd : kd;
+    if (lo >= dim) return;
+    int rb = kt == KV_F16 ? 2 * dim : dim / 32 * 34;
+    store_seg(kv_row(s, s.row_seq[r], s.row_pos[r], which ? v_off : k_off, rb), (which ? v : k) + (u64)r * dim, lo,
+              min(dim, lo + 256), kt);
 }
 
 // rope (ops.cu) of row r's queries and keys, then store_kv of the roped keys and of the values, in
@@ -72,33 +75,15 @@ extern "C" __global__ void rope_store_kv(Step s, float* q, int qd, float* k, int
     if (which < 2) {
         int half = n_dims / 2, h0 = lo / hd;
         for (int i = threadIdx.x; i < (hi - lo) / hd * half; i += blockDim.x) {
-            int h = h0 + i / half, p = i % half;
-            float* x = row + h * hd;
-            float2 c = cs[(u64)r * half + p];
-            int a = neox ? p : 2 * p, b = neox ? p + half : 2 * p + 1;
-            float x0v = x[a], x1v = x[b];
-            x[a] = fmaf(x0v, c.x, -(x1v * c.y));
-            x[b] = fmaf(x0v, c.y, x1v * c.x);
+            int p = i % half;
+            rope_pair(row + (h0 + i / half) * hd, neox ? p : 2 * p, neox ? p + half : 2 * p + 1, cs[(u64)r * half + p]);
         }
         if (which == 0) return;
         // (The block's writes above are visible to all its threads after the barrier.)
         __syncthreads();
     }
     int rb = kt == KV_F16 ? 2 * dim : dim / 32 * 34;
-    u8* dst = kv_row(s, s.row_seq[r], s.row_pos[r], which == 2 ? v_off : k_off, rb);
-    if (kt == KV_F16) {
-        for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) ((u16*)dst)[i] = f2h(row[i]);
-        return;
-    }
-    int lane = threadIdx.x & 31;
-    for (int b = lo / 32 + threadIdx.x / 32; b < hi / 32; b += blockDim.x / 32) {
-        float x = row[b * 32 + lane];
-        float amax = warp_max(fabsf(x));
-        float d = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
-        u8* blk = dst + b * 34;
-        blk[2 + lane] = (u8)(i8)__float2int_rn(x * id);
-        if (lane == 0) *(u16*)blk = f2h(d);
-    }
+    store_seg(kv_row(s, s.row_seq[r], s.row_pos[r], which == 2 ? v_off : k_off, rb), row, lo, hi, kt);
 }
 
 // The keys row r attends to: lo ..= hi.

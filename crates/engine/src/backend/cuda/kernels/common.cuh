@@ -192,3 +192,11 @@ __device__ void act_q8x4(float4 v, int k, signed char* q0, float* d0, signed cha
         if ((threadIdx.x & 63) < 8) dk[((k & ~255) >> 5) + (threadIdx.x & 63)] = d;
     }
 }
+
+// One rotary pair of a head in place, as the CPU rotates: the second product rounded, the first
+// fused (rope in ops.cu, rope_store_kv in attention.cu).
+__device__ __forceinline__ void rope_pair(float* x, int a, int b, float2 c) {
+    float x0v = x[a], x1v = x[b];
+    x[a] = fmaf(x0v, c.x, -(x1v * c.y));
+    x[b] = fmaf(x0v, c.y, x1v * c.x);
+}

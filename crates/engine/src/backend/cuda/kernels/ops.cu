@@ -204,11 +204,7 @@ extern "C" __global__ void rope(float* x0, int cols0, float* x1, int cols1, cons
     int p = i % half, h = (i / half) % heads, r = i / ((u64)half * heads);
     float* v = x + (u64)r * cols + h * hd;
     float2 c = cs[(u64)r * half + p];
-    int a = neox ? p : 2 * p, b = neox ? p + half : 2 * p + 1;
-    float x0v = v[a], x1v = v[b];
-    // As the CPU rotates: the second product rounded, the first fused.
-    v[a] = fmaf(x0v, c.x, -(x1v * c.y));
-    v[b] = fmaf(x0v, c.y, x1v * c.x);
+    rope_pair(v, neox ? p : 2 * p, neox ? p + half : 2 * p + 1, c);
 }
 
 // Rows of a weight table (any type with a decoder) for ids; out is (count, n).
