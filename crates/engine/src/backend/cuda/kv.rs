@@ -7,10 +7,11 @@
 //! A hybrid model's sequence also holds its recurrent state in device memory, with copies kept
 //! with pages or as checkpoints, as on the CPU (`backend::state`).
 
-use super::Dev;
+use super::{CudaBuf, CudaStep, Dev};
 use crate::backend::kv::{self, Layout};
 use crate::backend::state::{restore_source, SeqState, Source, StateLayout};
 use crate::backend::KvType;
+use crate::backend::Rope;
 use crate::model::{KvLayer, PAGE};
 use crate::{EngineError, Result};
 use cudarc::driver::CudaSlice;
@@ -400,4 +401,74 @@ pub fn page_data(page: &GpuPage) -> Vec<u8> {
         out.extend(page.pool.dev.read_bytes(s.ptr, bytes));
     }
     out
+}
+
+/// The host's side of the step's KV writes and rotations (`store_kv`, `rope_store_kv`, `rope`).
+impl super::Cuda {
+    /// The host's part of storing the step's K/V rows of `layer` (`store_kv`, `rope_store_kv`):
+    /// the shapes checked, pages shared with other holders copied before the write (the page table
+    /// follows); the layer's widths, offsets and whether the cache is Q8_0. None without caches.
+    pub(super) fn kv_pages(
+        &self,
+        kvs: &mut [&mut CudaKv],
+        step: &CudaStep,
+        layer: usize,
+        k: &CudaBuf,
+        v: &CudaBuf,
+    ) -> Option<(usize, usize, usize, usize, bool)> {
+        let first = kvs.first()?;
+        let layout = first.layout.clone();
+        let (kd, vd) = layout.dims[layer];
+        assert_eq!((k.cols, v.cols), (kd, vd), "KV rows of layer {layer}");
+        let mut changed = false;
+        let mut entry = 0usize;
+        let mut ptab = step.ptab_host.lock().unwrap_or_else(|e| e.into_inner());
+        for (kv, s) in kvs.iter_mut().zip(&step.plan.seqs) {
+            assert!(
+                s.pos0 + s.rows <= kv.capacity(),
+                "KV cache of {} positions cannot hold {}",
+                kv.capacity(),
+                s.pos0 + s.rows
+            );
+            if s.rows > 0 {
+                for b in s.pos0 / crate::model::PAGE..=(s.pos0 + s.rows - 1) / crate::model::PAGE {
+                    if kv
+                        .own_page(b)
+                        .unwrap_or_else(|e| self.dev.fail("copying a shared KV page", e))
+                    {
+                        ptab[entry + b] = kv.pages[b].ptr;
+                        changed = true;
+                    }
+                }
+            }
+            entry += kv.pages.len();
+        }
+        if changed {
+            // SAFETY: the same table, same length, on the stream before the kernels that read it.
+            let bytes: Vec<u8> = ptab.iter().flat_map(|p| p.to_le_bytes()).collect();
+            self.dev.write_bytes(step.ptab, &bytes);
+        }
+        drop(ptab);
+        let (ko, vo) = layout.offsets[layer];
+        Some((kd, vd, ko, vo, layout.ty == KvType::Q8_0))
+    }
+
+    /// The step's rope table for `rope` (cos, sin per row and pair: the CPU's,
+    /// ggml_rope_cache_init), computed on the host and uploaded once per step.
+    pub(super) fn rope_table(&self, step: &CudaStep, rope: &Rope) -> u64 {
+        let mut memo = step.rope.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, t)) = memo.iter().find(|(r, _)| r == rope) {
+            return *t;
+        }
+        let mut cs = Vec::with_capacity(step.plan.positions.len() * rope.n_dims);
+        for &p in &step.plan.positions {
+            for (c, s) in crate::backend::cpu::rope::cache(rope, p as f32) {
+                cs.push(c);
+                cs.push(s);
+            }
+        }
+        let t = self.dev.upload(&cs);
+        memo.push((rope.clone(), t));
+        t
+    }
 }

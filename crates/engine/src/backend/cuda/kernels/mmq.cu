@@ -191,6 +191,19 @@ template <> struct MQ<TY_Q4_K> {
 // the values q - 32 as int8; per unit and output s = Σ sc·(Σ (q - 32)·x) exact, then dx·d·s.
 template <> struct MQ<TY_Q6_K> {
     static const int UB = 3360, STAGES = 3;
+    // This lane's four values (q - 32, int8) of sub-block j16 of row g + 8·rs.
+    static __device__ __forceinline__ u32 vals(const u8* s, int lane, int j16, int rs) {
+        int n2 = j16 >> 3, qq = (j16 & 7) >> 1, hh = j16 & 1, q1 = qq & 1, nib = qq >> 1;
+        int iw = ((n2 * 2 + q1) * 2 + hh) * 2 + rs, ih = (n2 * 2 + hh) * 2 + rs;
+        u32 lw = *(const u32*)(s + 288 + lane * 64 + 4 * iw);
+        u32 hw = *(const u32*)(s + 2336 + lane * 32 + 4 * ih);
+        return __vsub4(((lw >> (4 * nib)) & 0x0F0F0F0Fu) | (((hw >> (2 * qq)) & 0x03030303u) << 4), 0x20202020u);
+    }
+    // Scale of sub-block j16 from a row's 16 (byte 8·n2 + hh + 2·qq).
+    static __device__ __forceinline__ int scale(uint4 sc, int j16) {
+        int k = 8 * (j16 >> 3) + (j16 & 1) + 2 * ((j16 & 7) >> 1);
+        return (int)(signed char)byte_of(comp(sc, k >> 2), k & 3);
+    }
     template <int NT>
     static __device__ __forceinline__ void unit(const u8* s, const Act& x, int u, int lane, float acc[NT][4]) {
         int g = lane >> 2;
@@ -209,20 +222,8 @@ template <> struct MQ<TY_Q6_K> {
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 int j16 = 2 * jb + half;
-                int n2 = j16 >> 3, qq = (j16 & 7) >> 1, hh = j16 & 1, q1 = qq & 1, nib = qq >> 1;
-                u32 a[2];
-#pragma unroll
-                for (int rs = 0; rs < 2; rs++) {
-                    int iw = ((n2 * 2 + q1) * 2 + hh) * 2 + rs, ih = (n2 * 2 + hh) * 2 + rs;
-                    u32 lw = *(const u32*)(s + 288 + lane * 64 + 4 * iw);
-                    u32 hw = *(const u32*)(s + 2336 + lane * 32 + 4 * ih);
-                    u32 v = ((lw >> (4 * nib)) & 0x0F0F0F0Fu) | (((hw >> (2 * qq)) & 0x03030303u) << 4);
-                    a[rs] = __vsub4(v, 0x20202020u);
-                }
-                // Scale of sub-block j16: byte 8·n2 + hh + 2·qq of the row's 16.
-                int k = 8 * n2 + hh + 2 * qq;
-                int s0 = (int)(signed char)byte_of(comp(sc[0], k >> 2), k & 3);
-                int s8 = (int)(signed char)byte_of(comp(sc[1], k >> 2), k & 3);
+                u32 a[2] = {vals(s, lane, j16, 0), vals(s, lane, j16, 1)};
+                int s0 = scale(sc[0], j16), s8 = scale(sc[1], j16);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
                     int c[4] = {0, 0, 0, 0};
@@ -258,17 +259,9 @@ template <> struct MQ<TY_Q6_K> {
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 int j16 = 2 * jb + half;
-                int n2 = j16 >> 3, qq = (j16 & 7) >> 1, hh = j16 & 1, q1 = qq & 1, nib = qq >> 1;
-                int k = 8 * n2 + hh + 2 * qq;
 #pragma unroll
-                for (int rs = 0; rs < 2; rs++) {
-                    int iw = ((n2 * 2 + q1) * 2 + hh) * 2 + rs, ih = (n2 * 2 + hh) * 2 + rs;
-                    u32 lw = *(const u32*)(s + 288 + lane * 64 + 4 * iw);
-                    u32 hw = *(const u32*)(s + 2336 + lane * 32 + 4 * ih);
-                    u32 v = ((lw >> (4 * nib)) & 0x0F0F0F0Fu) | (((hw >> (2 * qq)) & 0x03030303u) << 4);
-                    int p = __dp4a((int)__vsub4(v, 0x20202020u), (int)(half ? b.y : b.x), 0);
-                    si[rs] += (int)(signed char)byte_of(comp(sc[rs], k >> 2), k & 3) * p;
-                }
+                for (int rs = 0; rs < 2; rs++)
+                    si[rs] += scale(sc[rs], j16) * __dp4a((int)vals(s, lane, j16, rs), (int)(half ? b.y : b.x), 0);
             }
         }
 #pragma unroll

@@ -1,0 +1,274 @@
+//! The op test bodies of positions: rope, the KV store and attention (see `tests`).
+
+use super::*;
+
+/// Rope: NeoX and adjacent-pair rotation, a partial rotation, per-pair frequency factors (Llama 3
+/// scaling, Gemma 4's proportional rope) and linear scaling, at positions up to 3000. ggml builds
+/// θ by repeated f32 multiplication, so θ carries a relative error of up to ~n_dims/2 ulps:
+/// at position p the angle is off by ≲ p·32·2^-24, which bounds the value error.
+pub fn rope<B: Backend>(b: &B) {
+    let (hd, heads) = (64, 3);
+    let positions = [0usize, 1, 7, 511, 3000];
+    for (neox, n_dims, ff, scale) in [
+        (true, 64, None, 1.0f32),
+        (false, 64, None, 1.0),
+        (true, 32, None, 0.25),
+        (
+            true,
+            64,
+            Some((0..32).map(|i| if i < 8 { 1.0 } else { 1e30 }).collect::<Vec<f32>>()),
+            1.0,
+        ),
+    ] {
+        let r = Rope {
+            n_dims,
+            neox,
+            freq_base: 10000.0,
+            freq_scale: scale,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 4096,
+            freq_factors: ff.clone(),
+        };
+        let xv = values(positions.len() * heads * hd, 9);
+        let mut x = buf(b, positions.len(), heads * hd, &xv);
+        let mut p = plan(&[(0, positions.len())]);
+        p.positions = positions.to_vec();
+        let step = b.begin_step(p, &[]).unwrap();
+        b.run(|| b.rope(&mut x, hd, &step, &r));
+        let mut want = Vec::new();
+        let mut bound = Vec::new();
+        for (pi, &p) in positions.iter().enumerate() {
+            for h in 0..heads {
+                let v = &xv[(pi * heads + h) * hd..(pi * heads + h + 1) * hd];
+                let mut o: Vec<f64> = v.iter().map(|&a| a as f64).collect();
+                for i in 0..n_dims / 2 {
+                    let f = ff.as_ref().map_or(1.0, |f| f[i] as f64);
+                    let theta = p as f64 * (10000f64).powf(-2.0 * i as f64 / n_dims as f64) / f * scale as f64;
+                    let (c, s) = (theta.cos(), theta.sin());
+                    let (a, bb) = if neox { (i, i + n_dims / 2) } else { (2 * i, 2 * i + 1) };
+                    let (x0, x1) = (v[a] as f64, v[bb] as f64);
+                    o[a] = x0 * c - x1 * s;
+                    o[bb] = x0 * s + x1 * c;
+                }
+                want.extend(o);
+                bound.extend(std::iter::repeat_n(1e-6 + p as f64 * 32.0 * 2f64.powi(-24) * 2.0, hd));
+            }
+        }
+        assert_close(&format!("rope neox={neox} n_dims={n_dims}"), &b.read(&x), &want, |i| {
+            bound[i]
+        });
+        // Queries and keys (fewer heads) in one call: as two ropes, bit for bit.
+        let kv = values(positions.len() * hd, 10);
+        let mut q2 = buf(b, positions.len(), heads * hd, &xv);
+        let (mut k1, mut k2) = (buf(b, positions.len(), hd, &kv), buf(b, positions.len(), hd, &kv));
+        b.run(|| {
+            b.rope_qk(&mut q2, &mut k2, hd, &step, &r);
+            b.rope(&mut k1, hd, &step, &r);
+        });
+        assert!(
+            b.read(&q2) == b.read(&x),
+            "rope_qk's queries, neox={neox} n_dims={n_dims}"
+        );
+        assert!(
+            b.read(&k2) == b.read(&k1),
+            "rope_qk's keys, neox={neox} n_dims={n_dims}"
+        );
+    }
+}
+
+/// `rope_store_kv` equals `rope_qk` then `store_kv`, bit for bit: the roped queries and keys and
+/// the caches they leave (read back through attention), for F16 and Q8_0 caches, neox and
+/// interleaved pairs, partial rotation, heads of 64 and 128 values, decode rows and a short batch
+/// after earlier positions, two sequences in one step.
+pub fn rope_store_kv<B: Backend>(b: &B) {
+    for ty in [KvType::F16, KvType::Q8_0] {
+        for (hd, neox, n_dims) in [(64, true, 64), (128, false, 128), (128, true, 32)] {
+            let (n_head, n_kv) = (4, 2);
+            let layers = [KvLayer::own(n_kv * hd, n_kv * hd, None)];
+            let r = Rope {
+                n_dims,
+                neox,
+                freq_base: 10000.0,
+                freq_scale: 1.0,
+                ext_factor: 0.0,
+                attn_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                n_ctx_orig: 4096,
+                freq_factors: None,
+            };
+            // Two sequences: 30 earlier positions then 1 row; 7 earlier then 5 rows.
+            let seqs = [(30usize, 1usize), (7, 5)];
+            let rows: usize = seqs.iter().map(|s| s.1).sum();
+            let run = |fused: bool| {
+                let mut kvs: Vec<B::Kv> = seqs.iter().map(|_| b.alloc_kv(&layers, 64, ty).unwrap()).collect();
+                for (i, (&(pos0, _), kv)) in seqs.iter().zip(kvs.iter_mut()).enumerate() {
+                    let k = buf(b, pos0, n_kv * hd, &values(pos0 * n_kv * hd, 70 + i as u64));
+                    let v = buf(b, pos0, n_kv * hd, &values(pos0 * n_kv * hd, 80 + i as u64));
+                    let step = b.begin_step(plan(&[(0, pos0)]), &[&*kv]).unwrap();
+                    b.store_kv(&mut [kv], &step, 0, &k, &v);
+                }
+                let mut q = buf(b, rows, n_head * hd, &values(rows * n_head * hd, 91));
+                let mut k = buf(b, rows, n_kv * hd, &values(rows * n_kv * hd, 92));
+                let v = buf(b, rows, n_kv * hd, &values(rows * n_kv * hd, 93));
+                let refs: Vec<&B::Kv> = kvs.iter().collect();
+                let step = b.begin_step(plan(&seqs), &refs).unwrap();
+                let mut muts: Vec<&mut B::Kv> = kvs.iter_mut().collect();
+                b.run(|| {
+                    if fused {
+                        b.rope_store_kv(&mut q, &mut k, &v, hd, &r, &mut muts, &step, 0);
+                    } else {
+                        b.rope_qk(&mut q, &mut k, hd, &step, &r);
+                        b.store_kv(&mut muts, &step, 0, &k, &v);
+                    }
+                });
+                let refs: Vec<&B::Kv> = kvs.iter().collect();
+                let a = AttnLayer {
+                    layer: 0,
+                    n_head,
+                    n_kv_head: n_kv,
+                    head_dim: hd,
+                    scale: 0.1,
+                    window: None,
+                    causal: true,
+                };
+                let mut out = b.alloc(rows, n_head * hd);
+                b.run(|| b.attention(&q, &step, &refs, &a, &mut out));
+                (b.read(&q), b.read(&k), b.read(&out))
+            };
+            let (parts, fused) = (run(false), run(true));
+            let what = format!("{ty:?} cache, heads of {hd}, neox {neox}, {n_dims} dims roped");
+            assert!(parts.0 == fused.0, "{what}: the roped queries differ");
+            assert!(parts.1 == fused.1, "{what}: the roped keys differ");
+            assert!(parts.2 == fused.2, "{what}: attention over the stored keys differs");
+        }
+    }
+}
+
+/// Softmax attention of a whole step in one call: several sequences of different lengths after
+/// earlier positions, GQA, a sliding window, a layer with its own head size, long runs (the tiled
+/// path) and decode rows, F16 and Q8_0 caches. Reference: exact softmax over the cache's rounded
+/// K/V. Bounds: the tiled f32 path 2e-5 relative; the per-row path rounds Q to f16 and accumulates
+/// V in f16 (2^-11 per step): 5e-3; Q8_0 caches quantize Q to Q8_0 as well: 2e-2.
+pub fn attention<B: Backend>(b: &B) {
+    for ty in [KvType::F16, KvType::Q8_0] {
+        let (n_head, n_kv, hd) = (4, 2, 64);
+        // (Heads of 64 and 128 values: the sizes CUDA's flash attention takes; 128 with a window.)
+        let layers = [
+            KvLayer::own(n_kv * hd, n_kv * hd, None),
+            KvLayer::own(n_kv * 32, n_kv * 32, Some(20)),
+            KvLayer::own(n_kv * 128, n_kv * 128, Some(40)),
+        ];
+        // (pos0, rows) per sequence: a long prefill, decode rows (one past 2,048 keys, whose
+        // split-K splits span several pages), short chunks (of at most and of more than the eight
+        // rows the CUDA backend splits).
+        let seqs = [(0usize, 70usize), (2500, 1), (40, 1), (10, 9), (100, 5)];
+        for (layer, l_hd) in [(0usize, hd), (1, 32), (2, 128)] {
+            let window = layers[layer].window;
+            let kvd = n_kv * l_hd;
+            let mut kvs: Vec<B::Kv> = seqs.iter().map(|_| b.alloc_kv(&layers, 2560, ty).unwrap()).collect();
+            let mut refs = Vec::new();
+            for (s, (&(pos0, rows), kv)) in seqs.iter().zip(kvs.iter_mut()).enumerate() {
+                let total = pos0 + rows;
+                let kv_vals = values(total * kvd, 40 + s as u64);
+                let vv_vals = values(total * kvd, 50 + s as u64);
+                let k = buf(b, total, kvd, &kv_vals);
+                let v = buf(b, total, kvd, &vv_vals);
+                let step = b.begin_step(plan(&[(0, total)]), &[&*kv]).unwrap();
+                b.store_kv(&mut [kv], &step, layer, &k, &v);
+                refs.push((kv_vals, vv_vals));
+            }
+            let total_rows: usize = seqs.iter().map(|s| s.1).sum();
+            let qv = values(total_rows * n_head * l_hd, 60);
+            let q = buf(b, total_rows, n_head * l_hd, &qv);
+            let a = AttnLayer {
+                layer,
+                n_head,
+                n_kv_head: n_kv,
+                head_dim: l_hd,
+                scale: 0.125,
+                window,
+                causal: true,
+            };
+            let kv_refs: Vec<&B::Kv> = kvs.iter().collect();
+            let p = plan(&seqs);
+            let starts: Vec<usize> = p.seqs.iter().map(|s| s.row0).collect();
+            let step = b.begin_step(p, &kv_refs).unwrap();
+            let mut out = b.alloc(total_rows, n_head * l_hd);
+            b.run(|| b.attention(&q, &step, &kv_refs, &a, &mut out));
+            let got = b.read(&out);
+            let round = |x: f32| -> f64 {
+                match ty {
+                    KvType::F16 => quant::fp::f16_to_f32(quant::fp::f32_to_f16(x)) as f64,
+                    KvType::Q8_0 => x as f64,
+                }
+            };
+            for (si, (&(pos0, rows), (kr, vr))) in seqs.iter().zip(&refs).enumerate() {
+                let row0 = starts[si];
+                // The cache's values as stored.
+                let (kq, vq): (Vec<f64>, Vec<f64>) = match ty {
+                    KvType::F16 => (
+                        kr.iter().map(|&x| round(x)).collect(),
+                        vr.iter().map(|&x| round(x)).collect(),
+                    ),
+                    KvType::Q8_0 => {
+                        let d = |v: &[f32]| -> Vec<f64> {
+                            let bytes = quant::quantize(GgmlType::Q8_0, v, kvd, None).unwrap();
+                            quant::dequantize(GgmlType::Q8_0, &bytes, v.len())
+                                .unwrap()
+                                .iter()
+                                .map(|&x| x as f64)
+                                .collect()
+                        };
+                        (d(kr), d(vr))
+                    }
+                };
+                for i in 0..rows {
+                    let p = pos0 + i;
+                    let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
+                    for h in 0..n_head {
+                        let kh = h / (n_head / n_kv);
+                        let qr = &qv[(row0 + i) * n_head * l_hd + h * l_hd..][..l_hd];
+                        let scores: Vec<f64> = (lo..=p)
+                            .map(|j| {
+                                (0..l_hd)
+                                    .map(|d| qr[d] as f64 * kq[j * kvd + kh * l_hd + d])
+                                    .sum::<f64>()
+                                    * 0.125
+                            })
+                            .collect();
+                        let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let e: Vec<f64> = scores.iter().map(|s| (s - mx).exp()).collect();
+                        let z: f64 = e.iter().sum();
+                        // Short batches on the CPU round Q to f16 and sum V in f16 (llama.cpp's
+                        // CPU flash attention), an error that grows with the keys summed.
+                        // (Q's rounding enters every score through head-size terms: the bound
+                        // grows with the root of the head size past 64 as well.)
+                        let keys = (p + 1 - lo) as f64;
+                        let wide = (l_hd as f64 / 64.0).sqrt().max(1.0);
+                        let tol = match (ty, rows >= 64) {
+                            (KvType::F16, true) => 2e-5,
+                            (KvType::F16, false) => 5e-3 * (keys / 64.0).sqrt().max(1.0) * wide,
+                            (KvType::Q8_0, _) => 2e-2,
+                        };
+                        for d in 0..l_hd {
+                            let want: f64 = (lo..=p)
+                                .zip(&e)
+                                .map(|(j, w)| w * vq[j * kvd + kh * l_hd + d])
+                                .sum::<f64>()
+                                / z;
+                            let g = got[(row0 + i) * n_head * l_hd + h * l_hd + d] as f64;
+                            assert!(
+                                (g - want).abs() <= tol * want.abs().max(0.1),
+                                "attention {ty:?} layer {layer} seq {si} row {i} head {h} dim {d}: {g} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
