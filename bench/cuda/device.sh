@@ -146,6 +146,63 @@ for f in sys.argv[1:]:
 " /tmp/hf2q-bench-$tag.json /tmp/llama-bench-$tag.json | tee -a $OUT/bench-summary.txt
 }
 case $phase in
+e1)
+  # 2026-12-04, fifth session, first call (carrying .dev: bins.tar.xz of e507606 and the fixtures):
+  # the 8B model in Q4_K_M and the 24-layer MoE in the background (for e2); the op tests
+  # (rope_store_kv and the shared store / rope device code of b9b03a6 / e507606 first run on a GPU)
+  # and every fixture on CUDA (the quantized checks against the CPU attending in f32).
+  tar -xJf $D/bins.tar.xz -C $D
+  { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
+  nvidia-smi -q > $OUT/nvidia-smi-q.txt
+  mkdir -p /tmp/bin && cp $D/hf2q $D/engine_tiny $D/engine-tests /tmp/bin/
+  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
+      python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 >> /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|q8_0|over" | head -60
+  grep -E "make_model|Elapsed|END" /tmp/mk.log
+  ;;
+e1b)
+  # (Carrying .dev3/fixtures: the Qwen 3.5 fixtures, which did not fit beside e1's binaries.)
+  HF2Q_FIXTURES=$PWD/.dev3/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny-q35.txt | grep -E "NOT RUN|test result|panicked|q8_0|over" | head -40
+  ;;
+sA)
+  stash
+  ;;
+e3)
+  # (Carrying .dev2/stashB.) SmolLM2's goldens with logit margins on CUDA against the CPU attending
+  # in f32 (not ggml's f16 rounding); perplexity on both.
+  stash
+  M=/tmp/smollm2 && mkdir -p $M
+  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
+  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
+  for q in Q8_0 Q4_K_M; do
+    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
+  done
+  GM_ENV_A=HF2Q_CPU_ATTN_F32=1 timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens-cpu-f32.txt | tail -n 4
+  for q in Q8_0 Q4_1; do
+    for dev in cpu cuda; do
+      echo "$q $dev: $(timeout 100 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
+    done
+  done
+  ;;
+e2)
+  # Last call of the first chain: per-kernel GPU times of decode steps (HF2Q_CUDA_PROFILE) on the
+  # 8B Q4_K_M and the MoE; A/Bs of rope + KV store in one launch and of the parts' size, with the
+  # per-step times.
+  for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed|END" /tmp/mk.log | tee $OUT/make.txt
+  tg() {  # tg TAG FILE [ENV=V ...]: hf2q tg128 alone with the per-step times
+    local tag=$1 m=$2; shift 2
+    env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
+  }
+  for r in 0 1 0 1; do tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_ROPE_STORE=$r; done
+  for f in 32 64; do tg moe $W/moe.q4_k_m.gguf HF2Q_CUDA_FLUSH_EVERY=$f; done
+  prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
+  prof moe 4 bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
+  ;;
 gpart)
   # Gemma 3 270M Q4_K_M (253 MB) in six parts (`split -n 6 -d`), one carried per call as .g1 ... .g6
   # (a call carries 64 MiB at most), kept in /tmp/gstash while the machine stays warm.
