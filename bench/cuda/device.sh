@@ -146,6 +146,24 @@ for f in sys.argv[1:]:
 " /tmp/hf2q-bench-$tag.json /tmp/llama-bench-$tag.json | tee -a $OUT/bench-summary.txt
 }
 case $phase in
+v2)
+  # 2026-12-04, fifth session, call 15 (carrying .dev: bins.tar.xz with the per-head q/k norms in
+  # rope_store_kv's launch and the MoE combine a thread per value; fixtures): the 24-layer MoE in
+  # the background; op tests; fixtures on CUDA (then e1b for the Qwen 3.5 ones, v2c for the MoE).
+  tar -xJf $D/bins.tar.xz -C $D
+  mkdir -p /tmp/bin && cp $D/hf2q $D/engine_tiny $D/engine-tests /tmp/bin/
+  setsid nohup bash -c "python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 > /tmp/mk.log 2>&1 && \
+      /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
+  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|over|qwen3" | head -60
+  ;;
+v2c)
+  # The MoE's per-step and per-kernel GPU times.
+  for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed|END" /tmp/mk.log | tee $OUT/make.txt
+  env HF2Q_CUDA_STEP_TIMES=1 timeout 60 $H bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | tee -a $OUT/bench-summary.txt
+  prof moe 4 bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
+  ;;
 v1)
   # 2026-12-04, fifth session, calls 13 and 14: a check of a build with split attention merging
   # its splits in the last block to finish (HF2Q_CUDA_ATTN_MERGE=0: a launch of its own) and its
@@ -172,45 +190,47 @@ v1)
   prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
   ;;
 f1)
-  # 2026-12-04, fifth session, second chain (a fresh machine), first call (carrying .dev:
-  # bins.tar.xz of the build with the split attention merging in its last block, rope + KV store
-  # in one launch by default, the norm's weights loaded before its sum; llama-src.tgz; fixtures):
-  # llama.cpp (llama-bench, llama-server, llama-batched-bench) and the models in the background
-  # (8B Q4_K_M, Q8_0, BF16, then the 24-layer MoE); copy bandwidth; op tests; fixtures on CUDA.
+  # 2026-12-04, fifth session, last chain (a fresh machine), first call (carrying .dev:
+  # bins.tar.xz of the final build: q/k norms in rope_store_kv's launch, the MoE combine a thread
+  # per value, split attention issuing several keys' loads at once, programmatic dependent launch
+  # on by default; llama-src.tgz; fixtures): llama-bench and the models in the background (8B
+  # Q4_K_M, Q8_0, BF16, then the 24-layer MoE); copy bandwidth; op tests; fixtures on CUDA.
   tar -xJf $D/bins.tar.xz -C $D
   { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
   nvidia-smi -q > $OUT/nvidia-smi-q.txt
-  bg_llama
+  bg_llama_bench
   mkdir -p /tmp/bin && cp $D/hf2q $D/engine_tiny $D/engine-tests /tmp/bin/
   setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
-      for q in q4_k_m q8_0 bf16; do /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; done; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
+      for q in q4_k_m q8_0 bf16; do /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; echo \$q-END >> /tmp/mk.log; done; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
       python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 >> /tmp/mk.log 2>&1 && \
       /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
-  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|q8_0|over" | head -60
+  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|over" | head -60
   tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
   ;;
 f2)
-  # Both tools on the 8B files and the MoE, then A/Bs with the per-step times (rope + KV store in
-  # one launch or two) and per-kernel times of the 8B Q4_K_M.
-  wait_builds
-  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  # A/Bs with the per-step times on the 8B Q4_K_M while llama-bench builds (the defaults against
+  # HF2Q_CUDA_PDL=0 and HF2Q_CUDA_ATTN_PIPE=0, twice each, and the greedy bytes of each); then both
+  # tools on the 8B files and the MoE.
+  for i in $(seq 1 100); do grep -q q4_k_m-END /tmp/mk.log && break; sleep 3; done
   tg() {  # tg TAG FILE [ENV=V ...]: hf2q tg128 alone with the per-step times
     local tag=$1 m=$2; shift 2
     env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
   }
-  for r in 1 0; do tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_ROPE_STORE=$r; done
-  tg q8_0 $W/l8b.q8_0.gguf HF2Q_CUDA_ROPE_STORE=1
-  prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
+  for r in 1 2; do
+    for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0 HF2Q_CUDA_ATTN_PIPE=0; do tg q4_k_m $W/l8b.q4_k_m.gguf $e; done
+  done
+  for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0 HF2Q_CUDA_ATTN_PIPE=0; do
+    echo "$e $(env $e timeout 60 $H generate -m $W/l8b.q4_k_m.gguf --device cuda -p "The capital of France is" -n 48 --temp 0 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
+  done
+  wait_builds
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
   for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
   bench_pair moe $W/moe.q4_k_m.gguf
-  tg moe $W/moe.q4_k_m.gguf
-  ;;
-f3)
-  # Serving at 16 and 64 streams on the 8B Q4_K_M against llama-server (serve_bench.py).
-  for n in 16 64; do serve_pair $n; done
+  for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0; do tg moe $W/moe.q4_k_m.gguf $e; done
+  prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1 > /dev/null
   ;;
 e1)
   # 2026-12-04, fifth session, first call (carrying .dev: bins.tar.xz of e507606 and the fixtures):

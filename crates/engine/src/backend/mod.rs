@@ -122,6 +122,21 @@ impl StepPlan {
     }
 }
 
+/// A layer's per-head RMS norms of its queries and keys (Qwen 3, Qwen 3.5's attention layers),
+/// applied before their rotation (`Backend::rope_store_kv`).
+pub struct QkNorm<'a, W> {
+    pub q: &'a W,
+    pub k: &'a W,
+    pub eps: f32,
+}
+// (By hand: derived, they would ask W to be Copy.)
+impl<W> Clone for QkNorm<'_, W> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<W> Copy for QkNorm<'_, W> {}
+
 /// One layer's attention: which cache layer it reads and its shape.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnLayer {
@@ -328,8 +343,9 @@ pub trait Backend: Send + Sync + 'static {
     /// Write every sequence's K and V rows of the step at its positions of `layer` (`kvs` in the
     /// step's sequence order).
     fn store_kv(&self, kvs: &mut [&mut Self::Kv], step: &Self::Step, layer: usize, k: &Self::Buf, v: &Self::Buf);
-    /// `rope_qk` of the layer's queries and keys, then `store_kv` of the roped keys and `v`;
-    /// backends may do both in one pass. Equal to the two calls, bit for bit.
+    /// `head_rms_norm` of the layer's queries and keys when `norm` is given, `rope_qk` of them,
+    /// then `store_kv` of the roped keys and `v`; backends may do it in one pass. Equal to the
+    /// calls, bit for bit.
     #[allow(clippy::too_many_arguments)]
     fn rope_store_kv(
         &self,
@@ -337,11 +353,16 @@ pub trait Backend: Send + Sync + 'static {
         k: &mut Self::Buf,
         v: &Self::Buf,
         head_dim: usize,
+        norm: Option<QkNorm<'_, Self::Weight>>,
         rope: &Rope,
         kvs: &mut [&mut Self::Kv],
         step: &Self::Step,
         layer: usize,
     ) {
+        if let Some(n) = norm {
+            self.head_rms_norm(q, Some(n.q), head_dim, n.eps);
+            self.head_rms_norm(k, Some(n.k), head_dim, n.eps);
+        }
         self.rope_qk(q, k, head_dim, step, rope);
         self.store_kv(kvs, step, layer, k, v);
     }

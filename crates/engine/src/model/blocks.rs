@@ -3,7 +3,7 @@
 //! buffers; families put them together in their own order with their own norms.
 
 use super::batch::{KvLayer, SeqStep};
-use crate::backend::{AttnLayer, Backend, Rope};
+use crate::backend::{AttnLayer, Backend, QkNorm, Rope};
 use crate::Result;
 
 /// The shape of one layer's attention.
@@ -37,8 +37,9 @@ pub fn attend<B: Backend>(
     attend_stored(b, step, seqs, layer, kv, shape, q, out);
 }
 
-/// `attend` after `rope_qk` of `q` and `k`: the rotation and the store as one backend call
-/// (`rope_store_kv`) where the layer keeps its own cache.
+/// `attend` after the per-head norms of `q` and `k` (`norm`, when given) and `rope_qk` of them:
+/// the norms, the rotation and the store as one backend call (`rope_store_kv`) where the layer
+/// keeps its own cache.
 #[allow(clippy::too_many_arguments)]
 pub fn rope_attend<B: Backend>(
     b: &B,
@@ -47,6 +48,7 @@ pub fn rope_attend<B: Backend>(
     layer: usize,
     kv: &KvLayer,
     shape: AttnShape,
+    norm: Option<QkNorm<'_, B::Weight>>,
     rope: &Rope,
     q: &mut B::Buf,
     k: &mut B::Buf,
@@ -55,8 +57,12 @@ pub fn rope_attend<B: Backend>(
 ) {
     if kv.shares.is_none() {
         let mut kvs: Vec<&mut B::Kv> = seqs.iter_mut().map(|s| &mut *s.kv).collect();
-        b.rope_store_kv(q, k, v, shape.head_dim, rope, &mut kvs, step, layer);
+        b.rope_store_kv(q, k, v, shape.head_dim, norm, rope, &mut kvs, step, layer);
     } else {
+        if let Some(n) = norm {
+            b.head_rms_norm(q, Some(n.q), shape.head_dim, n.eps);
+            b.head_rms_norm(k, Some(n.k), shape.head_dim, n.eps);
+        }
         b.rope_qk(q, k, shape.head_dim, step, rope);
     }
     attend_stored(b, step, seqs, layer, kv, shape, q, out);

@@ -5,7 +5,7 @@
 use super::batch::{self, KvLayer, Model, ModelInfo, Scratch, SeqStep};
 use super::blocks::{self, AttnShape, Ffn, FfnBufs, Glu, HeadBufs, LayerFfn, MoeBufs};
 use super::{DecoderParams, Loader};
-use crate::backend::Backend;
+use crate::backend::{Backend, QkNorm};
 use crate::{EngineError, Result};
 use gguf::GgufModel;
 use gguf::Tensor as T;
@@ -217,13 +217,21 @@ impl<B: Backend> Llama<B> {
             if let Some(bias) = &ly.bv {
                 b.add_bias(&mut s.v, bias);
             }
-            if let Some(w) = &ly.q_norm {
-                b.head_rms_norm(&mut s.q, Some(w), hd, p.eps);
-            }
-            if let Some(w) = &ly.k_norm {
-                b.head_rms_norm(&mut s.k, Some(w), hd, p.eps);
-            }
-            // Roped (and the keys stored) with the attention; the dumps after it see the roped q, k.
+            // Qwen 3's per-head norms of q and k (both or neither) go with the rotation.
+            let norm = match (&ly.q_norm, &ly.k_norm) {
+                (Some(q), Some(k)) => Some(QkNorm { q, k, eps: p.eps }),
+                (q, k) => {
+                    if let Some(w) = q {
+                        b.head_rms_norm(&mut s.q, Some(w), hd, p.eps);
+                    }
+                    if let Some(w) = k {
+                        b.head_rms_norm(&mut s.k, Some(w), hd, p.eps);
+                    }
+                    None
+                }
+            };
+            // Normed, roped (and the keys stored) with the attention; the dumps after it see the
+            // roped q, k.
             blocks::rope_attend(
                 b,
                 &step,
@@ -231,6 +239,7 @@ impl<B: Backend> Llama<B> {
                 il,
                 &self.kv[il],
                 shape,
+                norm,
                 &p.rope,
                 &mut s.q,
                 &mut s.k,

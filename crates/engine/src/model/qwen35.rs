@@ -28,7 +28,7 @@
 use super::batch::{self, HiddenRows, KvLayer, Model, ModelInfo, RecurrentLayer, Scratch, SeqStep};
 use super::blocks::{self, AttnShape, Ffn, FfnBufs, Glu, HeadBufs, Moe, MoeBufs, Routing};
 use super::{Keys, Loader};
-use crate::backend::{Backend, DeltaNetLayer, Rope};
+use crate::backend::{Backend, DeltaNetLayer, QkNorm, Rope};
 use crate::{EngineError, Result};
 use gguf::arch::key;
 use gguf::GgufModel;
@@ -472,15 +472,19 @@ impl<B: Backend> Qwen35<B> {
             Mixer::Full(f) => {
                 b.matmul_many(&[&f.wq, &f.wk, &f.wv], &s.xn, &mut [&mut s.qg, &mut s.k, &mut s.v]);
                 b.unzip_heads(&s.qg, hd, &mut s.q, &mut s.gate);
-                b.head_rms_norm(&mut s.q, Some(&f.q_norm), hd, eps);
-                b.head_rms_norm(&mut s.k, Some(&f.k_norm), hd, eps);
                 let shape = AttnShape {
                     n_head: self.n_head,
                     n_kv_head: self.n_kv_head,
                     head_dim: hd,
                     scale: 1.0 / (hd as f32).sqrt(),
                 };
-                // Roped (and the keys stored) with the attention; the dumps see the roped q, k.
+                // Normed per head, roped (and the keys stored) with the attention; the dumps see
+                // the roped q, k.
+                let norm = QkNorm {
+                    q: &f.q_norm,
+                    k: &f.k_norm,
+                    eps,
+                };
                 blocks::rope_attend(
                     b,
                     step,
@@ -488,6 +492,7 @@ impl<B: Backend> Qwen35<B> {
                     il,
                     &self.kv[il],
                     shape,
+                    Some(norm),
                     &self.rope,
                     &mut s.q,
                     &mut s.k,

@@ -101,9 +101,11 @@ pub struct Dev {
     /// Recorded launches are issued once this many wait (0: only when something needs them):
     /// `HF2Q_CUDA_FLUSH_EVERY=N`.
     flush_every: usize,
-    /// Kernels recorded with `launch_early` may start before the one ahead ends: `HF2Q_CUDA_PDL=1`
-    /// (compute capability 9.0 and later). Off by default: on an H200 it made batch-1 decoding
-    /// slower, 237.9 against 243.9 tokens/s (bench/runs/2026-12-03-h200/cuda-mmq).
+    /// Kernels recorded with `launch_early` may start before the one ahead ends (compute
+    /// capability 9.0 and later; `HF2Q_CUDA_PDL=0` turns it off). On by default since it measured
+    /// faster on an H200 with steps issued in parts: 8B Q4_K_M 332.0 against 326.4 tokens/s, the
+    /// MoE 474.1 against 467.1 (bench/runs/2026-12-03-h200/cuda-session4, call 5; it had measured
+    /// slower before that, 237.9 against 243.9 in bench/runs/2026-12-03-h200/cuda-mmq).
     pdl: bool,
     /// Scratch of the cuBLAS path: a decoded weight chunk and the activations, in f16 / bf16.
     pub(super) scratch: Mutex<(HalfScratch, HalfScratch)>,
@@ -253,7 +255,7 @@ impl Dev {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(FLUSH_EVERY),
-            pdl: cc.0 >= 9 && std::env::var("HF2Q_CUDA_PDL").is_ok_and(|v| v == "1"),
+            pdl: cc.0 >= 9 && std::env::var("HF2Q_CUDA_PDL").map_or(true, |v| v != "0"),
             scratch: Mutex::new((None, None)),
             q8: Mutex::new(None),
             attn_part: Mutex::new(None),
@@ -772,6 +774,8 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             "attn_q8_0",
             "attn_split_f16",
             "attn_split_q8_0",
+            "attn_split_p_f16",
+            "attn_split_p_q8_0",
             "attn_combine",
             "attn_combine_q8",
             "attn_fa_f16_64",

@@ -20,7 +20,7 @@ pub use kv::{CudaKv, GpuPage};
 use dev::{blocks, Dev, StepArgs, A};
 use mmq::{mmq_fits, mmq_max_rows, mmq_on, MMQ_MOE_NT, MMQ_NT, MMQ_TYPES};
 
-use super::{AttnLayer, Backend, DeltaNetLayer, KvType, Rope, StepPlan, WeightSource};
+use super::{AttnLayer, Backend, DeltaNetLayer, KvType, QkNorm, Rope, StepPlan, WeightSource};
 use crate::{EngineError, Result};
 use cudarc::driver::CudaSlice;
 use gguf::GgmlType;
@@ -121,6 +121,9 @@ pub struct Cuda {
     /// launches). Measured on an H200, 8B Q4_K_M: 56 µs less GPU time a decode step, 2,781 against
     /// 2,837 µs (bench/runs/2026-12-04-h200/cuda-session5, call 12).
     rope_store: bool,
+    /// Split-K attention issuing several keys' loads at once (`attn_split_p_*`), by default;
+    /// `HF2Q_CUDA_ATTN_PIPE=0`: a key at a time (`attn_split_*`; the same numbers).
+    attn_pipe: bool,
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -152,12 +155,19 @@ impl Cuda {
             moe_scratch: Mutex::new(None),
             moe_tables: Mutex::new(Vec::new()),
             rope_store: std::env::var("HF2Q_CUDA_ROPE_STORE").map_or(true, |v| v != "0"),
+            attn_pipe: std::env::var("HF2Q_CUDA_ATTN_PIPE").map_or(true, |v| v != "0"),
         })
     }
 
     /// Rope and KV store fused into one launch (`Backend::rope_store_kv`) or not.
     pub fn with_rope_store(mut self, on: bool) -> Cuda {
         self.rope_store = on;
+        self
+    }
+
+    /// Split-K attention's loads several keys at a time or one (`attn_pipe`).
+    pub fn with_attn_pipe(mut self, on: bool) -> Cuda {
+        self.attn_pipe = on;
         self
     }
 
@@ -681,6 +691,7 @@ impl Backend for Cuda {
         k: &mut CudaBuf,
         v: &CudaBuf,
         head_dim: usize,
+        norm: Option<QkNorm<'_, CudaWeight>>,
         rope: &Rope,
         kvs: &mut [&mut CudaKv],
         step: &CudaStep,
@@ -695,6 +706,10 @@ impl Backend for Cuda {
             && q.rows == k.rows
             && q.rows == step.plan.positions.len();
         if !fits {
+            if let Some(n) = norm {
+                self.head_rms_norm(q, Some(n.q), head_dim, n.eps);
+                self.head_rms_norm(k, Some(n.k), head_dim, n.eps);
+            }
             self.rope_qk(q, k, head_dim, step, rope);
             self.store_kv(kvs, step, layer, k, v);
             return;
@@ -723,6 +738,9 @@ impl Backend for Cuda {
                 A::P(ko as u64),
                 A::P(vo as u64),
                 A::I(q8 as i32),
+                A::P(norm.map_or(0, |n| self.dev.ptr(&n.q.data))),
+                A::P(norm.map_or(0, |n| self.dev.ptr(&n.k.data))),
+                A::F(norm.map_or(0.0, |n| n.eps)),
             ],
         );
     }
@@ -772,7 +790,7 @@ impl Backend for Cuda {
                 .chain(common)
                 .collect();
             self.dev.launch(
-                &format!("attn_split_{ty}"),
+                &format!("attn_split_{}{ty}", if self.attn_pipe { "p_" } else { "" }),
                 (q.rows as u32, (l.n_kv_head * ATTN_SPLIT_MAX) as u32),
                 128,
                 &args,
@@ -937,7 +955,7 @@ impl Backend for Cuda {
         let w = self.dev.upload(weights);
         self.dev.launch(
             "weighted_sum_rows",
-            (t as u32, 1),
+            (t as u32, blocks(n as u64, 256)),
             256,
             &[
                 A::P(src.ptr),

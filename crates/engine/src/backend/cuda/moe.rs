@@ -6,7 +6,7 @@
 //! batches) sorts the pairs by expert on the device and multiplies each expert's run of rows
 //! together (`moe_group`, `mmq_moe_g_*`), as llama.cpp's MMQ with expert ids does.
 
-use super::dev::A;
+use super::dev::{blocks, A};
 use super::mmq::{mmq_fits, mmq_on, ActScratch};
 use super::{ty_name, Cuda, CudaBuf, CudaWeight};
 use crate::model::blocks::{Ffn, Glu, MoeBufs, Routing};
@@ -267,7 +267,7 @@ impl Cuda {
         out.set_shape(t, n);
         self.dev.launch(
             "weighted_sum_rows",
-            (t as u32, 1),
+            (t as u32, blocks(n as u64, 256)),
             256,
             &[
                 A::P(bufs.slots.ptr),

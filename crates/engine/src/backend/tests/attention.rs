@@ -79,13 +79,28 @@ pub fn rope<B: Backend>(b: &B) {
     }
 }
 
-/// `rope_store_kv` equals `rope_qk` then `store_kv`, bit for bit: the roped queries and keys and
-/// the caches they leave (read back through attention), for F16 and Q8_0 caches, neox and
+/// `rope_store_kv` equals `head_rms_norm` (with the q/k norms, or none), `rope_qk` then
+/// `store_kv`, bit for bit: the roped queries and keys and the caches they leave (read back
+/// through attention), for F16 and Q8_0 caches, neox and
 /// interleaved pairs, partial rotation, heads of 64 and 128 values, decode rows and a short batch
 /// after earlier positions, two sequences in one step.
 pub fn rope_store_kv<B: Backend>(b: &B) {
-    for ty in [KvType::F16, KvType::Q8_0] {
+    for (ty, normed) in [
+        (KvType::F16, false),
+        (KvType::Q8_0, false),
+        (KvType::F16, true),
+        (KvType::Q8_0, true),
+    ] {
         for (hd, neox, n_dims) in [(64, true, 64), (128, false, 128), (128, true, 32)] {
+            // (Per-head norm weights of q and k, as Qwen 3's.)
+            let (qn, kn) = (values(hd, 94), values(hd, 95));
+            let ws = Weights::new(&[("qn", GgmlType::F32, [hd, 1], &qn), ("kn", GgmlType::F32, [hd, 1], &kn)]);
+            let (qw, kw) = (ws.load(b, "qn", false), ws.load(b, "kn", false));
+            let norm = normed.then_some(QkNorm {
+                q: &qw,
+                k: &kw,
+                eps: 1e-6,
+            });
             let (n_head, n_kv) = (4, 2);
             let layers = [KvLayer::own(n_kv * hd, n_kv * hd, None)];
             let r = Rope {
@@ -119,8 +134,12 @@ pub fn rope_store_kv<B: Backend>(b: &B) {
                 let mut muts: Vec<&mut B::Kv> = kvs.iter_mut().collect();
                 b.run(|| {
                     if fused {
-                        b.rope_store_kv(&mut q, &mut k, &v, hd, &r, &mut muts, &step, 0);
+                        b.rope_store_kv(&mut q, &mut k, &v, hd, norm, &r, &mut muts, &step, 0);
                     } else {
+                        if let Some(n) = norm {
+                            b.head_rms_norm(&mut q, Some(n.q), hd, n.eps);
+                            b.head_rms_norm(&mut k, Some(n.k), hd, n.eps);
+                        }
                         b.rope_qk(&mut q, &mut k, hd, &step, &r);
                         b.store_kv(&mut muts, &step, 0, &k, &v);
                     }
@@ -140,7 +159,7 @@ pub fn rope_store_kv<B: Backend>(b: &B) {
                 (b.read(&q), b.read(&k), b.read(&out))
             };
             let (parts, fused) = (run(false), run(true));
-            let what = format!("{ty:?} cache, heads of {hd}, neox {neox}, {n_dims} dims roped");
+            let what = format!("{ty:?} cache, heads of {hd}, neox {neox}, {n_dims} dims roped, q/k normed {normed}");
             assert!(parts.0 == fused.0, "{what}: the roped queries differ");
             assert!(parts.1 == fused.1, "{what}: the roped keys differ");
             assert!(parts.2 == fused.2, "{what}: attention over the stored keys differs");

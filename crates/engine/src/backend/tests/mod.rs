@@ -4,7 +4,7 @@
 //! derived from the roundings the op is allowed (activation quantization, f16 storage), so a
 //! wrong index or a wrong formula fails.
 
-use super::{AttnLayer, Backend, DeltaNetLayer, KvType, Rope, StepPlan, StepSeq, WeightSource};
+use super::{AttnLayer, Backend, DeltaNetLayer, KvType, QkNorm, Rope, StepPlan, StepSeq, WeightSource};
 use crate::model::{KvLayer, RecurrentLayer};
 use gguf::GgmlType;
 use std::sync::Arc;
@@ -1214,8 +1214,11 @@ mod cuda {
     }
     #[test]
     fn attention() {
-        if let Some(b) = cuda("attention") {
-            super::attention(&b);
+        // Split-K attention with its loads several keys at a time (the default) and one at a time.
+        for pipe in [true, false] {
+            if let Some(b) = cuda("attention") {
+                super::attention(&b.with_attn_pipe(pipe));
+            }
         }
     }
     #[test]

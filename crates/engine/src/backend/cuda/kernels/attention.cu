@@ -57,13 +57,15 @@ extern "C" __global__ void store_kv(Step s, const float* k, const float* v, int 
               min(dim, lo + 256), kt);
 }
 
-// rope (ops.cu) of row r's queries and keys, then store_kv of the roped keys and of the values, in
-// one launch: grid (rows, segments), 128 threads; segment y is 256 values of q (the first
-// ceil(qd/256)), of k (the next ceil(kd/256)) or of v (the rest), each holding whole heads
-// (256 % hd == 0: the host checks). Each value gets the operations of the two kernels: the pair's
-// rotation with the same fused product, then the same f16 / Q8_0 store.
+// head_rms_norm (ops.cu) of row r's queries and keys when wq / wk are given, rope of them, then
+// store_kv of the roped keys and of the values, in one launch: grid (rows, segments), 128 threads;
+// segment y is 256 values of q (the first ceil(qd/256)), of k (the next ceil(kd/256)) or of v (the
+// rest), each holding whole heads (256 % hd == 0: the host checks). Each value gets the operations
+// of the separate kernels: the same per-head norm (a warp a head), the pair's rotation with the
+// same fused product, then the same f16 / Q8_0 store.
 extern "C" __global__ void rope_store_kv(Step s, float* q, int qd, float* k, int kd, const float* v, int vd, const float2* cs,
-                                         int hd, int n_dims, int neox, u64 k_off, u64 v_off, int kt) {
+                                         int hd, int n_dims, int neox, u64 k_off, u64 v_off, int kt, const float* wq,
+                                         const float* wk, float eps) {
     int r = blockIdx.x, seg = blockIdx.y;
     int nq = (qd + 255) / 256, nk = (kd + 255) / 256;
     int which = seg < nq ? 0 : seg < nq + nk ? 1 : 2;
@@ -73,6 +75,11 @@ extern "C" __global__ void rope_store_kv(Step s, float* q, int qd, float* k, int
     int hi = min(dim, lo + 256);
     float* row = (which == 0 ? q : which == 1 ? k : (float*)v) + (u64)r * dim;
     if (which < 2) {
+        const float* nw = which == 0 ? wq : wk;
+        if (nw) {
+            for (int h = threadIdx.x / 32; h < (hi - lo) / hd; h += blockDim.x / 32) head_norm_warp(row + lo + h * hd, nw, hd, eps);
+            __syncthreads();
+        }
         int half = n_dims / 2, h0 = lo / hd;
         for (int i = threadIdx.x; i < (hi - lo) / hd * half; i += blockDim.x) {
             int p = i % half;
@@ -194,7 +201,7 @@ template <int KT> __device__ __forceinline__ void kv_get4(const u8* row, int d, 
     for (int i = 0; i < 4; i++) v[i] = sc * (float)(i8)b[2 + d % 32 + i];
 }
 
-template <int KT>
+template <int KT, bool PIPE>
 __device__ void attn_split_t(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head, int n_kv,
                              float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
     int r = blockIdx.x, kh = blockIdx.y / SPLIT_MAX, j = blockIdx.y % SPLIT_MAX;
@@ -222,29 +229,50 @@ __device__ void attn_split_t(Step s, const float* q, float* po, float* pml, cons
     __syncthreads();
     for (int t0 = a; t0 <= b; t0 += PAGE) {
         int nt = min(PAGE, b - t0 + 1);
-        for (int k = w; k < nt; k += 4) {
-            const u8* kr = kv_row(s, seq, t0 + k, k_off, k_rb);
-            float part[SPLIT_G];
+        // The chunk's keys lie in at most two pages (PIPE: their bases looked up once).
+        const u8* pg0 = PIPE ? (const u8*)s.ptab[s.poff[seq] + t0 / PAGE] : 0;
+        const u8* pg1 = PIPE && (t0 % PAGE) + nt > PAGE ? (const u8*)s.ptab[s.poff[seq] + t0 / PAGE + 1] : pg0;
+        // Key t0 + k's row at offset off (row_bytes rb).
+        auto row_of = [&](int k, u64 off, int rb) -> const u8* {
+            if (!PIPE) return kv_row(s, seq, t0 + k, off, rb);
+            return ((t0 + k) / PAGE == t0 / PAGE ? pg0 : pg1) + off + (u64)((t0 + k) % PAGE) * rb;
+        };
+        // Scores: warp w takes keys w, w + 4, ...; PIPE: four of them at a time, their loads issued
+        // before their sums (the same products and sums, in the same order).
+        const int KU = PIPE ? 4 : 1;
+        for (int k0 = w; k0 < nt; k0 += 4 * KU) {
+            float part[KU][SPLIT_G];
 #pragma unroll
-            for (int g = 0; g < SPLIT_G; g++) part[g] = 0.f;
+            for (int u = 0; u < KU; u++)
+#pragma unroll
+                for (int g = 0; g < SPLIT_G; g++) part[u][g] = 0.f;
             for (int d = lane * 4; d < hd; d += 128) {
-                float kv[4];
-                kv_get4<KT>(kr, kh * hd + d, kv);
+                float kv[KU][4];
+#pragma unroll
+                for (int u = 0; u < KU; u++) {
+                    int k = k0 + 4 * u;
+                    if (k < nt) kv_get4<KT>(row_of(k, k_off, k_rb), kh * hd + d, kv[u]);
+                    else kv[u][0] = kv[u][1] = kv[u][2] = kv[u][3] = 0.f;
+                }
+#pragma unroll
+                for (int u = 0; u < KU; u++)
+#pragma unroll
+                    for (int g = 0; g < SPLIT_G; g++) {
+                        if (g < G) {
+                            const float* qg = qs + g * hd + d;
+                            part[u][g] += qg[0] * kv[u][0] + qg[1] * kv[u][1] + qg[2] * kv[u][2] + qg[3] * kv[u][3];
+                        }
+                    }
+            }
+#pragma unroll
+            for (int u = 0; u < KU; u++)
 #pragma unroll
                 for (int g = 0; g < SPLIT_G; g++) {
                     if (g < G) {
-                        const float* qg = qs + g * hd + d;
-                        part[g] += qg[0] * kv[0] + qg[1] * kv[1] + qg[2] * kv[2] + qg[3] * kv[3];
+                        float v = warp_sum(part[u][g]);
+                        if (lane == 0 && k0 + 4 * u < nt) sc[g][k0 + 4 * u] = v * scale;
                     }
                 }
-            }
-#pragma unroll
-            for (int g = 0; g < SPLIT_G; g++) {
-                if (g < G) {
-                    float v = warp_sum(part[g]);
-                    if (lane == 0) sc[g][k] = v * scale;
-                }
-            }
         }
         __syncthreads();
         for (int g = w; g < G; g += 4) {
@@ -269,11 +297,21 @@ __device__ void attn_split_t(Step s, const float* q, float* po, float* pml, cons
 #pragma unroll
                 for (int g = 0; g < SPLIT_G; g++)
                     if (g < G) acc[g][i] *= cs[g];
-                for (int k = 0; k < nt; k++) {
-                    float v = kv_get<KT>(kv_row(s, seq, t0 + k, v_off, v_rb), kh * hd + d);
+                // PIPE: eight keys' values loaded before they are summed (in key order).
+                const int VU = PIPE ? 8 : 1;
+                for (int k0 = 0; k0 < nt; k0 += VU) {
+                    float v[VU];
 #pragma unroll
-                    for (int g = 0; g < SPLIT_G; g++)
-                        if (g < G) acc[g][i] += sc[g][k] * v;
+                    for (int u = 0; u < VU; u++)
+                        v[u] = k0 + u < nt ? kv_get<KT>(row_of(k0 + u, v_off, v_rb), kh * hd + d) : 0.f;
+#pragma unroll
+                    for (int u = 0; u < VU; u++) {
+                        if (k0 + u < nt) {
+#pragma unroll
+                            for (int g = 0; g < SPLIT_G; g++)
+                                if (g < G) acc[g][i] += sc[g][k0 + u] * v[u];
+                        }
+                    }
                 }
             }
         }
@@ -293,14 +331,16 @@ __device__ void attn_split_t(Step s, const float* q, float* po, float* pml, cons
     }
 }
 
-extern "C" __global__ void attn_split_f16(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head,
-                                          int n_kv, float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
-    attn_split_t<KV_F16>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
-}
-extern "C" __global__ void attn_split_q8_0(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head,
-                                           int n_kv, float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
-    attn_split_t<KV_Q8_0>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
-}
+// (attn_split_p_*: PIPE, several keys' loads issued at once; the same numbers.)
+#define ATTN_SPLIT(NAME, KT, PIPE) \
+    extern "C" __global__ void NAME(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head, \
+                                    int n_kv, float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) { \
+        attn_split_t<KT, PIPE>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb); \
+    }
+ATTN_SPLIT(attn_split_f16, KV_F16, false)
+ATTN_SPLIT(attn_split_q8_0, KV_Q8_0, false)
+ATTN_SPLIT(attn_split_p_f16, KV_F16, true)
+ATTN_SPLIT(attn_split_p_q8_0, KV_Q8_0, true)
 
 // Value d of head h of row r (its splits at sidx[r] ≥ 0), the splits merged in split order.
 __device__ __forceinline__ float combine_one(const Step& s, const float* po, const float* pml, int r, int idx, int h, int d,

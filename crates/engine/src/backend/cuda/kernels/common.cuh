@@ -40,6 +40,17 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// One head of `hd` values normalised in place by a warp, times w when given (head_rms_norm,
+// rope_store_kv).
+__device__ __forceinline__ void head_norm_warp(float* h, const float* w, int hd, float eps) {
+    int lane = threadIdx.x & 31;
+    float s = 0.f;
+    for (int i = lane; i < hd; i += 32) s += h[i] * h[i];
+    s = warp_sum(s);
+    float scale = 1.f / sqrtf(s / hd + eps);
+    for (int i = lane; i < hd; i += 32) h[i] = w ? (h[i] * scale) * w[i] : h[i] * scale;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

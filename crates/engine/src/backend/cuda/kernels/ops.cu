@@ -69,14 +69,9 @@ extern "C" __global__ void add_rms_norm_q8(float* x, const float* y, const float
 
 // Each head of `hd` values normalised in place, times w when given. One warp per head.
 extern "C" __global__ void head_rms_norm(float* x, const float* w, int hd, int heads, float eps) {
-    int hw = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    int hw = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (hw >= heads) return;
-    float* h = x + (u64)hw * hd;
-    float s = 0.f;
-    for (int i = lane; i < hd; i += 32) s += h[i] * h[i];
-    s = warp_sum(s);
-    float scale = 1.f / sqrtf(s / hd + eps);
-    for (int i = lane; i < hd; i += 32) h[i] = w ? (h[i] * scale) * w[i] : h[i] * scale;
+    head_norm_warp(x + (u64)hw * hd, w, hd, eps);
 }
 
 // (x - mean) / sqrt(var + eps) * w + b per row (ggml_norm, mul, add). One block per row.
@@ -177,18 +172,18 @@ extern "C" __global__ void move_rows(const float* x, float* out, const int* idx,
 
 // out[t] = sum_k w[t*k_per + k] * src[row(t*k_per + k)], in k order (the MoE combine); row(p) is
 // p, or pos[p] where the rows are kept in another order (the grouped MoE products' sorted rows).
+// Grid (rows, column blocks): a thread per output value, its k_per loads issued together.
 extern "C" __global__ void weighted_sum_rows(const float* src, const int* pos, const float* w, float* out, int t, int k_per, int n) {
-    int r = blockIdx.x;
-    if (r >= t) return;
-    for (int c = threadIdx.x; c < n; c += blockDim.x) {
-        float acc = 0.f;
-        for (int k = 0; k < k_per; k++) {
-            int p = r * k_per + k;
-            float y = src[(u64)(pos ? pos[p] : p) * n + c] * w[p];
-            acc = k == 0 ? y : acc + y;
-        }
-        out[(u64)r * n + c] = acc;
+    int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (r >= t || c >= n) return;
+    float acc = 0.f;
+#pragma unroll 8
+    for (int k = 0; k < k_per; k++) {
+        int p = r * k_per + k;
+        float y = src[(u64)(pos ? pos[p] : p) * n + c] * w[p];
+        acc = k == 0 ? y : acc + y;
     }
+    out[(u64)r * n + c] = acc;
 }
 
 // Rotary embedding in place: row r, head h, pair i with (cos, sin) = cs[r * half + i] (the
