@@ -189,6 +189,22 @@ v1)
   done
   prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
   ;;
+g1)
+  # 2026-12-04, fifth session, call 24 (carrying .dev4/bins.tar.xz of the build with Q8_0's products
+  # launched in order, the others early): the 8B Q8_0 made in the background; the op tests of the
+  # products; A/B of the launches on the Q8_0 (the default; HF2Q_CUDA_PDL=0; HF2Q_CUDA_PDL_Q8=1).
+  D=$PWD/.dev4; tar -xJf $D/bins.tar.xz -C $D
+  mkdir -p /tmp/bin && cp $D/hf2q $D/engine-tests /tmp/bin/
+  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
+      /tmp/bin/hf2q convert $W/l8b -o $W/l8b.q8_0.gguf --quant q8_0 >> /tmp/mk.log 2>&1; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  timeout 200 $D/engine-tests --test-threads=1 cuda::matmul cuda::attention cuda::norms 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
+  for i in $(seq 1 60); do grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  for r in 1 2; do
+    for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0 HF2Q_CUDA_PDL_Q8=1; do
+      env $e HF2Q_CUDA_STEP_TIMES=1 timeout 60 $H bench -m $W/l8b.q8_0.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/q8_0 $e /" | tee -a $OUT/ab.txt
+    done
+  done
+  ;;
 f1)
   # 2026-12-04, fifth session, last chain (a fresh machine), first call (carrying .dev:
   # bins.tar.xz of the final build: q/k norms in rope_store_kv's launch, the MoE combine a thread
@@ -207,6 +223,7 @@ f1)
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
   HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|over" | head -60
+  cat $OUT/engine-tests.txt $OUT/engine-tiny.txt > /tmp/f1-tests.txt
   tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
   ;;
 f2)
@@ -224,13 +241,27 @@ f2)
   for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0 HF2Q_CUDA_ATTN_PIPE=0; do
     echo "$e $(env $e timeout 60 $H generate -m $W/l8b.q4_k_m.gguf --device cuda -p "The capital of France is" -n 48 --temp 0 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
   done
+  # (Should a test have failed in f1, or the three greedy texts differ, the pairs run without the
+  # two new paths.)
+  if grep -q "FAILED\|panicked" /tmp/f1-tests.txt || [ $(cut -d' ' -f2 $OUT/greedy-ab.txt | sort -u | wc -l) != 1 ]; then
+    touch /tmp/fallback; export HF2Q_CUDA_PDL=0 HF2Q_CUDA_ATTN_PIPE=0; echo "FALLBACK: the pairs run with HF2Q_CUDA_PDL=0 HF2Q_CUDA_ATTN_PIPE=0" | tee -a $OUT/bench-summary.txt
+  fi
   wait_builds
   for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  ;;
+f3)
+  # Both tools on the MoE; its A/B of programmatic dependent launch; per-kernel times.
+  [ -f /tmp/fallback ] && export HF2Q_CUDA_PDL=0 HF2Q_CUDA_ATTN_PIPE=0 && echo FALLBACK | tee -a $OUT/bench-summary.txt
+  tg() {
+    local tag=$1 m=$2; shift 2
+    env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
+  }
   for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
   bench_pair moe $W/moe.q4_k_m.gguf
   for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0; do tg moe $W/moe.q4_k_m.gguf $e; done
   prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1 > /dev/null
+  prof moe 4 bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1 > /dev/null
   ;;
 e1)
   # 2026-12-04, fifth session, first call (carrying .dev: bins.tar.xz of e507606 and the fixtures):

@@ -774,8 +774,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             "attn_q8_0",
             "attn_split_f16",
             "attn_split_q8_0",
-            "attn_split_p_f16",
-            "attn_split_p_q8_0",
             "attn_combine",
             "attn_combine_q8",
             "attn_fa_f16_64",

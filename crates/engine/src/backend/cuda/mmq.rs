@@ -24,6 +24,13 @@ pub(super) fn mmq_on() -> bool {
     *ON.get_or_init(|| std::env::var_os("HF2Q_CUDA_MMQ").is_none_or(|v| v != "0"))
 }
 
+/// Whether Q8_0's products are launched early too (programmatic dependent launch, `dev.pdl`):
+/// `HF2Q_CUDA_PDL_Q8=1`.
+fn pdl_q8() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("HF2Q_CUDA_PDL_Q8").is_ok_and(|v| v == "1"))
+}
+
 /// Whether products of one activation row (batch-1 decode steps, MoE pairs) take the dp4a
 /// kernels (`mmq_v_*`, `mmq_moe_v_*`: the same sums as the tensor-core ones, bit for bit, in
 /// fewer instructions); `HF2Q_CUDA_MMQ_V=0` sends them through the tensor-core kernels, to compare.
@@ -162,7 +169,15 @@ impl Cuda {
             } else {
                 format!("mmq_{}_{nt}", ty_name(ty))
             };
-            self.dev.launch_early(&name, (total, 1), 128, &args);
+            // (Q8_0's products launched in order: early, they made the 8B Q8_0's decode step
+            // 143 µs longer on an H200, 3,447 against 3,304 µs, where Q4_K's gained 17 µs and the
+            // MoE's 56; bench/runs/2026-12-04-h200/cuda-session5 calls 21, 23.
+            // HF2Q_CUDA_PDL_Q8=1 launches them early too.)
+            if ty == GgmlType::Q8_0 && !pdl_q8() {
+                self.dev.launch(&name, (total, 1), 128, &args);
+            } else {
+                self.dev.launch_early(&name, (total, 1), 128, &args);
+            }
         }
     }
 

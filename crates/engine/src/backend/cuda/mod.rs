@@ -121,9 +121,6 @@ pub struct Cuda {
     /// launches). Measured on an H200, 8B Q4_K_M: 56 µs less GPU time a decode step, 2,781 against
     /// 2,837 µs (bench/runs/2026-12-04-h200/cuda-session5, call 12).
     rope_store: bool,
-    /// Split-K attention issuing several keys' loads at once (`attn_split_p_*`), by default;
-    /// `HF2Q_CUDA_ATTN_PIPE=0`: a key at a time (`attn_split_*`; the same numbers).
-    attn_pipe: bool,
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -155,19 +152,12 @@ impl Cuda {
             moe_scratch: Mutex::new(None),
             moe_tables: Mutex::new(Vec::new()),
             rope_store: std::env::var("HF2Q_CUDA_ROPE_STORE").map_or(true, |v| v != "0"),
-            attn_pipe: std::env::var("HF2Q_CUDA_ATTN_PIPE").map_or(true, |v| v != "0"),
         })
     }
 
     /// Rope and KV store fused into one launch (`Backend::rope_store_kv`) or not.
     pub fn with_rope_store(mut self, on: bool) -> Cuda {
         self.rope_store = on;
-        self
-    }
-
-    /// Split-K attention's loads several keys at a time or one (`attn_pipe`).
-    pub fn with_attn_pipe(mut self, on: bool) -> Cuda {
-        self.attn_pipe = on;
         self
     }
 
@@ -719,7 +709,7 @@ impl Backend for Cuda {
         };
         let table = self.rope_table(step, rope);
         let segs = q.cols.div_ceil(256) + kd.div_ceil(256) + vd.div_ceil(256);
-        self.dev.launch(
+        self.dev.launch_early(
             "rope_store_kv",
             (q.rows as u32, segs as u32),
             128,
@@ -789,8 +779,8 @@ impl Backend for Cuda {
                 .into_iter()
                 .chain(common)
                 .collect();
-            self.dev.launch(
-                &format!("attn_split_{}{ty}", if self.attn_pipe { "p_" } else { "" }),
+            self.dev.launch_early(
+                &format!("attn_split_{ty}"),
                 (q.rows as u32, (l.n_kv_head * ATTN_SPLIT_MAX) as u32),
                 128,
                 &args,
@@ -821,13 +811,13 @@ impl Backend for Cuda {
                     A::P(act.dk),
                 ]);
                 self.dev
-                    .launch("attn_combine_q8", (q.rows as u32, (n_pad / 256) as u32), 256, &a);
+                    .launch_early("attn_combine_q8", (q.rows as u32, (n_pad / 256) as u32), 256, &a);
                 *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some((out.ptr, out.rows, out.cols, self.dev.seq.load(Ordering::Relaxed)));
                 return;
             }
             self.dev
-                .launch("attn_combine", (q.rows as u32, l.n_head as u32), 128, &args);
+                .launch_early("attn_combine", (q.rows as u32, l.n_head as u32), 128, &args);
             if n_split == q.rows {
                 return;
             }
@@ -1268,7 +1258,7 @@ impl Cuda {
         } else {
             (x.cols / 4).clamp(32, 1024).next_multiple_of(32)
         } as u32;
-        self.dev.launch(&name, (x.rows as u32, 1), threads, &args);
+        self.dev.launch_early(&name, (x.rows as u32, 1), threads, &args);
         if q8 {
             *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some((out.ptr, x.rows, x.cols, self.dev.seq.load(Ordering::Relaxed)));
@@ -1429,7 +1419,7 @@ impl Cuda {
         }
         let n_pad = x.cols.next_multiple_of(256);
         let act = self.act_scratch(x.rows, n_pad);
-        self.dev.launch(
+        self.dev.launch_early(
             "glu_q8",
             (x.rows as u32, (n_pad / 256) as u32),
             64,

@@ -242,7 +242,7 @@ impl Cuda {
         // The GLU of every pair, quantized for the down products (the scratch's first pairs rows).
         let ff_pad = n_ff.next_multiple_of(256);
         let act2 = self.act_scratch(pairs, ff_pad);
-        self.dev.launch(
+        self.dev.launch_early(
             "glu_q8",
             (pairs as u32, (ff_pad / 256) as u32),
             64,

@@ -66,6 +66,8 @@ extern "C" __global__ void store_kv(Step s, const float* k, const float* v, int 
 extern "C" __global__ void rope_store_kv(Step s, float* q, int qd, float* k, int kd, const float* v, int vd, const float2* cs,
                                          int hd, int n_dims, int neox, u64 k_off, u64 v_off, int kt, const float* wq,
                                          const float* wk, float eps) {
+    pdl_trigger();
+    pdl_wait();
     int r = blockIdx.x, seg = blockIdx.y;
     int nq = (qd + 255) / 256, nk = (kd + 255) / 256;
     int which = seg < nq ? 0 : seg < nq + nk ? 1 : 2;
@@ -201,9 +203,11 @@ template <int KT> __device__ __forceinline__ void kv_get4(const u8* row, int d, 
     for (int i = 0; i < 4; i++) v[i] = sc * (float)(i8)b[2 + d % 32 + i];
 }
 
-template <int KT, bool PIPE>
+template <int KT>
 __device__ void attn_split_t(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head, int n_kv,
                              float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+    pdl_trigger();
+    pdl_wait();
     int r = blockIdx.x, kh = blockIdx.y / SPLIT_MAX, j = blockIdx.y % SPLIT_MAX;
     int idx = sidx[r];
     if (idx < 0) return;
@@ -229,50 +233,29 @@ __device__ void attn_split_t(Step s, const float* q, float* po, float* pml, cons
     __syncthreads();
     for (int t0 = a; t0 <= b; t0 += PAGE) {
         int nt = min(PAGE, b - t0 + 1);
-        // The chunk's keys lie in at most two pages (PIPE: their bases looked up once).
-        const u8* pg0 = PIPE ? (const u8*)s.ptab[s.poff[seq] + t0 / PAGE] : 0;
-        const u8* pg1 = PIPE && (t0 % PAGE) + nt > PAGE ? (const u8*)s.ptab[s.poff[seq] + t0 / PAGE + 1] : pg0;
-        // Key t0 + k's row at offset off (row_bytes rb).
-        auto row_of = [&](int k, u64 off, int rb) -> const u8* {
-            if (!PIPE) return kv_row(s, seq, t0 + k, off, rb);
-            return ((t0 + k) / PAGE == t0 / PAGE ? pg0 : pg1) + off + (u64)((t0 + k) % PAGE) * rb;
-        };
-        // Scores: warp w takes keys w, w + 4, ...; PIPE: four of them at a time, their loads issued
-        // before their sums (the same products and sums, in the same order).
-        const int KU = PIPE ? 4 : 1;
-        for (int k0 = w; k0 < nt; k0 += 4 * KU) {
-            float part[KU][SPLIT_G];
+        for (int k = w; k < nt; k += 4) {
+            const u8* kr = kv_row(s, seq, t0 + k, k_off, k_rb);
+            float part[SPLIT_G];
 #pragma unroll
-            for (int u = 0; u < KU; u++)
-#pragma unroll
-                for (int g = 0; g < SPLIT_G; g++) part[u][g] = 0.f;
+            for (int g = 0; g < SPLIT_G; g++) part[g] = 0.f;
             for (int d = lane * 4; d < hd; d += 128) {
-                float kv[KU][4];
-#pragma unroll
-                for (int u = 0; u < KU; u++) {
-                    int k = k0 + 4 * u;
-                    if (k < nt) kv_get4<KT>(row_of(k, k_off, k_rb), kh * hd + d, kv[u]);
-                    else kv[u][0] = kv[u][1] = kv[u][2] = kv[u][3] = 0.f;
-                }
-#pragma unroll
-                for (int u = 0; u < KU; u++)
-#pragma unroll
-                    for (int g = 0; g < SPLIT_G; g++) {
-                        if (g < G) {
-                            const float* qg = qs + g * hd + d;
-                            part[u][g] += qg[0] * kv[u][0] + qg[1] * kv[u][1] + qg[2] * kv[u][2] + qg[3] * kv[u][3];
-                        }
-                    }
-            }
-#pragma unroll
-            for (int u = 0; u < KU; u++)
+                float kv[4];
+                kv_get4<KT>(kr, kh * hd + d, kv);
 #pragma unroll
                 for (int g = 0; g < SPLIT_G; g++) {
                     if (g < G) {
-                        float v = warp_sum(part[u][g]);
-                        if (lane == 0 && k0 + 4 * u < nt) sc[g][k0 + 4 * u] = v * scale;
+                        const float* qg = qs + g * hd + d;
+                        part[g] += qg[0] * kv[0] + qg[1] * kv[1] + qg[2] * kv[2] + qg[3] * kv[3];
                     }
                 }
+            }
+#pragma unroll
+            for (int g = 0; g < SPLIT_G; g++) {
+                if (g < G) {
+                    float v = warp_sum(part[g]);
+                    if (lane == 0) sc[g][k] = v * scale;
+                }
+            }
         }
         __syncthreads();
         for (int g = w; g < G; g += 4) {
@@ -297,21 +280,11 @@ __device__ void attn_split_t(Step s, const float* q, float* po, float* pml, cons
 #pragma unroll
                 for (int g = 0; g < SPLIT_G; g++)
                     if (g < G) acc[g][i] *= cs[g];
-                // PIPE: eight keys' values loaded before they are summed (in key order).
-                const int VU = PIPE ? 8 : 1;
-                for (int k0 = 0; k0 < nt; k0 += VU) {
-                    float v[VU];
+                for (int k = 0; k < nt; k++) {
+                    float v = kv_get<KT>(kv_row(s, seq, t0 + k, v_off, v_rb), kh * hd + d);
 #pragma unroll
-                    for (int u = 0; u < VU; u++)
-                        v[u] = k0 + u < nt ? kv_get<KT>(row_of(k0 + u, v_off, v_rb), kh * hd + d) : 0.f;
-#pragma unroll
-                    for (int u = 0; u < VU; u++) {
-                        if (k0 + u < nt) {
-#pragma unroll
-                            for (int g = 0; g < SPLIT_G; g++)
-                                if (g < G) acc[g][i] += sc[g][k0 + u] * v[u];
-                        }
-                    }
+                    for (int g = 0; g < SPLIT_G; g++)
+                        if (g < G) acc[g][i] += sc[g][k] * v;
                 }
             }
         }
@@ -331,16 +304,14 @@ __device__ void attn_split_t(Step s, const float* q, float* po, float* pml, cons
     }
 }
 
-// (attn_split_p_*: PIPE, several keys' loads issued at once; the same numbers.)
-#define ATTN_SPLIT(NAME, KT, PIPE) \
-    extern "C" __global__ void NAME(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head, \
-                                    int n_kv, float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) { \
-        attn_split_t<KT, PIPE>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb); \
-    }
-ATTN_SPLIT(attn_split_f16, KV_F16, false)
-ATTN_SPLIT(attn_split_q8_0, KV_Q8_0, false)
-ATTN_SPLIT(attn_split_p_f16, KV_F16, true)
-ATTN_SPLIT(attn_split_p_q8_0, KV_Q8_0, true)
+extern "C" __global__ void attn_split_f16(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head,
+                                          int n_kv, float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+    attn_split_t<KV_F16>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
+}
+extern "C" __global__ void attn_split_q8_0(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head,
+                                           int n_kv, float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+    attn_split_t<KV_Q8_0>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
+}
 
 // Value d of head h of row r (its splits at sidx[r] ≥ 0), the splits merged in split order.
 __device__ __forceinline__ float combine_one(const Step& s, const float* po, const float* pml, int r, int idx, int h, int d,
@@ -361,6 +332,8 @@ __device__ __forceinline__ float combine_one(const Step& s, const float* po, con
 // The splits of a row and head merged. Grid (rows, heads), 128 threads.
 extern "C" __global__ void attn_combine(Step s, const float* po, const float* pml, const int* sidx, float* out, int cols, int hd,
                                         int n_head, int window, int causal) {
+    pdl_trigger();
+    pdl_wait();
     int r = blockIdx.x, h = blockIdx.y;
     int idx = sidx[r];
     if (idx < 0) return;
@@ -374,6 +347,8 @@ extern "C" __global__ void attn_combine(Step s, const float* po, const float* pm
 extern "C" __global__ void attn_combine_q8(Step s, const float* po, const float* pml, const int* sidx, float* out, int cols, int hd,
                                            int n_head, int window, int causal, int n_pad, signed char* q0, float* d0,
                                            signed char* qk, float* dk) {
+    pdl_trigger();
+    pdl_wait();
     int r = blockIdx.x, c = blockIdx.y * 256 + threadIdx.x;
     int idx = sidx[r];
     float o = 0.f;

@@ -9,6 +9,11 @@ template <bool ADD, bool Q8>
 __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out, signed char* q0, float* d0,
                            signed char* qk, float* dk, int n, int n_pad, float eps) {
     pdl_trigger();
+    // The weights of this thread's first four outputs (quantizing) loaded before waiting for the
+    // kernel ahead (programmatic dependent launch), which writes x and y.
+    float4 w0 = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (Q8 && 4 * (int)threadIdx.x < n) w0 = *(const float4*)(w + 4 * threadIdx.x);
+    pdl_wait();
     float* xr = x + (u64)blockIdx.x * n;
     float* o = out + (u64)blockIdx.x * n;
     float s = 0.f;
@@ -45,7 +50,7 @@ __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out,
         int k = base + 4 * threadIdx.x;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (k < n) {
-            float4 a = *(const float4*)(xr + k), c = *(const float4*)(w + k);
+            float4 a = *(const float4*)(xr + k), c = base == 0 ? w0 : *(const float4*)(w + k);
             v = make_float4((a.x * scale) * c.x, (a.y * scale) * c.y, (a.z * scale) * c.z, (a.w * scale) * c.w);
             *(float4*)(o + k) = v;
         }
@@ -133,6 +138,7 @@ __device__ __forceinline__ float glu1(float a, float b, int op) {
 extern "C" __global__ void glu_q8(const float* x, const float* y, float* out, signed char* q0, float* d0,
                                   signed char* qk, float* dk, int n, int n_pad, int op) {
     pdl_trigger();
+    pdl_wait();
     int row = blockIdx.x, k = blockIdx.y * 256 + 4 * threadIdx.x;
     float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
     if (k < n) {
