@@ -189,6 +189,21 @@ v1)
   done
   prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
   ;;
+g2)
+  # 2026-12-04, fifth session, call 25 (carrying .dev4/bins.tar.xz, the final build): the parts'
+  # size (HF2Q_CUDA_FLUSH_EVERY 32 / 64) on the 8B Q4_K_M and Q8_0, with the per-step times.
+  D=$PWD/.dev4; tar -xJf $D/bins.tar.xz -C $D
+  mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/
+  python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1
+  for q in q8_0 q4_k_m; do $H convert $W/l8b -o $W/l8b.$q.gguf --quant $q >> /tmp/mk.log 2>&1; done
+  for r in 1 2; do
+    for f in 32 64; do
+      for q in q8_0 q4_k_m; do
+        env HF2Q_CUDA_FLUSH_EVERY=$f HF2Q_CUDA_STEP_TIMES=1 timeout 60 $H bench -m $W/l8b.$q.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$q FLUSH_EVERY=$f /" | tee -a $OUT/ab.txt
+      done
+    done
+  done
+  ;;
 g1)
   # 2026-12-04, fifth session, call 24 (carrying .dev4/bins.tar.xz of the build with Q8_0's products
   # launched in order, the others early): the 8B Q8_0 made in the background; the op tests of the
