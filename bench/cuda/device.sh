@@ -189,6 +189,19 @@ v1)
   done
   prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
   ;;
+h1)
+  # For the next session (not yet run): Q4_K's one-row products with four units in flight a warp
+  # for launches of few blocks (HF2Q_CUDA_MMQ_V5=N: launches of at most N blocks; 0 = never, the
+  # default until measured), after f1 on the same machine: per-step times and both tools.
+  tg() {
+    local tag=$1 m=$2; shift 2
+    env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
+  }
+  for r in 1 2; do
+    for n in 0 400 100000; do tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_MMQ_V5=$n; done
+  done
+  for n in 0 400; do tg moe $W/moe.q4_k_m.gguf HF2Q_CUDA_MMQ_V5=$n; done
+  ;;
 g2)
   # 2026-12-04, fifth session, call 25 (carrying .dev4/bins.tar.xz, the final build): the parts'
   # size (HF2Q_CUDA_FLUSH_EVERY 32 / 64) on the 8B Q4_K_M and Q8_0, with the per-step times.

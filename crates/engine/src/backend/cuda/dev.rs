@@ -753,6 +753,7 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "moe_route",
                 "moe_group",
                 "gather_act",
+                "mmq_v5_TY_Q4_K",
             ]
             .map(String::from)
             .to_vec();

@@ -165,7 +165,8 @@ impl Cuda {
             }
             // May start while the kernel before it runs: it reads its weights, then waits.
             let name = if t == 1 && mmq_v_on() {
-                format!("mmq_v_{}", ty_name(ty))
+                let v5 = ty == GgmlType::Q4_K && total <= self.mmq_v5_blocks;
+                format!("mmq_v{}_{}", if v5 { "5" } else { "" }, ty_name(ty))
             } else {
                 format!("mmq_{}_{nt}", ty_name(ty))
             };

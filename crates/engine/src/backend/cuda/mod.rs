@@ -121,6 +121,10 @@ pub struct Cuda {
     /// launches). Measured on an H200, 8B Q4_K_M: 56 µs less GPU time a decode step, 2,781 against
     /// 2,837 µs (bench/runs/2026-12-04-h200/cuda-session5, call 12).
     rope_store: bool,
+    /// Q4_K's one-row products take `mmq_v5_*` (four units in flight a warp, not three) when the
+    /// launch has at most this many blocks: `HF2Q_CUDA_MMQ_V5=N`, 0 (never) by default until
+    /// measured on a GPU.
+    mmq_v5_blocks: u32,
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -152,12 +156,22 @@ impl Cuda {
             moe_scratch: Mutex::new(None),
             moe_tables: Mutex::new(Vec::new()),
             rope_store: std::env::var("HF2Q_CUDA_ROPE_STORE").map_or(true, |v| v != "0"),
+            mmq_v5_blocks: std::env::var("HF2Q_CUDA_MMQ_V5")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
         })
     }
 
     /// Rope and KV store fused into one launch (`Backend::rope_store_kv`) or not.
     pub fn with_rope_store(mut self, on: bool) -> Cuda {
         self.rope_store = on;
+        self
+    }
+
+    /// Q4_K's one-row products through `mmq_v5_*` for launches of at most `blocks` blocks.
+    pub fn with_mmq_v5(mut self, blocks: u32) -> Cuda {
+        self.mmq_v5_blocks = blocks;
         self
     }
 

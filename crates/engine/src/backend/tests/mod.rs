@@ -1186,6 +1186,8 @@ mod cuda {
     fn matmul_rows_alone() {
         if let Some(b) = cuda("matmul_rows_alone") {
             super::matmul_rows_alone(&b);
+            // Q4_K's one-row kernel with four units in flight a warp, for every launch.
+            super::matmul_rows_alone(&b.with_mmq_v5(u32::MAX));
         }
     }
     #[test]

@@ -342,14 +342,16 @@ template <> struct MQ<TY_Q8_0> {
 };
 
 // One block: tile `tile` (16 weight rows) of W times activation rows c0 .. c0 + NT·8 (clamped to
-// t; outputs past t or m are not written). W: the weight's tiled bytes, U units per row.
-template <int TY, int NT, bool V = false>
+// t; outputs past t or m are not written). W: the weight's tiled bytes, U units per row. ST: the
+// units each warp has in flight, plus one (the type's STAGES; more for one-row products of few
+// blocks, mmq_v5_*: the same sums, more of the weights in flight).
+template <int TY, int NT, bool V = false, int ST = MQ<TY>::STAGES>
 __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa, const float* ad, int n_pad, float* out, int t) {
     typedef MQ<TY> Q;
     Act x{qa, ad, n_pad, c0, t, (int)(threadIdx.x & 31) >> 2, (int)threadIdx.x & 3};
-    __shared__ __align__(16) u8 smem[4 * Q::STAGES * Q::UB];
+    __shared__ __align__(16) u8 smem[4 * ST * Q::UB];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    u8* sw = smem + warp * Q::STAGES * Q::UB;
+    u8* sw = smem + warp * ST * Q::UB;
     const u8* wt = W + (u64)tile * U * Q::UB;
     int u0 = U * warp / 4, u1 = U * (warp + 1) / 4;
     float acc[NT][4];
@@ -359,7 +361,7 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
         for (int e = 0; e < 4; e++) acc[nt][e] = 0.f;
     const int CH = Q::UB / 16;
 #pragma unroll
-    for (int s = 0; s < Q::STAGES - 1; s++) {
+    for (int s = 0; s < ST - 1; s++) {
         if (u0 + s < u1) {
             const u8* src = wt + (u64)(u0 + s) * Q::UB;
             for (int c = lane; c < CH; c += 32) cp_async16(sw + s * Q::UB + 16 * c, src + 16 * c);
@@ -370,21 +372,21 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
     // activations) is read from here on (programmatic dependent launch, common.cuh).
     pdl_wait();
     pdl_trigger();
-    // Unit u sits in stage (u - u0) % STAGES.
+    // Unit u sits in stage (u - u0) % ST.
     for (int u = u0; u < u1; u++) {
-        int un = u + Q::STAGES - 1;
+        int un = u + ST - 1;
         if (un < u1) {
             const u8* src = wt + (u64)un * Q::UB;
-            u8* dst = sw + ((un - u0) % Q::STAGES) * Q::UB;
+            u8* dst = sw + ((un - u0) % ST) * Q::UB;
             for (int c = lane; c < CH; c += 32) cp_async16(dst + 16 * c, src + 16 * c);
         }
         cp_commit();
-        cp_wait<Q::STAGES - 1>();
+        cp_wait<ST - 1>();
         __syncwarp();
         if constexpr (V)
-            Q::unit_v(sw + ((u - u0) % Q::STAGES) * Q::UB, x, u, lane, acc);
+            Q::unit_v(sw + ((u - u0) % ST) * Q::UB, x, u, lane, acc);
         else
-            Q::template unit<NT>(sw + ((u - u0) % Q::STAGES) * Q::UB, x, u, lane, acc);
+            Q::template unit<NT>(sw + ((u - u0) % ST) * Q::UB, x, u, lane, acc);
         // The stage is refilled by the next iteration's copy.
         __syncwarp();
     }
@@ -409,14 +411,15 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
 // Up to three weights of one type by the same activations in one launch (a layer's Q, K and V, or
 // gate and up): blocks [0, nb0) the first weight's, the next nb1 the second's, the rest the
 // third's; within a weight, block b is tile b / ct and columns (b % ct)·NT·8 (ct column tiles).
-#define MMQ_K(NAME, TY, NT, V) \
+#define MMQ_KS(NAME, TY, NT, V, ST) \
     extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
         const u8* W0, float* o0, int m0, int nb0, const u8* W1, float* o1, int m1, int nb1, const u8* W2, float* o2, int m2) { \
         int b = blockIdx.x; \
         const u8* W = W0; float* o = o0; int m = m0; \
         if (b >= nb0) { b -= nb0; W = W1; o = o1; m = m1; if (b >= nb1) { b -= nb1; W = W2; o = o2; m = m2; } } \
-        mmq_t<TY, NT, V>(b / ct, (b % ct) * NT * 8, W, U, m, qa, ad, n_pad, o, t); \
+        mmq_t<TY, NT, V, ST>(b / ct, (b % ct) * NT * 8, W, U, m, qa, ad, n_pad, o, t); \
     }
+#define MMQ_K(NAME, TY, NT, V) MMQ_KS(NAME, TY, NT, V, MQ<TY>::STAGES)
 #define MMQ(NAME, TY, NT) MMQ_K(NAME##_##NT, TY, NT, false)
 // (The name is pasted here, before the type's macro is expanded: mmq_TY_Q4_K_8 ...; mmq_v_TY_Q4_K
 // is the one-row kernel of the same products through dp4a: t = 1, ct = 1.)
@@ -424,6 +427,9 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
 MMQ_ALL(TY_Q4_K)
 MMQ_ALL(TY_Q6_K)
 MMQ_ALL(TY_Q8_0)
+// Q4_K's one-row kernel with four units in flight a warp (46 KB of shared memory a block, under the
+// 48 KB of static shared memory), for grids of few blocks (HF2Q_CUDA_MMQ_V5).
+MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
 
 // ---- Mixture-of-experts decode steps on the device (the host never reads the routing, so a
 // step stays one graph). Routing as the CPU's (model/blocks.rs route; llama-graph.cpp
