@@ -116,14 +116,11 @@ pub struct Cuda {
     /// tables (keyed by its router's address).
     moe_scratch: Mutex<Option<CudaSlice<f32>>>,
     moe_tables: Mutex<Vec<(u64, moe::ExpertTables)>>,
-    /// `rope_store_kv` in one launch (`rope_store_kv` in kernels/attention.cu) instead of `rope`
-    /// and `store_kv`, by default (`HF2Q_CUDA_ROPE_STORE=0` or `with_rope_store(false)`: two
-    /// launches). Measured on an H200, 8B Q4_K_M: 56 µs less GPU time a decode step, 2,781 against
-    /// 2,837 µs (bench/runs/2026-12-04-h200/cuda-session5, call 12).
+    /// `rope_store_kv` in one launch instead of `rope` and `store_kv` (`HF2Q_CUDA_ROPE_STORE=0`: two;
+    /// on an H200 one saved 56 µs of an 8B Q4_K_M decode step: cuda-session5 call 12).
     rope_store: bool,
-    /// Q4_K's one-row products take `mmq_v5_*` (four units in flight a warp, not three) when the
-    /// launch has at most this many blocks: `HF2Q_CUDA_MMQ_V5=N`, 0 (never) by default until
-    /// measured on a GPU.
+    /// Q4_K's one-row products of at most this many blocks take `mmq_v5_*` (four units in flight a
+    /// warp, not three): `HF2Q_CUDA_MMQ_V5=N`, 0 (never) by default until measured on a GPU.
     mmq_v5_blocks: u32,
 }
 
