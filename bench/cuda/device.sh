@@ -145,58 +145,87 @@ for f in sys.argv[1:]:
     for r in rows: print(f.split('/')[-1], r.get('test') or ('pp%d' % r['n_prompt'] if r['n_prompt'] else 'tg%d' % r['n_gen']), round(r['avg_ts'], 2), round(r.get('stddev_ts', 0), 2))
 " /tmp/hf2q-bench-$tag.json /tmp/llama-bench-$tag.json | tee -a $OUT/bench-summary.txt
 }
+tg() {
+  # tg TAG FILE [ENV=V ...]: hf2q tg128 alone with the per-step times (to $TG_OUT, else
+  # bench-summary.txt).
+  local tag=$1 m=$2; shift 2
+  env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a ${TG_OUT:-$OUT/bench-summary.txt}
+}
+unpack() {
+  # unpack [DIR]: the carried binaries (DIR/bins.tar.xz, DIR = .dev by default) to /tmp/bin.
+  local d=${1:-$D}
+  tar -xJf $d/bins.tar.xz -C $d && mkdir -p /tmp/bin && cp $d/hf2q /tmp/bin/ && for b in engine_tiny engine-tests; do [ -f $d/$b ] && cp $d/$b /tmp/bin/; done
+}
+machine_info() {
+  { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
+  nvidia-smi -q > $OUT/nvidia-smi-q.txt
+}
+bg_make() {
+  # bg_make "TYPES" [moe]: in the background, the 8B model in those types (TYPE-END in /tmp/mk.log
+  # after each, MAKE-END after all), then with `moe` the 24-layer MoE in Q4_K_M (MOE-END).
+  local c=": > /tmp/mk.log"
+  [ -n "$1" ] && c="$c; python3 bench/cuda/make_model.py llama8b $W/l8b >> /tmp/mk.log 2>&1 && for q in $1; do \
+/usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; echo \$q-END >> /tmp/mk.log; done; \
+rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log"
+  [ "${2:-}" = moe ] && c="$c; python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 >> /tmp/mk.log 2>&1 && \
+/usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log"
+  setsid nohup bash -c "$c" > /dev/null 2>&1 &
+}
+wait_for() {  # wait_for MARK: until MARK is in /tmp/mk.log (at most 5 minutes)
+  for i in $(seq 1 100); do grep -q "$1" /tmp/mk.log && break; sleep 3; done
+}
+op_tests() {  # op_tests [FILTER ...]: the CUDA op tests (all, or those matching), failures shown
+  timeout 200 /tmp/bin/engine-tests --test-threads=1 "${@:-cuda}" 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
+}
+fixtures() {  # fixtures DIR NAME: the engine fixtures in DIR on CUDA, to NAME.txt
+  HF2Q_FIXTURES=$1 timeout 200 /tmp/bin/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/$2.txt | grep -E "NOT RUN|test result|panicked|q8_0|over" | head -60
+}
+greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under each setting
+  local m=$1; shift
+  for e in "$@"; do
+    echo "$e $(env $e timeout 60 $H generate -m $m --device cuda -p "The capital of France is" -n 48 --temp 0 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
+  done
+}
 case $phase in
 v2)
   # 2026-12-04, fifth session, call 15 (carrying .dev: bins.tar.xz with the per-head q/k norms in
   # rope_store_kv's launch and the MoE combine a thread per value; fixtures): the 24-layer MoE in
   # the background; op tests; fixtures on CUDA (then e1b for the Qwen 3.5 ones, v2c for the MoE).
-  tar -xJf $D/bins.tar.xz -C $D
-  mkdir -p /tmp/bin && cp $D/hf2q $D/engine_tiny $D/engine-tests /tmp/bin/
-  setsid nohup bash -c "python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 > /tmp/mk.log 2>&1 && \
-      /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
-  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
-  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|over|qwen3" | head -60
+  unpack
+  bg_make "" moe
+  op_tests
+  fixtures $D/fixtures engine-tiny
   ;;
+
 v2c)
   # The MoE's per-step and per-kernel GPU times.
-  for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log | tee $OUT/make.txt
-  env HF2Q_CUDA_STEP_TIMES=1 timeout 60 $H bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | tee -a $OUT/bench-summary.txt
+  tg moe $W/moe.q4_k_m.gguf
   prof moe 4 bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
   ;;
+
 v1)
   # 2026-12-04, fifth session, calls 13 and 14: a check of a build with split attention merging
   # its splits in the last block to finish (HF2Q_CUDA_ATTN_MERGE=0: a launch of its own) and its
   # loads issued several keys at a time, rope + KV store in one launch by default, the norm's
   # weights loaded before its sum (carrying .dev: bins.tar.xz, fixtures): op tests, fixtures on
   # CUDA, the 8B Q4_K_M's per-step and per-kernel GPU times. (Measured no faster: taken back.)
-  tar -xJf $D/bins.tar.xz -C $D
-  mkdir -p /tmp/bin && cp $D/hf2q $D/engine_tiny $D/engine-tests /tmp/bin/
-  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
-      /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log" > /dev/null 2>&1 &
-  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
-  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|over" | head -60
-  for i in $(seq 1 60); do grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
-  tg() {  # tg TAG FILE [ENV=V ...]: hf2q tg128 alone with the per-step times
-    local tag=$1 m=$2; shift 2
-    env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
-  }
+  unpack
+  bg_make q4_k_m
+  op_tests
+  fixtures $D/fixtures engine-tiny
+  wait_for MAKE-END
   for a in 1 0 1 0; do tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_ATTN_MERGE=$a; done
   # Greedy text with the merge in the split kernel or its own launch, rope + store in one launch
   # or two: the same bytes expected (the same operations in the same order).
-  for e in HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_ATTN_MERGE=0 HF2Q_CUDA_ROPE_STORE=0; do
-    echo "$e $(env $e timeout 60 $H generate -m $W/l8b.q4_k_m.gguf --device cuda -p "The capital of France is" -n 48 --temp 0 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
-  done
+  greedy_ab $W/l8b.q4_k_m.gguf HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_ATTN_MERGE=0 HF2Q_CUDA_ROPE_STORE=0
   prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
   ;;
 h1)
   # For the next session (not yet run): Q4_K's one-row products with four units in flight a warp
   # for launches of few blocks (HF2Q_CUDA_MMQ_V5=N: launches of at most N blocks; 0 = never, the
-  # default until measured), after f1 on the same machine: per-step times and both tools.
-  tg() {
-    local tag=$1 m=$2; shift 2
-    env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
-  }
+  # default until measured), after f1 on the same machine: the per-step times.
   for r in 1 2; do
     for n in 0 400 100000; do tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_MMQ_V5=$n; done
   done
@@ -205,70 +234,54 @@ h1)
 g2)
   # 2026-12-04, fifth session, call 25 (carrying .dev4/bins.tar.xz, the final build): the parts'
   # size (HF2Q_CUDA_FLUSH_EVERY 32 / 64) on the 8B Q4_K_M and Q8_0, with the per-step times.
-  D=$PWD/.dev4; tar -xJf $D/bins.tar.xz -C $D
-  mkdir -p /tmp/bin && cp $D/hf2q /tmp/bin/
-  python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1
-  for q in q8_0 q4_k_m; do $H convert $W/l8b -o $W/l8b.$q.gguf --quant $q >> /tmp/mk.log 2>&1; done
+  unpack $PWD/.dev4
+  bg_make "q8_0 q4_k_m"; wait_for MAKE-END
   for r in 1 2; do
     for f in 32 64; do
-      for q in q8_0 q4_k_m; do
-        env HF2Q_CUDA_FLUSH_EVERY=$f HF2Q_CUDA_STEP_TIMES=1 timeout 60 $H bench -m $W/l8b.$q.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$q FLUSH_EVERY=$f /" | tee -a $OUT/ab.txt
-      done
+      for q in q8_0 q4_k_m; do TG_OUT=$OUT/ab.txt tg $q $W/l8b.$q.gguf HF2Q_CUDA_FLUSH_EVERY=$f; done
     done
   done
   ;;
+
 g1)
   # 2026-12-04, fifth session, call 24 (carrying .dev4/bins.tar.xz of the build with Q8_0's products
   # launched in order, the others early): the 8B Q8_0 made in the background; the op tests of the
   # products; A/B of the launches on the Q8_0 (the default; HF2Q_CUDA_PDL=0; HF2Q_CUDA_PDL_Q8=1).
-  D=$PWD/.dev4; tar -xJf $D/bins.tar.xz -C $D
-  mkdir -p /tmp/bin && cp $D/hf2q $D/engine-tests /tmp/bin/
-  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
-      /tmp/bin/hf2q convert $W/l8b -o $W/l8b.q8_0.gguf --quant q8_0 >> /tmp/mk.log 2>&1; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log" > /dev/null 2>&1 &
-  timeout 200 $D/engine-tests --test-threads=1 cuda::matmul cuda::attention cuda::norms 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
-  for i in $(seq 1 60); do grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
+  unpack $PWD/.dev4
+  bg_make q8_0
+  op_tests cuda::matmul cuda::attention cuda::norms
+  wait_for MAKE-END
   for r in 1 2; do
-    for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0 HF2Q_CUDA_PDL_Q8=1; do
-      env $e HF2Q_CUDA_STEP_TIMES=1 timeout 60 $H bench -m $W/l8b.q8_0.gguf --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/q8_0 $e /" | tee -a $OUT/ab.txt
-    done
+    for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0 HF2Q_CUDA_PDL_Q8=1; do TG_OUT=$OUT/ab.txt tg q8_0 $W/l8b.q8_0.gguf $e; done
   done
   ;;
+
 f1)
   # 2026-12-04, fifth session, last chain (a fresh machine), first call (carrying .dev:
   # bins.tar.xz of the final build: q/k norms in rope_store_kv's launch, the MoE combine a thread
   # per value, split attention issuing several keys' loads at once, programmatic dependent launch
   # on by default; llama-src.tgz; fixtures): llama-bench and the models in the background (8B
   # Q4_K_M, Q8_0, BF16, then the 24-layer MoE); copy bandwidth; op tests; fixtures on CUDA.
-  tar -xJf $D/bins.tar.xz -C $D
-  { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
-  nvidia-smi -q > $OUT/nvidia-smi-q.txt
+  unpack
+  machine_info
   bg_llama_bench
-  mkdir -p /tmp/bin && cp $D/hf2q $D/engine_tiny $D/engine-tests /tmp/bin/
-  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
-      for q in q4_k_m q8_0 bf16; do /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; echo \$q-END >> /tmp/mk.log; done; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
-      python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 >> /tmp/mk.log 2>&1 && \
-      /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  bg_make "q4_k_m q8_0 bf16" moe
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
-  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|over" | head -60
+  op_tests
+  fixtures $D/fixtures engine-tiny
   cat $OUT/engine-tests.txt $OUT/engine-tiny.txt > /tmp/f1-tests.txt
   tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
   ;;
+
 f2)
   # A/Bs with the per-step times on the 8B Q4_K_M while llama-bench builds (the defaults against
   # HF2Q_CUDA_PDL=0 and HF2Q_CUDA_ATTN_PIPE=0, twice each, and the greedy bytes of each); then both
   # tools on the 8B files and the MoE.
-  for i in $(seq 1 100); do grep -q q4_k_m-END /tmp/mk.log && break; sleep 3; done
-  tg() {  # tg TAG FILE [ENV=V ...]: hf2q tg128 alone with the per-step times
-    local tag=$1 m=$2; shift 2
-    env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
-  }
+  wait_for q4_k_m-END
   for r in 1 2; do
     for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0 HF2Q_CUDA_ATTN_PIPE=0; do tg q4_k_m $W/l8b.q4_k_m.gguf $e; done
   done
-  for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0 HF2Q_CUDA_ATTN_PIPE=0; do
-    echo "$e $(env $e timeout 60 $H generate -m $W/l8b.q4_k_m.gguf --device cuda -p "The capital of France is" -n 48 --temp 0 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
-  done
+  greedy_ab $W/l8b.q4_k_m.gguf HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0 HF2Q_CUDA_ATTN_PIPE=0
   # (Should a test have failed in f1, or the three greedy texts differ, the pairs run without the
   # two new paths.)
   if grep -q "FAILED\|panicked" /tmp/f1-tests.txt || [ $(cut -d' ' -f2 $OUT/greedy-ab.txt | sort -u | wc -l) != 1 ]; then
@@ -280,11 +293,7 @@ f2)
 f3)
   # Both tools on the MoE; its A/B of programmatic dependent launch; per-kernel times.
   [ -f /tmp/fallback ] && export HF2Q_CUDA_PDL=0 HF2Q_CUDA_ATTN_PIPE=0 && echo FALLBACK | tee -a $OUT/bench-summary.txt
-  tg() {
-    local tag=$1 m=$2; shift 2
-    env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
-  }
-  for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
   bench_pair moe $W/moe.q4_k_m.gguf
   for e in HF2Q_CUDA_PDL=1 HF2Q_CUDA_PDL=0; do tg moe $W/moe.q4_k_m.gguf $e; done
@@ -296,23 +305,20 @@ e1)
   # the 8B model in Q4_K_M and the 24-layer MoE in the background (for e2); the op tests
   # (rope_store_kv and the shared store / rope device code of b9b03a6 / e507606 first run on a GPU)
   # and every fixture on CUDA (the quantized checks against the CPU attending in f32).
-  tar -xJf $D/bins.tar.xz -C $D
-  { nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv; df -h /tmp /dev/shm; } | tee $OUT/gpu.txt
-  nvidia-smi -q > $OUT/nvidia-smi-q.txt
-  mkdir -p /tmp/bin && cp $D/hf2q $D/engine_tiny $D/engine-tests /tmp/bin/
-  setsid nohup bash -c "python3 bench/cuda/make_model.py llama8b $W/l8b > /tmp/mk.log 2>&1 && \
-      /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log; \
-      python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 >> /tmp/mk.log 2>&1 && \
-      /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  unpack
+  machine_info
+  bg_make q4_k_m moe
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  timeout 200 $D/engine-tests --test-threads=1 cuda 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
-  HF2Q_FIXTURES=$D/fixtures timeout 200 $D/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny.txt | grep -E "NOT RUN|test result|panicked|q8_0|over" | head -60
+  op_tests
+  fixtures $D/fixtures engine-tiny
   grep -E "make_model|Elapsed|END" /tmp/mk.log
   ;;
+
 e1b)
   # (Carrying .dev3/fixtures: the Qwen 3.5 fixtures, which did not fit beside e1's binaries.)
-  HF2Q_FIXTURES=$PWD/.dev3/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/engine-tiny-q35.txt | grep -E "NOT RUN|test result|panicked|q8_0|over" | head -40
+  fixtures $PWD/.dev3/fixtures engine-tiny-q35
   ;;
+
 sA)
   stash
   ;;
@@ -337,12 +343,8 @@ e2)
   # Last call of the first chain: per-kernel GPU times of decode steps (HF2Q_CUDA_PROFILE) on the
   # 8B Q4_K_M and the MoE; A/Bs of rope + KV store in one launch and of the parts' size, with the
   # per-step times.
-  for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log | tee $OUT/make.txt
-  tg() {  # tg TAG FILE [ENV=V ...]: hf2q tg128 alone with the per-step times
-    local tag=$1 m=$2; shift 2
-    env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
-  }
   for r in 0 1 0 1; do tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_ROPE_STORE=$r; done
   for f in 32 64; do tg moe $W/moe.q4_k_m.gguf HF2Q_CUDA_FLUSH_EVERY=$f; done
   prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1
@@ -403,10 +405,6 @@ d5)
   for i in $(seq 1 130); do grep -q BUILD-END /tmp/lc.log && grep -q MAKE-END /tmp/mk.log && break; sleep 3; done
   tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|rror|END" /tmp/mk.log
   for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
-  tg() {  # tg TAG FILE [ENV=V ...]: hf2q tg128 alone with the per-step times
-    local tag=$1 m=$2; shift 2
-    env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a $OUT/bench-summary.txt
-  }
   for f in 0 32 64 128; do tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_FLUSH_EVERY=$f; done
   tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_PDL=1
   tg q4_k_m $W/l8b.q4_k_m.gguf HF2Q_CUDA_MMQ_V=0
