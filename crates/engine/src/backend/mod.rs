@@ -137,6 +137,14 @@ impl<W> Clone for QkNorm<'_, W> {
 }
 impl<W> Copy for QkNorm<'_, W> {}
 
+impl<W> QkNorm<'_, W> {
+    /// The two norms as separate `head_rms_norm` calls (what a fused backend equals).
+    pub fn apply<B: Backend<Weight = W> + ?Sized>(&self, b: &B, q: &mut B::Buf, k: &mut B::Buf, head_dim: usize) {
+        b.head_rms_norm(q, Some(self.q), head_dim, self.eps);
+        b.head_rms_norm(k, Some(self.k), head_dim, self.eps);
+    }
+}
+
 /// One layer's attention: which cache layer it reads and its shape.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnLayer {
@@ -360,8 +368,7 @@ pub trait Backend: Send + Sync + 'static {
         layer: usize,
     ) {
         if let Some(n) = norm {
-            self.head_rms_norm(q, Some(n.q), head_dim, n.eps);
-            self.head_rms_norm(k, Some(n.k), head_dim, n.eps);
+            n.apply(self, q, k, head_dim);
         }
         self.rope_qk(q, k, head_dim, step, rope);
         self.store_kv(kvs, step, layer, k, v);

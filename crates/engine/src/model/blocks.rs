@@ -60,8 +60,7 @@ pub fn rope_attend<B: Backend>(
         b.rope_store_kv(q, k, v, shape.head_dim, norm, rope, &mut kvs, step, layer);
     } else {
         if let Some(n) = norm {
-            b.head_rms_norm(q, Some(n.q), shape.head_dim, n.eps);
-            b.head_rms_norm(k, Some(n.k), shape.head_dim, n.eps);
+            n.apply(b, q, k, shape.head_dim);
         }
         b.rope_qk(q, k, shape.head_dim, step, rope);
     }

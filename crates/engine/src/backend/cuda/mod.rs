@@ -708,8 +708,7 @@ impl Backend for Cuda {
             && q.rows == step.plan.positions.len();
         if !fits {
             if let Some(n) = norm {
-                self.head_rms_norm(q, Some(n.q), head_dim, n.eps);
-                self.head_rms_norm(k, Some(n.k), head_dim, n.eps);
+                n.apply(self, q, k, head_dim);
             }
             self.rope_qk(q, k, head_dim, step, rope);
             self.store_kv(kvs, step, layer, k, v);
