@@ -187,6 +187,69 @@ greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under eac
   done
 }
 case $phase in
+k1)
+  # 2026-12-04, sixth session, first call (a fresh machine, carrying .dev: bins.tar.xz of the build
+  # with attn_dec_f16, the one-row products' activations loaded a unit ahead, a step's first part
+  # of 8 launches; llama-src.tgz; fixtures): llama-bench and the models in the background (8B
+  # Q4_K_M, Q8_0, BF16, then the 24-layer MoE); copy bandwidth; op tests; fixtures on CUDA.
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "q4_k_m q8_0 bf16" moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests
+  fixtures $D/fixtures engine-tiny
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+  ;;
+k2)
+  # A/Bs with the per-step times on the 8B Q4_K_M and Q8_0: the defaults (X=1) against the split
+  # attention loading its keys one by one (HF2Q_CUDA_ATTN_DEC=0), the activations loaded when used
+  # (MMQ_NO_XPF), a first part of 64 launches, and Q4_K's four-units-in-flight kernel for launches
+  # of at most 400 / all blocks; the greedy bytes of each; per-kernel times. The faster of
+  # HF2Q_CUDA_MMQ_V5 0 / 400 / 100000 (median tokens/s) goes to /tmp/best.env for k3 and k4.
+  wait_for q4_k_m-END
+  env HF2Q_CUDA_DEFINE=MMQ_NO_XPF timeout 300 $H bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 4 -r 1 > /dev/null 2>&1
+  for r in 1 2; do
+    for e in X=1 HF2Q_CUDA_ATTN_DEC=0 HF2Q_CUDA_DEFINE=MMQ_NO_XPF HF2Q_CUDA_FLUSH_FIRST=64 HF2Q_CUDA_MMQ_V5=400 HF2Q_CUDA_MMQ_V5=100000; do
+      TG_OUT=$OUT/ab.txt tg q4_k_m $W/l8b.q4_k_m.gguf $e
+    done
+  done
+  greedy_ab $W/l8b.q4_k_m.gguf X=1 HF2Q_CUDA_ATTN_DEC=0 HF2Q_CUDA_DEFINE=MMQ_NO_XPF HF2Q_CUDA_MMQ_V5=100000
+  python3 - $OUT/ab.txt > /tmp/best.env <<'PY'
+import re, sys, statistics
+ts = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"q4_k_m (\S+) .*tg128 \| ([0-9.]+)", line)
+    if m: ts.setdefault(m.group(1), []).append(float(m.group(2)))
+best = max(["X=1", "HF2Q_CUDA_MMQ_V5=400", "HF2Q_CUDA_MMQ_V5=100000"], key=lambda k: statistics.median(ts.get(k, [0])))
+print("export " + (best if best != "X=1" else "HF2Q_CUDA_MMQ_V5=0"))
+PY
+  cat /tmp/best.env | tee -a $OUT/ab.txt
+  wait_for q8_0-END
+  for r in 1 2; do
+    for e in X=1 HF2Q_CUDA_ATTN_DEC=0 HF2Q_CUDA_DEFINE=MMQ_NO_XPF HF2Q_CUDA_FLUSH_FIRST=64; do
+      TG_OUT=$OUT/ab.txt tg q8_0 $W/l8b.q8_0.gguf $e
+    done
+  done
+  . /tmp/best.env
+  prof q4_k_m 4 bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1 > /dev/null
+  ;;
+k3)
+  # Both tools on the three 8B files (HF2Q_CUDA_MMQ_V5 as k2 chose).
+  . /tmp/best.env; echo "HF2Q_CUDA_MMQ_V5=${HF2Q_CUDA_MMQ_V5:-unset}" | tee $OUT/bench-summary.txt
+  wait_for MAKE-END
+  wait_builds
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  ;;
+k4)
+  # Both tools on the MoE; its A/B of the attention and of HF2Q_CUDA_MMQ_V5; per-kernel times.
+  . /tmp/best.env; echo "HF2Q_CUDA_MMQ_V5=${HF2Q_CUDA_MMQ_V5:-unset}" | tee $OUT/bench-summary.txt
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  bench_pair moe $W/moe.q4_k_m.gguf
+  for e in X=1 HF2Q_CUDA_ATTN_DEC=0 HF2Q_CUDA_MMQ_V5=0 HF2Q_CUDA_MMQ_V5=400; do TG_OUT=$OUT/ab.txt tg moe $W/moe.q4_k_m.gguf $e; done
+  prof moe 4 bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1 > /dev/null
+  ;;
 v2)
   # 2026-12-04, fifth session, call 15 (carrying .dev: bins.tar.xz with the per-head q/k norms in
   # rope_store_kv's launch and the MoE combine a thread per value; fixtures): the 24-layer MoE in

@@ -128,7 +128,15 @@ pub fn module_cubin(name: &str, body: &str, cc: (i32, i32)) -> Result<(Vec<u8>, 
     }
     let version = nvrtc_version()?;
     let arch = format!("--gpu-architecture=sm_{}{}", cc.0, cc.1);
-    let opts = [arch.as_str(), "--std=c++17"];
+    // `HF2Q_CUDA_DEFINE="NAME[=V] ..."`: macros for the kernels' variants kept to be compared
+    // (e.g. MMQ_NO_XPF), each a -D option (so a part of the cache key).
+    let defines: Vec<String> = std::env::var("HF2Q_CUDA_DEFINE")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|d| format!("-D{d}"))
+        .collect();
+    let mut opts = vec![arch.as_str(), "--std=c++17"];
+    opts.extend(defines.iter().map(String::as_str));
     let src = format!("{COMMON}{QUANT}{body}");
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (&src, &opts, version, env!("CARGO_PKG_VERSION")).hash(&mut h);

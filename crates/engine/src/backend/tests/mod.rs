@@ -1217,7 +1217,10 @@ mod cuda {
     #[test]
     fn attention() {
         if let Some(b) = cuda("attention") {
+            // Decode rows of F16 caches through attn_dec_f16 (the default) and attn_split_f16.
+            let b = b.with_attn_dec(true);
             super::attention(&b);
+            super::attention(&b.with_attn_dec(false));
         }
     }
     #[test]

@@ -313,6 +313,144 @@ extern "C" __global__ void attn_split_q8_0(Step s, const float* q, float* po, fl
     attn_split_t<KV_Q8_0>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
 }
 
+// attn_split over F16 caches with a split's keys staged in shared memory: the same splits, the
+// same outputs for attn_combine, the same online softmax per DEC_C keys, but a block brings DEC_C
+// keys' K and V rows of its KV head into shared memory with cp.async, all their loads in flight at
+// once (the next DEC_C keys' while these are used), instead of one dependent load after another.
+// Keys written by earlier steps (below the sequence's first position in this step) are asked for
+// before waiting for the kernel ahead (the rope + store that writes this step's keys), so their
+// loads overlap it. Scores: a key per eight threads (every eighth run of 8 values of the head
+// each, summed across them); V: a thread per value of the head. Heads of at most DEC_HD values, a multiple of 8.
+#define DEC_C 16
+#define DEC_HD 256
+extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const float* q, float* po, float* pml, const int* sidx,
+                                                               int cols, int hd, int n_head, int n_kv, float scale, int window,
+                                                               int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+    pdl_trigger();
+    __shared__ __align__(16) u16 ks[2][DEC_C * DEC_HD];
+    __shared__ __align__(16) u16 vs[2][DEC_C * DEC_HD];
+    __shared__ __align__(16) float qs[SPLIT_G * DEC_HD];
+    __shared__ float sc[SPLIT_G][DEC_C];
+    __shared__ float ms[SPLIT_G], ls[SPLIT_G], cs[SPLIT_G];
+    // The step's tables were uploaded before its first kernel: read before the wait.
+    int r = blockIdx.x, kh = blockIdx.y / SPLIT_MAX, j = blockIdx.y % SPLIT_MAX;
+    int idx = sidx[r];
+    if (idx < 0) return;
+    int seq = s.row_seq[r], lo, hi;
+    key_range(s, r, window, causal, &lo, &hi);
+    int nk = hi - lo + 1, len = split_len(nk);
+    if (j * len >= nk) return;
+    int a = lo + j * len, b = min(hi, a + len - 1), fresh = s.seq_pos0[seq];
+    int G = n_head / n_kv, h0 = kh * G, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int pk = hd / 8;
+    u64 hoff = (u64)kh * hd * 2;
+    // Keys t0 .. of a chunk into stage st: those of earlier steps (part 1), of this step (2), all (0).
+    auto load = [&](int t0, int st, int part) {
+        int nt = min(DEC_C, b - t0 + 1);
+        for (int i = tid; i < nt * pk; i += blockDim.x) {
+            int k = i / pk, o = i % pk, p = t0 + k;
+            if ((part == 1 && p >= fresh) || (part == 2 && p < fresh)) continue;
+            cp_async16(ks[st] + k * hd + o * 8, kv_row(s, seq, p, k_off, k_rb) + hoff + o * 16);
+            cp_async16(vs[st] + k * hd + o * 8, kv_row(s, seq, p, v_off, v_rb) + hoff + o * 16);
+        }
+    };
+    load(a, 0, 1);
+    cp_commit();
+    pdl_wait();
+    load(a, 0, 2);
+    cp_commit();
+    // The G heads' queries are consecutive in the row.
+    for (int i = tid; i < G * hd; i += blockDim.x) qs[i] = q[(u64)r * cols + (u64)h0 * hd + i];
+    if (tid < G) { ms[tid] = -INFINITY; ls[tid] = 0.f; }
+    const int NV = DEC_HD / 128;
+    float acc[SPLIT_G][NV];
+#pragma unroll
+    for (int g = 0; g < SPLIT_G; g++)
+#pragma unroll
+        for (int i = 0; i < NV; i++) acc[g][i] = 0.f;
+    int st = 0;
+    for (int t0 = a; t0 <= b; t0 += DEC_C, st ^= 1) {
+        int nt = min(DEC_C, b - t0 + 1);
+        // The other stage was last read before the barrier that ended the previous chunk.
+        if (t0 + DEC_C <= b) load(t0 + DEC_C, st ^ 1, 0);
+        cp_commit();
+        cp_wait<1>();
+        __syncthreads();
+        {
+            int k = tid >> 3, part = tid & 7;
+            float pg[SPLIT_G];
+#pragma unroll
+            for (int g = 0; g < SPLIT_G; g++) pg[g] = 0.f;
+            if (k < nt) {
+                for (int d = part * 8; d < hd; d += 64) {
+                    uint4 kw = *(const uint4*)(ks[st] + k * hd + d);
+                    float kv[8] = {h2f(kw.x & 0xFFFF), h2f(kw.x >> 16), h2f(kw.y & 0xFFFF), h2f(kw.y >> 16),
+                                   h2f(kw.z & 0xFFFF), h2f(kw.z >> 16), h2f(kw.w & 0xFFFF), h2f(kw.w >> 16)};
+#pragma unroll
+                    for (int g = 0; g < SPLIT_G; g++) {
+                        if (g < G) {
+                            const float* qg = qs + g * hd + d;
+#pragma unroll
+                            for (int e = 0; e < 8; e++) pg[g] += qg[e] * kv[e];
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < SPLIT_G; g++) {
+                if (g < G) {
+#pragma unroll
+                    for (int o = 1; o < 8; o <<= 1) pg[g] += __shfl_xor_sync(0xffffffffu, pg[g], o);
+                    if (part == 0 && k < nt) sc[g][k] = pg[g] * scale;
+                }
+            }
+        }
+        __syncthreads();
+        for (int g = w; g < G; g += 4) {
+            float x = lane < nt ? sc[g][lane] : -INFINITY;
+            float mo = ms[g], mn = fmaxf(mo, warp_max(x));
+            float p = lane < nt ? expf(x - mn) : 0.f;
+            float sum = warp_sum(p);
+            if (lane < DEC_C) sc[g][lane] = p;
+            if (lane == 0) {
+                float c = expf(mo - mn);
+                cs[g] = c;
+                ls[g] = ls[g] * c + sum;
+                ms[g] = mn;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            int d = tid + 128 * i;
+            if (d < hd) {
+#pragma unroll
+                for (int g = 0; g < SPLIT_G; g++)
+                    if (g < G) acc[g][i] *= cs[g];
+                for (int k = 0; k < nt; k++) {
+                    float v = h2f(vs[st][k * hd + d]);
+#pragma unroll
+                    for (int g = 0; g < SPLIT_G; g++)
+                        if (g < G) acc[g][i] += sc[g][k] * v;
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int g = 0; g < SPLIT_G; g++) {
+        if (g < G) {
+            u64 P = ((u64)idx * n_head + h0 + g) * SPLIT_MAX + j;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                int d = tid + 128 * i;
+                if (d < hd) po[P * hd + d] = acc[g][i];
+            }
+            if (tid == 0) { pml[2 * P] = ms[g]; pml[2 * P + 1] = ls[g]; }
+        }
+    }
+}
+
 // Value d of head h of row r (its splits at sidx[r] ≥ 0), the splits merged in split order.
 __device__ __forceinline__ float combine_one(const Step& s, const float* po, const float* pml, int r, int idx, int h, int d,
                                              int hd, int n_head, int window, int causal) {
@@ -384,12 +522,6 @@ __device__ __forceinline__ void hilo(float x, float y, u32* hi, u32* lo) {
     u16 a = f2h(x), b = f2h(y);
     *hi = (u32)a | ((u32)b << 16);
     *lo = h2pack(x - h2f(a), y - h2f(b));
-}
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
 }
 
 template <int HD>

@@ -85,6 +85,20 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// ---- Asynchronous copies global -> shared (sm_80+): 16 bytes each (both addresses 16-byte
+// aligned), in groups committed and waited for in order.
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+// Wait until at most N of the committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
 // ---- Activations of the integer products (kernels/mmq.cu). A row of n values is held as int8 in
 // units of 256 values (n_pad = n rounded up to 256, zeros past n), each unit's bytes ordered for
 // the tensor cores' B fragments: lane tig (= lane % 4) of a warp finds its values of the unit's
