@@ -187,6 +187,52 @@ greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under eac
   done
 }
 case $phase in
+m1)
+  # 2026-12-04, sixth session, second chain (a fresh machine; carrying .dev: bins.tar.xz of the
+  # build with HF2Q_CUDA_MMQ_V5=400 by default, the prefetch and first-part changes taken back,
+  # decode_tiled's 16-byte stores, the MoE's routing / down products / weighted sum launched early;
+  # llama-src.tgz; fixtures): as k1.
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "q4_k_m q8_0 bf16" moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests
+  fixtures $D/fixtures engine-tiny
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+  ;;
+m2)
+  # pp512 of the 8B Q4_K_M and Q8_0 with decode_tiled's 16-byte stores (X=1) and its 2-byte ones
+  # (DECODE_SCALAR_STORES), twice; tg128 with the per-step times; the greedy bytes.
+  wait_for q4_k_m-END
+  env HF2Q_CUDA_DEFINE=DECODE_SCALAR_STORES timeout 300 $H bench -m $W/l8b.q4_k_m.gguf --device cuda -p 0 -n 4 -r 1 > /dev/null 2>&1
+  wait_for q8_0-END
+  for r in 1 2; do
+    for q in q4_k_m q8_0; do
+      for e in X=1 HF2Q_CUDA_DEFINE=DECODE_SCALAR_STORES; do
+        env $e timeout 120 $H bench -m $W/l8b.$q.gguf --device cuda -p 512 -n 0 -r 3 2>&1 | grep pp512 | sed "s/^/$q $e /" | tee -a $OUT/ab.txt
+      done
+    done
+  done
+  for q in q4_k_m q8_0; do TG_OUT=$OUT/ab.txt tg $q $W/l8b.$q.gguf X=1; done
+  greedy_ab $W/l8b.q4_k_m.gguf X=1 HF2Q_CUDA_DEFINE=DECODE_SCALAR_STORES
+  ;;
+m3)
+  # Both tools on the three 8B files.
+  wait_for MAKE-END
+  wait_builds
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  ;;
+m4)
+  # Both tools on the MoE; the MoE's early launches against in order (HF2Q_CUDA_MOE_EARLY=0),
+  # twice; per-kernel times.
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  bench_pair moe $W/moe.q4_k_m.gguf
+  for r in 1 2; do for e in X=1 HF2Q_CUDA_MOE_EARLY=0; do TG_OUT=$OUT/ab.txt tg moe $W/moe.q4_k_m.gguf $e; done; done
+  greedy_ab $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_MOE_EARLY=0
+  prof moe 4 bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1 > /dev/null
+  ;;
 k1)
   # 2026-12-04, sixth session, first call (a fresh machine, carrying .dev: bins.tar.xz of the build
   # with attn_dec_f16, the one-row products' activations loaded a unit ahead, a step's first part

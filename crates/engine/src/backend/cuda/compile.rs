@@ -129,7 +129,7 @@ pub fn module_cubin(name: &str, body: &str, cc: (i32, i32)) -> Result<(Vec<u8>, 
     let version = nvrtc_version()?;
     let arch = format!("--gpu-architecture=sm_{}{}", cc.0, cc.1);
     // `HF2Q_CUDA_DEFINE="NAME[=V] ..."`: macros for the kernels' variants kept to be compared
-    // (e.g. MMQ_NO_XPF), each a -D option (so a part of the cache key).
+    // (e.g. DECODE_SCALAR_STORES), each a -D option (so a part of the cache key).
     let defines: Vec<String> = std::env::var("HF2Q_CUDA_DEFINE")
         .unwrap_or_default()
         .split_whitespace()

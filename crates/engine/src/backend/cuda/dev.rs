@@ -53,8 +53,6 @@ struct Recorder {
     arena_off: usize,
     /// Allocations dropped while launches that may use them were still recorded.
     graveyard: Vec<Box<dyn Send>>,
-    /// Runs of launches issued since the step began (`Dev::new_step`).
-    parts: usize,
     /// Arenas replaced during the current step: the step's earlier uploads (its tables, read by
     /// every layer's launches) stay there until the step ends.
     old_arenas: Vec<CudaSlice<u8>>,
@@ -69,8 +67,6 @@ const MAX_GRAPHS: usize = 96;
 const SEEN_FLUSHES: usize = 64;
 /// Launches issued together at most, by default (`Dev::flush_every`).
 const FLUSH_EVERY: usize = 64;
-/// Launches of a step's first part, by default (`Dev::flush_first`).
-const FLUSH_FIRST: usize = 8;
 /// First arena size in bytes (grown by doubling).
 const ARENA_BYTES: usize = 8 << 20;
 
@@ -105,9 +101,6 @@ pub struct Dev {
     /// Recorded launches are issued once this many wait (0: only when something needs them):
     /// `HF2Q_CUDA_FLUSH_EVERY=N`.
     flush_every: usize,
-    /// The same for a step's first part (`HF2Q_CUDA_FLUSH_FIRST=N`): the GPU, idle since the last
-    /// step's token was read, starts while the host records the rest of the step.
-    flush_first: usize,
     /// Kernels recorded with `launch_early` may start before the one ahead ends (compute
     /// capability 9.0 and later; `HF2Q_CUDA_PDL=0` turns it off). On by default since it measured
     /// faster on an H200 with steps issued in parts: 8B Q4_K_M 332.0 against 326.4 tokens/s, the
@@ -255,7 +248,6 @@ impl Dev {
                 arena: None,
                 arena_off: 0,
                 graveyard: Vec::new(),
-                parts: 0,
                 old_arenas: Vec::new(),
             }),
             graphs: std::env::var("HF2Q_CUDA_GRAPHS").map_or(true, |v| v != "0"),
@@ -263,10 +255,6 @@ impl Dev {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(FLUSH_EVERY),
-            flush_first: std::env::var("HF2Q_CUDA_FLUSH_FIRST")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(FLUSH_FIRST),
             pdl: cc.0 >= 9 && std::env::var("HF2Q_CUDA_PDL").map_or(true, |v| v != "0"),
             scratch: Mutex::new((None, None)),
             q8: Mutex::new(None),
@@ -471,16 +459,15 @@ impl Dev {
             args: args.to_vec(),
             early,
         };
-        let (waiting, limit) = {
+        let waiting = {
             let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
             rec.pending.push(l);
-            let limit = if rec.parts == 0 { self.flush_first } else { self.flush_every };
-            (rec.pending.len(), limit)
+            rec.pending.len()
         };
         if let Some(st) = &self.step_times {
             st.recorded();
         }
-        if limit > 0 && waiting >= limit {
+        if self.flush_every > 0 && waiting >= self.flush_every {
             self.flush();
         }
     }
@@ -563,7 +550,6 @@ impl Dev {
         }
         let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
         rec.arena_off = 0;
-        rec.parts = 0;
         // (Freed in stream order, after the launches issued above.)
         rec.old_arenas.clear();
     }
@@ -589,7 +575,6 @@ impl Dev {
             return;
         }
         let pending = std::mem::take(&mut rec.pending);
-        rec.parts += 1;
         if let Some(p) = self.prof.as_ref().filter(|p| p.on()) {
             for l in &pending {
                 // Keyed by kernel and grid: a layer's products of different shapes apart.

@@ -26,7 +26,7 @@ pub(super) fn mmq_on() -> bool {
 
 /// Whether Q8_0's products are launched early too (programmatic dependent launch, `dev.pdl`):
 /// `HF2Q_CUDA_PDL_Q8=1`.
-fn pdl_q8() -> bool {
+pub(super) fn pdl_q8() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("HF2Q_CUDA_PDL_Q8").is_ok_and(|v| v == "1"))
 }

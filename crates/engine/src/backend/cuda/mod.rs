@@ -114,7 +114,9 @@ pub struct Cuda {
     /// on an H200 one saved 56 µs of an 8B Q4_K_M decode step: cuda-session5 call 12).
     rope_store: bool,
     /// Q4_K's one-row products of at most this many blocks take `mmq_v5_*` (four units in flight a
-    /// warp, not three): `HF2Q_CUDA_MMQ_V5=N`, 0 (never) by default until measured on a GPU.
+    /// warp, not three): `HF2Q_CUDA_MMQ_V5=N` (0: never). 400 by default: on an H200 the 8B
+    /// Q4_K_M's step took 2,378 µs against 2,441 µs without it and 2,477 µs with it for every
+    /// launch (bench/runs/2026-12-04-h200/cuda-session6, call 2).
     mmq_v5_blocks: u32,
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
     /// `attn_split_f16`, its keys loaded one after another).
@@ -153,7 +155,7 @@ impl Cuda {
             mmq_v5_blocks: std::env::var("HF2Q_CUDA_MMQ_V5")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+                .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
         })
     }

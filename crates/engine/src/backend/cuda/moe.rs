@@ -130,7 +130,14 @@ impl Cuda {
         let ids = ws + 4 * pairs as u64;
         let (order, pos) = (ids + 4 * pairs as u64, ids + 8 * pairs as u64);
         let tiles = ids + 12 * pairs as u64;
-        self.dev.launch(
+        let launch = |name: &str, grid: (u32, u32), block: u32, args: &[A]| {
+            if moe_early() {
+                self.dev.launch_early(name, grid, block, args)
+            } else {
+                self.dev.launch(name, grid, block, args)
+            }
+        };
+        launch(
             "moe_route",
             (t as u32, 1),
             32,
@@ -157,7 +164,9 @@ impl Cuda {
                 (a.qk, a.dk)
             }
         };
-        let expert_mm = |ty: GgmlType, a: ActScratch, np: usize, div: usize, m: usize, mats: &[(u64, u64)]| {
+        // `early`: launched before the kernel ahead ends (the down products: the expert ids they
+        // read first were written by moe_route, finished before the gate / up products started).
+        let expert_mm = |ty: GgmlType, a: ActScratch, np: usize, div: usize, m: usize, mats: &[(u64, u64)], early: bool| {
             let (qa, ad) = flavour(ty, a);
             let (t1, o1) = mats.get(1).copied().unwrap_or((0, 0));
             let mut args = vec![A::P(qa), A::P(ad), A::I(np as i32), A::I((np / 256) as i32)];
@@ -177,7 +186,11 @@ impl Cuda {
                 )
             };
             args.extend([A::I(m as i32), A::P(mats[0].0), A::P(mats[0].1), A::P(t1), A::P(o1)]);
-            self.dev.launch(&name, grid, 128, &args);
+            if early && moe_early() && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
+                self.dev.launch_early(&name, grid, 128, &args);
+            } else {
+                self.dev.launch(&name, grid, 128, &args);
+            }
         };
         let act = if grouped {
             // The pairs sorted by expert, and x's rows in that order.
@@ -234,10 +247,10 @@ impl Cuda {
             act
         };
         if g_ty == u_ty {
-            expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)]);
+            expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)], false);
         } else {
-            expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate)]);
-            expert_mm(u_ty, act, n_pad, r.k, n_ff, &[(up_t, up)]);
+            expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate)], false);
+            expert_mm(u_ty, act, n_pad, r.k, n_ff, &[(up_t, up)], false);
         }
         // The GLU of every pair, quantized for the down products (the scratch's first pairs rows).
         let ff_pad = n_ff.next_multiple_of(256);
@@ -263,9 +276,9 @@ impl Cuda {
             ],
         );
         bufs.slots.set_shape(pairs, n);
-        expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)]);
+        expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)], true);
         out.set_shape(t, n);
-        self.dev.launch(
+        launch(
             "weighted_sum_rows",
             (t as u32, blocks(n as u64, 256)),
             256,
@@ -325,4 +338,11 @@ impl Cuda {
         let (_, t) = all.iter().find(|(k, _)| *k == key).expect("made above");
         (self.dev.ptr(&t.gate), self.dev.ptr(&t.up), self.dev.ptr(&t.down))
     }
+}
+
+/// Whether the routing, the down products (non-grouped) and the weighted sum of a MoE step are
+/// launched before the kernel ahead of each ends (`HF2Q_CUDA_MOE_EARLY=0`: in order, to compare).
+fn moe_early() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("HF2Q_CUDA_MOE_EARLY").map_or(true, |v| v != "0"))
 }

@@ -52,27 +52,6 @@ struct Act {
     __device__ __forceinline__ float d_at(int col, int blk) const { return dp[(u64)col * (n_pad >> 5) + blk]; }
 };
 
-// A lane's share of unit u of the one activation row of a one-row product (`unit_v`): its 64
-// bytes (act_pos: the values of lane % 4) and ND of the unit's scales (Q8_0 its eight per-32, the
-// K-quants the one of the unit). mmq_t loads a unit's share while the unit before is multiplied,
-// so their latency is not waited for after the weights' (-DMMQ_NO_XPF: loaded when used, to compare).
-template <int ND> struct XU {
-    uint4 q[4];
-    float d[ND];
-    __device__ __forceinline__ void load(const Act& x, int u, int lane) {
-        const uint4* p = (const uint4*)(x.q + u * 256 + (lane & 3) * 64);
-#pragma unroll
-        for (int i = 0; i < 4; i++) q[i] = p[i];
-#pragma unroll
-        for (int j = 0; j < ND; j++) d[j] = x.d_at(0, u * 8 + j);
-    }
-    // Block jb's eight bytes of the share.
-    __device__ __forceinline__ uint2 b(int jb) const {
-        uint4 v = q[jb >> 1];
-        return jb & 1 ? make_uint2(v.z, v.w) : make_uint2(v.x, v.y);
-    }
-};
-
 // An integer of magnitude below 2^22 as f32, exactly, through the f32 adder (I2F runs at a
 // fraction of the FMA rate).
 __device__ __forceinline__ float i2f(int i) { return __fsub_rn(__int_as_float(0x4B400000 + i), 12582912.f); }
@@ -86,7 +65,7 @@ template <int TY> struct MQ;
 // high ones) of row g, then of row g + 8, in A-fragment order (row g, row g + 8, row g + 16 values
 // on, row g + 8 + 16 values on).
 template <> struct MQ<TY_Q4_K> {
-    static const int UB = 2304, STAGES = 4, ND = 1;
+    static const int UB = 2304, STAGES = 4;
     // Sub-block j's 6-bit scale and min of a row from its packed bytes (get_scale_min_k4) as four
     // bytes per word: sc[0] j 0..3, sc[1] j 4..7, mn likewise.
     struct Scales { u32 sc[2], mn[2]; };
@@ -153,15 +132,16 @@ template <> struct MQ<TY_Q4_K> {
     // sub-block, summed over the four lanes of its rows (exact integers: the same s1 and cm as the
     // tensor-core products), then the same f32 steps as `unit` for output column 0 (acc[0][0]
     // row g, acc[0][2] row g + 8; the other slots are columns past t, never written).
-    static __device__ __forceinline__ void unit_v(const u8* s, const XU<ND>& xu, int lane, float acc[1][4]) {
+    static __device__ __forceinline__ void unit_v(const u8* s, const Act& x, int u, int lane, float acc[1][4]) {
         int g = lane >> 2;
         u32 dm[2] = {*(const u32*)(s + 4 * g), *(const u32*)(s + 4 * (g + 8))};
         Scales sr[2] = {scales(s + 64 + 12 * g), scales(s + 64 + 12 * (g + 8))};
+        const uint4* xq = (const uint4*)(x.q + u * 256 + (lane & 3) * 64);
         int s1[2] = {0, 0}, cm[2] = {0, 0};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             uint4 w = *(const uint4*)(s + 256 + i * 512 + lane * 16);
-            uint4 xv = xu.q[i];
+            uint4 xv = xq[i];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 int j = 2 * i + h, sh = 4 * h;
@@ -182,7 +162,7 @@ template <> struct MQ<TY_Q4_K> {
                 s1[r] += __shfl_xor_sync(0xffffffffu, s1[r], o);
                 cm[r] += __shfl_xor_sync(0xffffffffu, cm[r], o);
             }
-        float dx = xu.d[0];
+        float dx = x.d_at(0, u * 8);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float d = h2f(dm[r] & 0xFFFF), dmin = h2f(dm[r] >> 16);
@@ -199,7 +179,7 @@ template <> struct MQ<TY_Q4_K> {
 // 32·n2 + 16·hh + 4·tig). Sub-blocks of 16 values (one scale each) through m16n8k16 products,
 // the values q - 32 as int8; per unit and output s = Σ sc·(Σ (q - 32)·x) exact, then dx·d·s.
 template <> struct MQ<TY_Q6_K> {
-    static const int UB = 3360, STAGES = 3, ND = 1;
+    static const int UB = 3360, STAGES = 3;
     // This lane's four values (q - 32, int8) of sub-block j16 of row g + 8·rs.
     static __device__ __forceinline__ u32 vals(const u8* s, int lane, int j16, int rs) {
         int n2 = j16 >> 3, qq = (j16 & 7) >> 1, hh = j16 & 1, q1 = qq & 1, nib = qq >> 1;
@@ -257,13 +237,14 @@ template <> struct MQ<TY_Q6_K> {
     }
     // `unit` for one activation row through dp4a (as MQ<TY_Q4_K>::unit_v): the lane's partial
     // Σ sc·(Σ (q - 32)·x) over its four values of each sub-block, summed over its rows' four lanes.
-    static __device__ __forceinline__ void unit_v(const u8* s, const XU<ND>& xu, int lane, float acc[1][4]) {
+    static __device__ __forceinline__ void unit_v(const u8* s, const Act& x, int u, int lane, float acc[1][4]) {
         int g = lane >> 2;
         uint4 sc[2] = {*(const uint4*)(s + 32 + 16 * g), *(const uint4*)(s + 32 + 16 * (g + 8))};
+        const uint2* xq = (const uint2*)(x.q + u * 256 + (lane & 3) * 64);
         int si[2] = {0, 0};
 #pragma unroll
         for (int jb = 0; jb < 8; jb++) {
-            uint2 b = xu.b(jb);
+            uint2 b = xq[jb];
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 int j16 = 2 * jb + half;
@@ -276,7 +257,7 @@ template <> struct MQ<TY_Q6_K> {
         for (int o = 1; o < 4; o <<= 1)
 #pragma unroll
             for (int r = 0; r < 2; r++) si[r] += __shfl_xor_sync(0xffffffffu, si[r], o);
-        float dx = xu.d[0];
+        float dx = x.d_at(0, u * 8);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float v = __fmul_rn(__fmul_rn(dx, h2f(*(const u16*)(s + 2 * (g + 8 * r)))), __int2float_rn(si[r]));
@@ -292,7 +273,7 @@ template <> struct MQ<TY_Q6_K> {
 // are zeros (as the activations' padding), so they add nothing. Per block and output:
 // part = fma(dx·dw, Σ q·x, part).
 template <> struct MQ<TY_Q8_0> {
-    static const int UB = 4352, STAGES = 2, ND = 8;
+    static const int UB = 4352, STAGES = 2;
     template <int NT>
     static __device__ __forceinline__ void unit(const u8* s, const Act& x, int u, int lane, float acc[NT][4]) {
         int g = lane >> 2;
@@ -316,14 +297,15 @@ template <> struct MQ<TY_Q8_0> {
     }
     // `unit` for one activation row through dp4a (as MQ<TY_Q4_K>::unit_v): each block's integer
     // product summed over the four lanes of its rows, then the same fma as `unit`, block by block.
-    static __device__ __forceinline__ void unit_v(const u8* s, const XU<ND>& xu, int lane, float acc[1][4]) {
+    static __device__ __forceinline__ void unit_v(const u8* s, const Act& x, int u, int lane, float acc[1][4]) {
         int g = lane >> 2;
         uint4 dw4[2] = {*(const uint4*)(s + 16 * g), *(const uint4*)(s + 16 * (g + 8))};
+        const uint2* xq = (const uint2*)(x.q + u * 256 + (lane & 3) * 64);
         int c[8][2];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             uint4 w = *(const uint4*)(s + 256 + j * 512 + lane * 16);
-            uint2 b = xu.b(j);
+            uint2 b = xq[j];
             c[j][0] = __dp4a((int)w.x, (int)b.x, __dp4a((int)w.z, (int)b.y, 0));
             c[j][1] = __dp4a((int)w.y, (int)b.x, __dp4a((int)w.w, (int)b.y, 0));
         }
@@ -336,7 +318,7 @@ template <> struct MQ<TY_Q8_0> {
             }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            float dx = xu.d[j];
+            float dx = x.d_at(0, u * 8 + j);
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 float dw = h2f((comp(dw4[r], j >> 1) >> (16 * (j & 1))) & 0xFFFF);
@@ -379,21 +361,8 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
     // activations) is read from here on (programmatic dependent launch, common.cuh).
     pdl_wait();
     pdl_trigger();
-    XU<Q::ND> xn;
-#ifndef MMQ_NO_XPF
-    if (V && u0 < u1) xn.load(x, u0, lane);
-#endif
     // Unit u sits in stage (u - u0) % ST.
     for (int u = u0; u < u1; u++) {
-        XU<Q::ND> xc;
-        if constexpr (V) {
-#ifndef MMQ_NO_XPF
-            xc = xn;
-            if (u + 1 < u1) xn.load(x, u + 1, lane);
-#else
-            xc.load(x, u, lane);
-#endif
-        }
         int un = u + ST - 1;
         if (un < u1) {
             const u8* src = wt + (u64)un * Q::UB;
@@ -404,7 +373,7 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
         cp_wait<ST - 1>();
         __syncwarp();
         if constexpr (V)
-            Q::unit_v(sw + ((u - u0) % ST) * Q::UB, xc, lane, acc);
+            Q::unit_v(sw + ((u - u0) % ST) * Q::UB, x, u, lane, acc);
         else
             Q::template unit<NT>(sw + ((u - u0) % ST) * Q::UB, x, u, lane, acc);
         // The stage is refilled by the next iteration's copy.
@@ -431,12 +400,8 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
 // Up to three weights of one type by the same activations in one launch (a layer's Q, K and V, or
 // gate and up): blocks [0, nb0) the first weight's, the next nb1 the second's, the rest the
 // third's; within a weight, block b is tile b / ct and columns (b % ct)·NT·8 (ct column tiles).
-// (One-row kernels are held to the registers of as many blocks a multiprocessor as their stages'
-// shared memory allows (228 KB, 1 KB a block reserved): the activations loaded a unit ahead took
-// Q4_K's from 71 registers to 89, five blocks instead of six.)
-#define MMQ_MINB(TY, V, ST) ((V) ? 228 * 1024 / (4 * (ST) * MQ<TY>::UB + 1024) : 1)
 #define MMQ_KS(NAME, TY, NT, V, ST) \
-    extern "C" __global__ void __launch_bounds__(128, MMQ_MINB(TY, V, ST)) NAME(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
         const u8* W0, float* o0, int m0, int nb0, const u8* W1, float* o1, int m1, int nb1, const u8* W2, float* o2, int m2) { \
         int b = blockIdx.x; \
         const u8* W = W0; float* o = o0; int m = m0; \
@@ -460,6 +425,9 @@ MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
 // build_moe_ffn): one warp per row of router logits (n_expert ≤ 1024) -> the k experts' ids and
 // weights, in rank order (ties to the lower id).
 extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+    // (Launched early: it waits for the router's product before reading the logits.)
+    pdl_trigger();
+    pdl_wait();
     __shared__ float p[1024];
     __shared__ unsigned char taken[1024];
     __shared__ float sel[64];
@@ -529,7 +497,7 @@ extern "C" __global__ void moe_route(const float* logits, int ne, int k, int sof
 // by expert ids[p]'s weight of matrix blockIdx.y (T0 or T1: the experts' tiled weights'
 // addresses), into row p of o0 / o1 (m outputs each).
 #define MMQ_MOE(NAME, TY, V) \
-    extern "C" __global__ void __launch_bounds__(128, MMQ_MINB(TY, V, MQ<TY>::STAGES)) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
         int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
         int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div; \
         const u64* T = blockIdx.y ? T1 : T0; \
@@ -779,15 +747,25 @@ template <> __device__ __forceinline__ void deq8_tiled<TY_Q8_0>(const u8* b, int
 }
 
 // Rows row0 .. row0 + gridDim.x (row0 a multiple of 16) of a tiled weight of U units a row, rows
-// of n values, to f16 (one block per row).
+// of n values (a multiple of 32), to f16 (one block per row), eight values a thread in one
+// 16-byte store (-DDECODE_SCALAR_STORES: eight 2-byte stores, as before, to compare).
 template <int TY, int UB> __device__ void decode_tiled_t(const u8* W, int U, int row0, u16* out, int n) {
     int row = row0 + blockIdx.x, tile = row >> 4, r = row & 15;
     u64 o = (u64)blockIdx.x * n;
     for (int j = threadIdx.x * 8; j < n; j += blockDim.x * 8) {
         float v[8];
         deq8_tiled<TY>(W + ((u64)tile * U + (j >> 8)) * UB, r, j & 255, v);
+#ifdef DECODE_SCALAR_STORES
 #pragma unroll
         for (int i = 0; i < 8; i++) out[o + j + i] = f2h(v[i]);
+#else
+        uint4 h;
+        h.x = (u32)f2h(v[0]) | ((u32)f2h(v[1]) << 16);
+        h.y = (u32)f2h(v[2]) | ((u32)f2h(v[3]) << 16);
+        h.z = (u32)f2h(v[4]) | ((u32)f2h(v[5]) << 16);
+        h.w = (u32)f2h(v[6]) | ((u32)f2h(v[7]) << 16);
+        *(uint4*)(out + o + j) = h;
+#endif
     }
 }
 #define DECODE_TILED(TY, UB) \

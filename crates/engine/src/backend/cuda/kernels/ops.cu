@@ -180,6 +180,8 @@ extern "C" __global__ void move_rows(const float* x, float* out, const int* idx,
 // p, or pos[p] where the rows are kept in another order (the grouped MoE products' sorted rows).
 // Grid (rows, column blocks): a thread per output value, its k_per loads issued together.
 extern "C" __global__ void weighted_sum_rows(const float* src, const int* pos, const float* w, float* out, int t, int k_per, int n) {
+    pdl_trigger();
+    pdl_wait();
     int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (r >= t || c >= n) return;
     float acc = 0.f;
