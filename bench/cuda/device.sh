@@ -187,6 +187,43 @@ greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under eac
   done
 }
 case $phase in
+n1)
+  # 2026-12-04, sixth session, third chain (a fresh machine; carrying .dev: bins.tar.xz of the
+  # build with moe_route's values in registers and MMV_UNROLL; llama-src.tgz; fixtures): llama-bench,
+  # the 8B BF16 and the MoE in the background; the op tests of the MoE and the products; fixtures.
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "bf16" moe
+  op_tests cuda::moe cuda::matmul
+  fixtures $D/fixtures engine-tiny
+  ;;
+n2)
+  # The 8B BF16's matrix-vector kernels with 4 (X=1) or 8 chunks in flight a lane (MMV_UNROLL=8),
+  # twice, with the per-step times; the MoE's step with the new moe_route; then both tools on the
+  # MoE, and on the BF16 with the faster of the two.
+  wait_for bf16-END
+  env HF2Q_CUDA_DEFINE=MMV_UNROLL=8 timeout 300 $H bench -m $W/l8b.bf16.gguf --device cuda -p 0 -n 4 -r 1 > /dev/null 2>&1
+  for r in 1 2; do for e in X=1 HF2Q_CUDA_DEFINE=MMV_UNROLL=8; do TG_OUT=$OUT/ab.txt tg bf16 $W/l8b.bf16.gguf $e; done; done
+  python3 - $OUT/ab.txt > /tmp/best.env <<'PY'
+import re, sys, statistics
+ts = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"bf16 (\S+) .*tg128 \| ([0-9.]+)", line)
+    if m: ts.setdefault(m.group(1), []).append(float(m.group(2)))
+best = max(["X=1", "HF2Q_CUDA_DEFINE=MMV_UNROLL=8"], key=lambda k: statistics.median(ts.get(k, [0])))
+print("export " + (best if best != "X=1" else "HF2Q_CUDA_UNUSED=1"))
+PY
+  cat /tmp/best.env | tee -a $OUT/ab.txt
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  for r in 1 2; do TG_OUT=$OUT/ab.txt tg moe $W/moe.q4_k_m.gguf X=1; done
+  greedy_ab $W/moe.q4_k_m.gguf X=1
+  wait_builds
+  bench_pair moe $W/moe.q4_k_m.gguf
+  ( . /tmp/best.env; bench_pair bf16 $W/l8b.bf16.gguf )
+  prof moe 4 bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1 > /dev/null
+  ;;
 m1)
   # 2026-12-04, sixth session, second chain (a fresh machine; carrying .dev: bins.tar.xz of the
   # build with HF2Q_CUDA_MMQ_V5=400 by default, the prefetch and first-part changes taken back,

@@ -424,53 +424,71 @@ MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
 // step stays one graph). Routing as the CPU's (model/blocks.rs route; llama-graph.cpp
 // build_moe_ffn): one warp per row of router logits (n_expert ≤ 1024) -> the k experts' ids and
 // weights, in rank order (ties to the lower id).
-extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
-    // (Launched early: it waits for the router's product before reading the logits.)
-    pdl_trigger();
-    pdl_wait();
-    __shared__ float p[1024];
-    __shared__ unsigned char taken[1024];
+// R values a lane (n_expert ≤ 32·R), in registers: lane l holds experts l, l + 32, ...
+template <int R>
+__device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+    __shared__ __align__(16) float p[32 * R];
     __shared__ float sel[64];
     __shared__ int sid[64];
-    int row = blockIdx.x, lane = threadIdx.x;
-    const float* x = logits + (u64)row * ne;
+    int lane = threadIdx.x;
+    float v[R];
     float mx = -INFINITY;
-    for (int i = lane; i < ne; i += 32) {
-        float v = x[i];
-        p[i] = v;
-        taken[i] = 0;
-        mx = fmaxf(mx, v);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int i = lane + 32 * r;
+        v[r] = i < ne ? x[i] : -INFINITY;
+        mx = fmaxf(mx, v[r]);
     }
     mx = warp_max(mx);
-    __syncwarp();
     if (softmax_first) {
         // ggml's soft_max: exp(x - max), summed in double in order, times 1/sum.
-        for (int i = lane; i < ne; i += 32) p[i] = expf(p[i] - mx);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int i = lane + 32 * r;
+            if (i < ne) p[i] = v[r] = expf(v[r] - mx);
+        }
         __syncwarp();
         if (lane == 0) {
             double s = 0.0;
-            for (int i = 0; i < ne; i++) s += (double)p[i];
+            int i = 0;
+#pragma unroll 8
+            for (; i + 4 <= ne; i += 4) {
+                float4 q = *(const float4*)(p + i);
+                s += (double)q.x;
+                s += (double)q.y;
+                s += (double)q.z;
+                s += (double)q.w;
+            }
+            for (; i < ne; i++) s += (double)p[i];
             sel[63] = (float)(1.0 / s);
         }
         __syncwarp();
         float inv = sel[63];
-        for (int i = lane; i < ne; i += 32) p[i] *= inv;
+#pragma unroll
+        for (int r = 0; r < R; r++) v[r] *= inv;
         __syncwarp();
     }
+    // The k largest, one a round: each lane's best not yet taken (its experts in id order, so a
+    // tie keeps the lower id), then the warp's (ties to the lower id); its lane marks it taken.
+    u32 taken = 0;
     for (int j = 0; j < k; j++) {
         float best = 0.f;
         int at = -1;
-        for (int i = lane; i < ne; i += 32)
-            if (!taken[i] && (at < 0 || p[i] > best)) { best = p[i]; at = i; }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int i = lane + 32 * r;
+            if (i < ne && !((taken >> r) & 1) && (at < 0 || v[r] > best)) { best = v[r]; at = i; }
+        }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
-            float v = __shfl_xor_sync(0xffffffffu, best, o);
-            int i = __shfl_xor_sync(0xffffffffu, at, o);
-            if (i >= 0 && (at < 0 || v > best || (v == best && i < at))) { best = v; at = i; }
+            float bv = __shfl_xor_sync(0xffffffffu, best, o);
+            int bi = __shfl_xor_sync(0xffffffffu, at, o);
+            if (bi >= 0 && (at < 0 || bv > best || (bv == best && bi < at))) { best = bv; at = bi; }
         }
-        if (lane == 0) { sel[j] = best; sid[j] = at; taken[at] = 1; }
-        __syncwarp();
+        if (at >= 0 && (at & 31) == lane) taken |= 1u << (at >> 5);
+        if (lane == 0) { sel[j] = best; sid[j] = at; }
     }
+    __syncwarp();
     if (lane == 0) {
         if (!softmax_first) {
             float m = sel[0];
@@ -487,8 +505,26 @@ extern "C" __global__ void moe_route(const float* logits, int ne, int k, int sof
             s = fmaxf(s, 6.103515625e-5f);
             for (int j = 0; j < k; j++) sel[j] /= s;
         }
-        for (int j = 0; j < k; j++) { ids[row * k + j] = sid[j]; ws[row * k + j] = sel[j]; }
     }
+    __syncwarp();
+    if (lane < k) { ids[lane] = sid[lane]; ws[lane] = sel[lane]; }
+    if (lane + 32 < k) { ids[lane + 32] = sid[lane + 32]; ws[lane + 32] = sel[lane + 32]; }
+}
+
+extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+    // (Launched early: it waits for the router's product before reading the logits.)
+    pdl_trigger();
+    pdl_wait();
+    int row = blockIdx.x;
+    const float* x = logits + (u64)row * ne;
+    ids += row * k;
+    ws += row * k;
+    if (ne <= 32) moe_route_t<1>(x, ne, k, softmax_first, normalize, ids, ws);
+    else if (ne <= 64) moe_route_t<2>(x, ne, k, softmax_first, normalize, ids, ws);
+    else if (ne <= 128) moe_route_t<4>(x, ne, k, softmax_first, normalize, ids, ws);
+    else if (ne <= 256) moe_route_t<8>(x, ne, k, softmax_first, normalize, ids, ws);
+    else if (ne <= 512) moe_route_t<16>(x, ne, k, softmax_first, normalize, ids, ws);
+    else moe_route_t<32>(x, ne, k, softmax_first, normalize, ids, ws);
 }
 
 // The experts' products of a MoE step, every (row, slot) pair p on its own (as the dense
