@@ -187,6 +187,16 @@ greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under eac
   done
 }
 case $phase in
+o1)
+  # After n2 on the same machine: llama-server built beside llama-bench, the 8B Q4_K_M made, then
+  # serving at 16 and 64 streams (serve_pair: llama-server -np N -fa on, then hf2q serve).
+  (cmake --build /tmp/lc/b -j14 --target llama-server > /tmp/ls-build.log 2>&1; echo SERVER-END >> /tmp/ls-build.log) &
+  bg_make "q4_k_m"
+  wait_for MAKE-END
+  wait; tail -n 2 /tmp/ls-build.log
+  serve_pair 16
+  serve_pair 64
+  ;;
 n1)
   # 2026-12-04, sixth session, third chain (a fresh machine; carrying .dev: bins.tar.xz of the
   # build with moe_route's values in registers and MMV_UNROLL; llama-src.tgz; fixtures): llama-bench,

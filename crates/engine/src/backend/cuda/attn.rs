@@ -2,9 +2,9 @@
 //! (a row's keys cut into splits whose outputs `attn_combine` merges), flash attention on the tensor
 //! cores for runs of rows of F16 caches, and the one-block-per-head kernel for the rest.
 
-use super::{Cuda, CudaBuf, CudaKv, CudaStep, MAX_HEAD_DIM};
 use super::dev::A;
 use super::mmq::mmq_on;
+use super::{Cuda, CudaBuf, CudaKv, CudaStep, MAX_HEAD_DIM};
 use crate::backend::{AttnLayer, KvType};
 use std::sync::atomic::Ordering;
 
@@ -71,7 +71,11 @@ impl Cuda {
                 && l.head_dim <= ATTN_DEC_HD
                 && (ko | vo | kb | vb).is_multiple_of(16);
             self.dev.launch_early(
-                &if dec { "attn_dec_f16".into() } else { format!("attn_split_{ty}") },
+                &if dec {
+                    "attn_dec_f16".into()
+                } else {
+                    format!("attn_split_{ty}")
+                },
                 (q.rows as u32, (l.n_kv_head * ATTN_SPLIT_MAX) as u32),
                 128,
                 &args,

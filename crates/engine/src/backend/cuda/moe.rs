@@ -166,32 +166,33 @@ impl Cuda {
         };
         // `early`: launched before the kernel ahead ends (the down products: the expert ids they
         // read first were written by moe_route, finished before the gate / up products started).
-        let expert_mm = |ty: GgmlType, a: ActScratch, np: usize, div: usize, m: usize, mats: &[(u64, u64)], early: bool| {
-            let (qa, ad) = flavour(ty, a);
-            let (t1, o1) = mats.get(1).copied().unwrap_or((0, 0));
-            let mut args = vec![A::P(qa), A::P(ad), A::I(np as i32), A::I((np / 256) as i32)];
-            let (name, grid) = if grouped {
-                // Grid (mats · weight tiles, row tiles at most); the pairs through the tile table.
-                args.push(A::P(tiles));
-                (
-                    format!("mmq_moe_g_{}_{nt}", ty_name(ty)),
-                    ((mats.len() * m.div_ceil(16)) as u32, max_tiles as u32),
-                )
-            } else {
-                args.extend([A::P(ids), A::I(div as i32)]);
-                let v = if super::mmq::mmq_v_on() { "v_" } else { "" };
-                (
-                    format!("mmq_moe_{v}{}", ty_name(ty)),
-                    ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
-                )
+        let expert_mm =
+            |ty: GgmlType, a: ActScratch, np: usize, div: usize, m: usize, mats: &[(u64, u64)], early: bool| {
+                let (qa, ad) = flavour(ty, a);
+                let (t1, o1) = mats.get(1).copied().unwrap_or((0, 0));
+                let mut args = vec![A::P(qa), A::P(ad), A::I(np as i32), A::I((np / 256) as i32)];
+                let (name, grid) = if grouped {
+                    // Grid (mats · weight tiles, row tiles at most); the pairs through the tile table.
+                    args.push(A::P(tiles));
+                    (
+                        format!("mmq_moe_g_{}_{nt}", ty_name(ty)),
+                        ((mats.len() * m.div_ceil(16)) as u32, max_tiles as u32),
+                    )
+                } else {
+                    args.extend([A::P(ids), A::I(div as i32)]);
+                    let v = if super::mmq::mmq_v_on() { "v_" } else { "" };
+                    (
+                        format!("mmq_moe_{v}{}", ty_name(ty)),
+                        ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
+                    )
+                };
+                args.extend([A::I(m as i32), A::P(mats[0].0), A::P(mats[0].1), A::P(t1), A::P(o1)]);
+                if early && moe_early() && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
+                    self.dev.launch_early(&name, grid, 128, &args);
+                } else {
+                    self.dev.launch(&name, grid, 128, &args);
+                }
             };
-            args.extend([A::I(m as i32), A::P(mats[0].0), A::P(mats[0].1), A::P(t1), A::P(o1)]);
-            if early && moe_early() && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
-                self.dev.launch_early(&name, grid, 128, &args);
-            } else {
-                self.dev.launch(&name, grid, 128, &args);
-            }
-        };
         let act = if grouped {
             // The pairs sorted by expert, and x's rows in that order.
             self.dev.launch(

@@ -8,11 +8,6 @@
 // not depend on how many rows share the launch. (Tiles of 16 / 32 rows giving a warp 4 / 2 output
 // rows measured slower than 8-row launches on an H200: bench/runs/2026-12-02-h200/cuda-batched.)
 
-// Chunks of 8 values a lane has in flight (-DMMV_UNROLL=N to compare).
-#ifndef MMV_UNROLL
-#define MMV_UNROLL 4
-#endif
-
 // Eight weights times eight activations (16-byte aligned), in one fixed order.
 __device__ __forceinline__ float dot8(const float w[8], const float* x) {
     const float4* xp = (const float4*)x;
@@ -78,14 +73,14 @@ __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float
         } else {
             int S = 256 * wpr;
             int j = part * 256 + lane * 8;
-            // MMV_UNROLL (4) chunks per step, all decoded (their loads in flight) before the
-            // products: one chunk at a time leaves each warp waiting on one load.
-            for (; j + (MMV_UNROLL - 1) * S < n; j += MMV_UNROLL * S) {
-                float w[MMV_UNROLL][8];
+            // Four chunks per step, all decoded (their loads in flight) before the products: one
+            // chunk at a time leaves each warp waiting on one load.
+            for (; j + 3 * S < n; j += 4 * S) {
+                float w[4][8];
 #pragma unroll
-                for (int u = 0; u < MMV_UNROLL; u++) deq8<TY>(row, j + S * u, w[u]);
+                for (int u = 0; u < 4; u++) deq8<TY>(row, j + S * u, w[u]);
 #pragma unroll
-                for (int u = 0; u < MMV_UNROLL; u++) {
+                for (int u = 0; u < 4; u++) {
 #pragma unroll
                     for (int r = 0; r < R; r++) {
                         if (r < t) acc[r] = __fadd_rn(acc[r], dot8(w[u], x + (u64)r * n + j + S * u));
