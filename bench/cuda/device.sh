@@ -187,6 +187,27 @@ greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under eac
   done
 }
 case $phase in
+t1|t2|t3)
+  # 2026-12-04, sixth session, last chain (a fresh machine): SmolLM2-135M-Instruct Q4_1 in thirds
+  # (`split -n 3 -d`), one a call (.dev1/stashA with bins.tar.xz, .dev2/stashB, .dev3/stashC); t3 then
+  # compares its goldens on CUDA with the CPU attending in f32 (logit margins where they part) and
+  # takes CUDA's perplexity (the CPU's is last session's: its code did not change).
+  mkdir -p /tmp/stash && for d in $PWD/.dev1/stashA $PWD/.dev2/stashB $PWD/.dev3/stashC; do [ -d $d ] && cp $d/* /tmp/stash/; done
+  [ $phase = t1 ] && unpack $PWD/.dev1
+  ls -la /tmp/stash
+  if [ $phase = t3 ]; then
+    M=/tmp/smollm2 && mkdir -p $M
+    cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
+    sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
+    for q in Q8_0 Q4_K_M; do
+      $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
+    done
+    GM_ENV_A=HF2Q_CPU_ATTN_F32=1 timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens-cpu-f32.txt | tail -n 6
+    for q in Q8_0 Q4_1; do
+      echo "$q cuda: $(timeout 60 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device cuda -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
+    done
+  fi
+  ;;
 o1)
   # After n2 on the same machine: llama-server built beside llama-bench, the 8B Q4_K_M made, then
   # serving at 16 and 64 streams (serve_pair: llama-server -np N -fa on, then hf2q serve).
