@@ -186,6 +186,32 @@ greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under eac
     echo "$e $(env $e timeout 60 $H generate -m $m --device cuda -p "The capital of France is" -n 48 --temp 0 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
   done
 }
+fresh_start() {
+  # A fresh machine's first call: the carried binaries; llama-bench and the models in the background
+  # (8B Q4_K_M, Q8_0, BF16, then the 24-layer MoE); copy bandwidth; the op tests; fixtures on CUDA.
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "q4_k_m q8_0 bf16" moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests
+  fixtures $D/fixtures engine-tiny
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+}
+best_of() {
+  # best_of TAG FILE NONE CANDIDATE...: an `export` of the candidate (an ENV=V of `tg`'s lines for
+  # TAG in FILE) with the highest median tg128 tokens/s; NONE stands for X=1, the defaults.
+  python3 - "$@" <<'PY'
+import re, sys, statistics
+tag, path, none, cands = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+ts = {}
+for line in open(path):
+    m = re.match(re.escape(tag) + r" (\S+) .*tg128 \| ([0-9.]+)", line)
+    if m: ts.setdefault(m.group(1), []).append(float(m.group(2)))
+best = max(cands, key=lambda k: statistics.median(ts.get(k, [0])))
+print("export " + (none if best == "X=1" else best))
+PY
+}
 case $phase in
 t1|t2|t3)
   # 2026-12-04, sixth session, last chain (a fresh machine): SmolLM2-135M-Instruct Q4_1 in thirds
@@ -236,15 +262,7 @@ n2)
   wait_for bf16-END
   env HF2Q_CUDA_DEFINE=MMV_UNROLL=8 timeout 300 $H bench -m $W/l8b.bf16.gguf --device cuda -p 0 -n 4 -r 1 > /dev/null 2>&1
   for r in 1 2; do for e in X=1 HF2Q_CUDA_DEFINE=MMV_UNROLL=8; do TG_OUT=$OUT/ab.txt tg bf16 $W/l8b.bf16.gguf $e; done; done
-  python3 - $OUT/ab.txt > /tmp/best.env <<'PY'
-import re, sys, statistics
-ts = {}
-for line in open(sys.argv[1]):
-    m = re.match(r"bf16 (\S+) .*tg128 \| ([0-9.]+)", line)
-    if m: ts.setdefault(m.group(1), []).append(float(m.group(2)))
-best = max(["X=1", "HF2Q_CUDA_DEFINE=MMV_UNROLL=8"], key=lambda k: statistics.median(ts.get(k, [0])))
-print("export " + (best if best != "X=1" else "HF2Q_CUDA_UNUSED=1"))
-PY
+  best_of bf16 $OUT/ab.txt HF2Q_CUDA_UNUSED=1 X=1 HF2Q_CUDA_DEFINE=MMV_UNROLL=8 > /tmp/best.env
   cat /tmp/best.env | tee -a $OUT/ab.txt
   wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
@@ -260,14 +278,7 @@ m1)
   # build with HF2Q_CUDA_MMQ_V5=400 by default, the prefetch and first-part changes taken back,
   # decode_tiled's 16-byte stores, the MoE's routing / down products / weighted sum launched early;
   # llama-src.tgz; fixtures): as k1.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "q4_k_m q8_0 bf16" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests
-  fixtures $D/fixtures engine-tiny
-  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+  fresh_start
   ;;
 m2)
   # pp512 of the 8B Q4_K_M and Q8_0 with decode_tiled's 16-byte stores (X=1) and its 2-byte ones
@@ -306,14 +317,7 @@ k1)
   # with attn_dec_f16, the one-row products' activations loaded a unit ahead, a step's first part
   # of 8 launches; llama-src.tgz; fixtures): llama-bench and the models in the background (8B
   # Q4_K_M, Q8_0, BF16, then the 24-layer MoE); copy bandwidth; op tests; fixtures on CUDA.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "q4_k_m q8_0 bf16" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests
-  fixtures $D/fixtures engine-tiny
-  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+  fresh_start
   ;;
 k2)
   # A/Bs with the per-step times on the 8B Q4_K_M and Q8_0: the defaults (X=1) against the split
@@ -329,15 +333,7 @@ k2)
     done
   done
   greedy_ab $W/l8b.q4_k_m.gguf X=1 HF2Q_CUDA_ATTN_DEC=0 HF2Q_CUDA_DEFINE=MMQ_NO_XPF HF2Q_CUDA_MMQ_V5=100000
-  python3 - $OUT/ab.txt > /tmp/best.env <<'PY'
-import re, sys, statistics
-ts = {}
-for line in open(sys.argv[1]):
-    m = re.match(r"q4_k_m (\S+) .*tg128 \| ([0-9.]+)", line)
-    if m: ts.setdefault(m.group(1), []).append(float(m.group(2)))
-best = max(["X=1", "HF2Q_CUDA_MMQ_V5=400", "HF2Q_CUDA_MMQ_V5=100000"], key=lambda k: statistics.median(ts.get(k, [0])))
-print("export " + (best if best != "X=1" else "HF2Q_CUDA_MMQ_V5=0"))
-PY
+  best_of q4_k_m $OUT/ab.txt HF2Q_CUDA_MMQ_V5=0 X=1 HF2Q_CUDA_MMQ_V5=400 HF2Q_CUDA_MMQ_V5=100000 > /tmp/best.env
   cat /tmp/best.env | tee -a $OUT/ab.txt
   wait_for q8_0-END
   for r in 1 2; do
@@ -439,15 +435,8 @@ f1)
   # per value, split attention issuing several keys' loads at once, programmatic dependent launch
   # on by default; llama-src.tgz; fixtures): llama-bench and the models in the background (8B
   # Q4_K_M, Q8_0, BF16, then the 24-layer MoE); copy bandwidth; op tests; fixtures on CUDA.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "q4_k_m q8_0 bf16" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests
-  fixtures $D/fixtures engine-tiny
+  fresh_start
   cat $OUT/engine-tests.txt $OUT/engine-tiny.txt > /tmp/f1-tests.txt
-  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
   ;;
 
 f2)

@@ -130,6 +130,7 @@ impl Cuda {
         let ids = ws + 4 * pairs as u64;
         let (order, pos) = (ids + 4 * pairs as u64, ids + 8 * pairs as u64);
         let tiles = ids + 12 * pairs as u64;
+        // Launched early unless `HF2Q_CUDA_MOE_EARLY=0` (routing, down products, weighted sum).
         let launch = |name: &str, grid: (u32, u32), block: u32, args: &[A]| {
             if moe_early() {
                 self.dev.launch_early(name, grid, block, args)
@@ -187,8 +188,8 @@ impl Cuda {
                     )
                 };
                 args.extend([A::I(m as i32), A::P(mats[0].0), A::P(mats[0].1), A::P(t1), A::P(o1)]);
-                if early && moe_early() && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
-                    self.dev.launch_early(&name, grid, 128, &args);
+                if early && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
+                    launch(&name, grid, 128, &args);
                 } else {
                     self.dev.launch(&name, grid, 128, &args);
                 }

@@ -203,6 +203,66 @@ template <int KT> __device__ __forceinline__ void kv_get4(const u8* row, int d, 
     for (int i = 0; i < 4; i++) v[i] = sc * (float)(i8)b[2 + d % 32 + i];
 }
 
+// The steps every split-K block takes per chunk of nt keys (nt ≤ 64, CAP score columns), for the
+// G query heads of its KV head. Online softmax (a warp a head): the chunk's scores in sc become
+// exp(s - new max); ms / ls are the running max and sum, cs the factor for the sums so far.
+template <int CAP>
+__device__ __forceinline__ void chunk_softmax(float (*sc)[CAP], int nt, int G, float* ms, float* ls, float* cs) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int g = w; g < G; g += 4) {
+        float s0 = lane < nt ? sc[g][lane] : -INFINITY, s1 = lane + 32 < nt ? sc[g][lane + 32] : -INFINITY;
+        float mo = ms[g], mn = fmaxf(mo, warp_max(fmaxf(s0, s1)));
+        float p0 = lane < nt ? expf(s0 - mn) : 0.f, p1 = lane + 32 < nt ? expf(s1 - mn) : 0.f;
+        if (lane < CAP) sc[g][lane] = p0;
+        if (lane + 32 < CAP) sc[g][lane + 32] = p1;
+        float sum = warp_sum(p0 + p1);
+        if (lane == 0) {
+            float c = expf(mo - mn);
+            cs[g] = c;
+            ls[g] = ls[g] * c + sum;
+            ms[g] = mn;
+        }
+    }
+}
+// The outputs (a thread per value of the head, NV values a thread) rescaled by cs, plus the
+// chunk's weights times V (value d of key k: vat(k, d)).
+template <int NV, int CAP, class VAt>
+__device__ __forceinline__ void chunk_v(float acc[SPLIT_G][NV], const float (*sc)[CAP], const float* cs, int nt, int G, int hd,
+                                        VAt vat) {
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        int d = threadIdx.x + 128 * i;
+        if (d < hd) {
+#pragma unroll
+            for (int g = 0; g < SPLIT_G; g++)
+                if (g < G) acc[g][i] *= cs[g];
+            for (int k = 0; k < nt; k++) {
+                float v = vat(k, d);
+#pragma unroll
+                for (int g = 0; g < SPLIT_G; g++)
+                    if (g < G) acc[g][i] += sc[g][k] * v;
+            }
+        }
+    }
+}
+// Split j's output, max and sum for attn_combine, per query head h0 + g of row index idx.
+template <int NV>
+__device__ __forceinline__ void split_store(const float acc[SPLIT_G][NV], const float* ms, const float* ls, float* po, float* pml,
+                                            int idx, int n_head, int h0, int j, int G, int hd) {
+#pragma unroll
+    for (int g = 0; g < SPLIT_G; g++) {
+        if (g < G) {
+            u64 P = ((u64)idx * n_head + h0 + g) * SPLIT_MAX + j;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                int d = threadIdx.x + 128 * i;
+                if (d < hd) po[P * hd + d] = acc[g][i];
+            }
+            if (threadIdx.x == 0) { pml[2 * P] = ms[g]; pml[2 * P + 1] = ls[g]; }
+        }
+    }
+}
+
 template <int KT>
 __device__ void attn_split_t(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head, int n_kv,
                              float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
@@ -258,50 +318,13 @@ __device__ void attn_split_t(Step s, const float* q, float* po, float* pml, cons
             }
         }
         __syncthreads();
-        for (int g = w; g < G; g += 4) {
-            float s0 = lane < nt ? sc[g][lane] : -INFINITY, s1 = lane + 32 < nt ? sc[g][lane + 32] : -INFINITY;
-            float mo = ms[g], mn = fmaxf(mo, warp_max(fmaxf(s0, s1)));
-            float p0 = lane < nt ? expf(s0 - mn) : 0.f, p1 = lane + 32 < nt ? expf(s1 - mn) : 0.f;
-            sc[g][lane] = p0;
-            sc[g][lane + 32] = p1;
-            float sum = warp_sum(p0 + p1);
-            if (lane == 0) {
-                float c = expf(mo - mn);
-                cs[g] = c;
-                ls[g] = ls[g] * c + sum;
-                ms[g] = mn;
-            }
-        }
+        chunk_softmax<PAGE>(sc, nt, G, ms, ls, cs);
         __syncthreads();
-#pragma unroll
-        for (int i = 0; i < NV; i++) {
-            int d = tid + 128 * i;
-            if (d < hd) {
-#pragma unroll
-                for (int g = 0; g < SPLIT_G; g++)
-                    if (g < G) acc[g][i] *= cs[g];
-                for (int k = 0; k < nt; k++) {
-                    float v = kv_get<KT>(kv_row(s, seq, t0 + k, v_off, v_rb), kh * hd + d);
-#pragma unroll
-                    for (int g = 0; g < SPLIT_G; g++)
-                        if (g < G) acc[g][i] += sc[g][k] * v;
-                }
-            }
-        }
+        chunk_v<NV, PAGE>(acc, sc, cs, nt, G, hd,
+                          [&](int k, int d) { return kv_get<KT>(kv_row(s, seq, t0 + k, v_off, v_rb), kh * hd + d); });
         __syncthreads();
     }
-#pragma unroll
-    for (int g = 0; g < SPLIT_G; g++) {
-        if (g < G) {
-            u64 P = ((u64)idx * n_head + h0 + g) * SPLIT_MAX + j;
-#pragma unroll
-            for (int i = 0; i < NV; i++) {
-                int d = tid + 128 * i;
-                if (d < hd) po[P * hd + d] = acc[g][i];
-            }
-            if (tid == 0) { pml[2 * P] = ms[g]; pml[2 * P + 1] = ls[g]; }
-        }
-    }
+    split_store<NV>(acc, ms, ls, po, pml, idx, n_head, h0, j, G, hd);
 }
 
 extern "C" __global__ void attn_split_f16(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head,
@@ -341,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const flo
     int nk = hi - lo + 1, len = split_len(nk);
     if (j * len >= nk) return;
     int a = lo + j * len, b = min(hi, a + len - 1), fresh = s.seq_pos0[seq];
-    int G = n_head / n_kv, h0 = kh * G, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int G = n_head / n_kv, h0 = kh * G, tid = threadIdx.x;
     int pk = hd / 8;
     u64 hoff = (u64)kh * hd * 2;
     // Keys t0 .. of a chunk into stage st: those of earlier steps (part 1), of this step (2), all (0).
@@ -406,49 +429,13 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const flo
             }
         }
         __syncthreads();
-        for (int g = w; g < G; g += 4) {
-            float x = lane < nt ? sc[g][lane] : -INFINITY;
-            float mo = ms[g], mn = fmaxf(mo, warp_max(x));
-            float p = lane < nt ? expf(x - mn) : 0.f;
-            float sum = warp_sum(p);
-            if (lane < DEC_C) sc[g][lane] = p;
-            if (lane == 0) {
-                float c = expf(mo - mn);
-                cs[g] = c;
-                ls[g] = ls[g] * c + sum;
-                ms[g] = mn;
-            }
-        }
+        chunk_softmax<DEC_C>(sc, nt, G, ms, ls, cs);
         __syncthreads();
-#pragma unroll
-        for (int i = 0; i < NV; i++) {
-            int d = tid + 128 * i;
-            if (d < hd) {
-#pragma unroll
-                for (int g = 0; g < SPLIT_G; g++)
-                    if (g < G) acc[g][i] *= cs[g];
-                for (int k = 0; k < nt; k++) {
-                    float v = h2f(vs[st][k * hd + d]);
-#pragma unroll
-                    for (int g = 0; g < SPLIT_G; g++)
-                        if (g < G) acc[g][i] += sc[g][k] * v;
-                }
-            }
-        }
+        const u16* vst = vs[st];
+        chunk_v<NV, DEC_C>(acc, sc, cs, nt, G, hd, [&](int k, int d) { return h2f(vst[k * hd + d]); });
         __syncthreads();
     }
-#pragma unroll
-    for (int g = 0; g < SPLIT_G; g++) {
-        if (g < G) {
-            u64 P = ((u64)idx * n_head + h0 + g) * SPLIT_MAX + j;
-#pragma unroll
-            for (int i = 0; i < NV; i++) {
-                int d = tid + 128 * i;
-                if (d < hd) po[P * hd + d] = acc[g][i];
-            }
-            if (tid == 0) { pml[2 * P] = ms[g]; pml[2 * P + 1] = ls[g]; }
-        }
-    }
+    split_store<NV>(acc, ms, ls, po, pml, idx, n_head, h0, j, G, hd);
 }
 
 // Value d of head h of row r (its splits at sidx[r] ≥ 0), the splits merged in split order.
