@@ -213,6 +213,57 @@ print("export " + (none if best == "X=1" else best))
 PY
 }
 case $phase in
+a1)
+  # 2026-12-04, seventh session, first call (a fresh machine, carrying .dev: bins.tar.xz of the
+  # build with the matrix-vector kernels launched early, tokens fed on the device, the L2
+  # prefetch of the output projection and the MoE's routing inside its gate / up products;
+  # llama-src.tgz; fixtures): fresh_start, then decode_greedy on CUDA against step-by-step decoding.
+  fresh_start
+  HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy.txt | grep -E "test result|panicked|NOT RUN"
+  ;;
+a2)
+  # The Qwen 3.5 fixtures on CUDA (.dev4: llama and the four Qwen 3.5 sets); A/Bs with the per-step
+  # times on the 8B Q4_K_M and Q8_0: the defaults (X=1) against tokens through the host
+  # (HF2Q_CUDA_FEED=0) and no L2 prefetch (HF2Q_CUDA_PREFETCH=0); the greedy bytes of each.
+  fixtures $PWD/.dev4/fixtures engine-tiny-qwen35
+  wait_for q4_k_m-END
+  for e in X=1 HF2Q_CUDA_FEED=0 HF2Q_CUDA_PREFETCH=0 X=1; do TG_OUT=$OUT/ab.txt tg q4_k_m $W/l8b.q4_k_m.gguf $e; done
+  greedy_ab $W/l8b.q4_k_m.gguf X=1 HF2Q_CUDA_FEED=0 HF2Q_CUDA_PREFETCH=0
+  wait_for q8_0-END
+  for e in X=1 HF2Q_CUDA_FEED=0 HF2Q_CUDA_PREFETCH=0; do TG_OUT=$OUT/ab.txt tg q8_0 $W/l8b.q8_0.gguf $e; done
+  ;;
+a3)
+  # The 8B BF16: the defaults against the matrix-vector kernels launched in order
+  # (HF2Q_CUDA_MMV_EARLY=0), tokens through the host, no prefetch, and the rows' next 4 chunks asked
+  # of the L2 before the wait (MMV_PF=4); the best by median to /tmp/best-bf16.env; per-kernel times.
+  wait_for bf16-END
+  env HF2Q_CUDA_DEFINE=MMV_PF=4 timeout 120 $H bench -m $W/l8b.bf16.gguf --device cuda -p 0 -n 4 -r 1 > /dev/null 2>&1
+  for e in X=1 HF2Q_CUDA_MMV_EARLY=0 HF2Q_CUDA_FEED=0 HF2Q_CUDA_PREFETCH=0 HF2Q_CUDA_DEFINE=MMV_PF=4 X=1; do
+    TG_OUT=$OUT/ab.txt tg bf16 $W/l8b.bf16.gguf $e
+  done
+  best_of bf16 $OUT/ab.txt HF2Q_CUDA_UNUSED=1 X=1 HF2Q_CUDA_PREFETCH=0 HF2Q_CUDA_DEFINE=MMV_PF=4 > /tmp/best-bf16.env
+  cat /tmp/best-bf16.env | tee -a $OUT/ab.txt
+  prof bf16 4 bench -m $W/l8b.bf16.gguf --device cuda -p 0 -n 8 -r 1 > /dev/null
+  ;;
+a4)
+  # The MoE: the defaults against its routing launched on its own (HF2Q_CUDA_MOE_ROUTE_IN=0),
+  # tokens through the host, no prefetch, the router's F32 product launched in order; the greedy
+  # bytes; per-kernel times.
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  for e in X=1 HF2Q_CUDA_MOE_ROUTE_IN=0 HF2Q_CUDA_FEED=0 HF2Q_CUDA_PREFETCH=0 HF2Q_CUDA_MMV_EARLY=0 X=1; do
+    TG_OUT=$OUT/ab.txt tg moe $W/moe.q4_k_m.gguf $e
+  done
+  greedy_ab $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_MOE_ROUTE_IN=0 HF2Q_CUDA_FEED=0
+  prof moe 4 bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1 > /dev/null
+  ;;
+a5)
+  # Both tools on the four files (the BF16 with a3's pick).
+  wait_builds
+  for q in q4_k_m q8_0; do bench_pair $q $W/l8b.$q.gguf; done
+  ( . /tmp/best-bf16.env; bench_pair bf16 $W/l8b.bf16.gguf )
+  bench_pair moe $W/moe.q4_k_m.gguf
+  ;;
 t1|t2|t3)
   # 2026-12-04, sixth session, last chain (a fresh machine): SmolLM2-135M-Instruct Q4_1 in thirds
   # (`split -n 3 -d`), one a call (.dev1/stashA with bins.tar.xz, .dev2/stashB, .dev3/stashC); t3 then

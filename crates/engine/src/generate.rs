@@ -2,7 +2,7 @@
 //! token-by-token decoding through the KV cache, sampling, EOS and stop strings, streaming
 //! UTF-8-safe text pieces to a callback.
 
-use crate::backend::{Backend, KvType};
+use crate::backend::{Backend, KvType, FED};
 use crate::chat::ChatTemplate;
 use crate::model::{HiddenRows, Logits, Model, Scratch, SeqStep};
 use crate::sampler::{Sampler, SamplingParams};
@@ -490,6 +490,8 @@ pub fn generate<B: Backend>(
     }
     // The steps whose tokens are final, in order; the last one's token is fed next.
     let mut pending = vec![d.step(&m.tokenizer, &mut logits)];
+    // Greedy decoding's next step, already begun with the token it was fed on the device.
+    let mut ahead: Option<(u32, crate::backend::Deferred)> = None;
     loop {
         let mut next = None;
         for st in pending.drain(..) {
@@ -587,16 +589,52 @@ pub fn generate<B: Backend>(
             pending = checked.steps;
             continue;
         }
-        let mut seq = [SeqStep {
-            kv: &mut session.kv,
-            tokens: &[tok],
-            pos0,
-            logits: Logits::Last,
-        }];
         let st = if by_argmax {
-            let best = m.model.forward_argmax(&mut session.scratch, &mut seq)?;
-            d.step_token(&m.tokenizer, best.first().copied().unwrap_or(0))
+            let b = m.model.backend();
+            // This step, begun last time with its token fed on the device when that token was
+            // `tok` (or now), and the step after it begun before this one's token is read: on a
+            // GPU the device does not wait for the host between steps (`model::decode_greedy`).
+            let this = match ahead.take() {
+                Some((t, dfr)) if t == tok => dfr,
+                other => {
+                    if let Some((_, dfr)) = other {
+                        b.deferred_ids(dfr);
+                    }
+                    m.model.forward_argmax_defer(
+                        &mut session.scratch,
+                        &mut [SeqStep {
+                            kv: &mut session.kv,
+                            tokens: &[tok],
+                            pos0,
+                            logits: Logits::Last,
+                        }],
+                    )?
+                }
+            };
+            let feed = m.model.feeds_tokens() && drafter.is_none() && pos0 + 2 < n_ctx;
+            let next = if feed {
+                Some(m.model.forward_argmax_defer(
+                    &mut session.scratch,
+                    &mut [SeqStep {
+                        kv: &mut session.kv,
+                        tokens: &[FED],
+                        pos0: pos0 + 1,
+                        logits: Logits::Last,
+                    }],
+                )?)
+            } else {
+                None
+            };
+            let best = b.deferred_ids(this).first().copied().unwrap_or(0);
+            ahead = next.map(|dfr| (best, dfr));
+            d.step_token(&m.tokenizer, best)
         } else {
+            let mut seq = [SeqStep {
+                kv: &mut session.kv,
+                tokens: &[tok],
+                pos0,
+                logits: Logits::Last,
+            }];
             let l = m.model.forward(&mut session.scratch, &mut seq)?;
             logits = l.into_iter().next().unwrap_or_default();
             if margins {

@@ -726,6 +726,85 @@ fn speculation_keeps_the_greedy_tokens() {
     }
 }
 
+/// `decode_greedy` (each step's token fed to the next on the device where the backend can, the
+/// host reading a step behind) gives the tokens of one-step-at-a-time greedy decoding on the same
+/// backend, and stopping it part way leaves a cache the decoding goes on from.
+fn decode_greedy_follows<B: Backend>(b: Arc<B>, model: &str) {
+    let (root, _) = tiny_dir();
+    let r = reference(&root.join(model));
+    let tmp = tempfile::tempdir().unwrap();
+    let m = load_on(b.clone(), model, "f32", tmp.path());
+    let n = 8;
+    let want = greedy(m.as_ref(), &r.ids, n);
+    let p0 = r.ids.len() - 1;
+    let mut scratch = m.scratch(64);
+    let mut kv = m.new_kv(r.ids.len() + n + 1, KvType::F16).unwrap();
+    let prefill = |kv: &mut <B as Backend>::Kv, scratch: &mut engine::model::Scratch| {
+        m.forward(
+            scratch,
+            &mut [SeqStep {
+                kv,
+                tokens: &r.ids[..p0],
+                pos0: 0,
+                logits: Logits::None,
+            }],
+        )
+        .unwrap();
+    };
+    prefill(&mut kv, &mut scratch);
+    let mut got = Vec::new();
+    let k = engine::model::decode_greedy(m.as_ref(), &mut scratch, &mut kv, r.ids[p0], p0, n, |t| {
+        got.push(t);
+        true
+    })
+    .unwrap();
+    assert_eq!((k, &got), (n, &want), "{model} on {}: decode_greedy", b.name());
+    // Stopped after 3 (a fourth step already begun is dropped), then on from there.
+    let mut kv = m.new_kv(r.ids.len() + n + 1, KvType::F16).unwrap();
+    prefill(&mut kv, &mut scratch);
+    let mut got = Vec::new();
+    let k = engine::model::decode_greedy(m.as_ref(), &mut scratch, &mut kv, r.ids[p0], p0, n, |t| {
+        got.push(t);
+        got.len() < 3
+    })
+    .unwrap();
+    assert_eq!(k, 3);
+    engine::model::decode_greedy(m.as_ref(), &mut scratch, &mut kv, got[2], p0 + 3, n - 3, |t| {
+        got.push(t);
+        true
+    })
+    .unwrap();
+    assert_eq!(got, want, "{model} on {}: decode_greedy stopped and resumed", b.name());
+}
+
+#[test]
+fn decode_greedy_on_cpu() {
+    if !have_fixture("llama", "decode_greedy") {
+        return;
+    }
+    decode_greedy_follows(Arc::new(Cpu::new(2).unwrap()), "llama");
+}
+
+/// The same on CUDA, where the tokens are fed on the device (GPU 0).
+#[test]
+fn decode_greedy_on_cuda() {
+    use std::io::Write;
+    if !engine::backend::select::cuda_present() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: decode_greedy on CUDA (no NVIDIA GPU or driver on this machine)"
+        );
+        return;
+    }
+    let b = Arc::new(engine::backend::cuda::Cuda::new(0).expect("the CUDA backend on a machine with a GPU"));
+    assert!(b.feeds_tokens(), "the CUDA backend feeds tokens on the device");
+    for model in ["llama", "qwen3_moe"] {
+        if have_fixture(model, "decode_greedy on CUDA") {
+            decode_greedy_follows(b.clone(), model);
+        }
+    }
+}
+
 /// The same fixtures, F32 and F16, on the CUDA backend with the same tolerances (GPU 0). Without a
 /// GPU this does not run, and says so.
 #[test]

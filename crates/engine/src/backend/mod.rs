@@ -81,6 +81,32 @@ impl KvType {
     }
 }
 
+/// A token id a step takes from the device instead of the host: `FED | k` is row `k` of the last
+/// [`Backend::argmax_rows_defer`] (greedy decoding's next token, fed to the step after without a
+/// trip through the host; only where [`Backend::feeds_tokens`]).
+pub const FED: u32 = 0x8000_0000;
+
+/// Greedy tokens computed on the device and not yet read ([`Backend::argmax_rows_defer`]): the
+/// host reads them with [`Backend::deferred_ids`], after it has enqueued the step that takes them.
+#[derive(Debug)]
+pub struct Deferred {
+    /// The ids, where the backend had them at once.
+    pub ids: Option<Vec<u32>>,
+    /// The backend's own handle otherwise (which host buffer and event).
+    pub slot: usize,
+    pub rows: usize,
+}
+
+impl Deferred {
+    pub fn ready(ids: Vec<u32>) -> Deferred {
+        Deferred {
+            rows: ids.len(),
+            ids: Some(ids),
+            slot: 0,
+        }
+    }
+}
+
 /// One sequence's rows of a forward step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepSeq {
@@ -329,6 +355,9 @@ pub trait Backend: Send + Sync + 'static {
     fn head_rms_norm(&self, x: &mut Self::Buf, w: Option<&Self::Weight>, head_dim: usize, eps: f32);
     /// GELU in place, the tanh approximation (ggml_gelu).
     fn gelu_tanh(&self, x: &mut Self::Buf);
+    /// A hint that `w` is multiplied soon, after work that reads little memory (a decode step's
+    /// attention): a GPU may start bringing it into its cache now. No effect on any value.
+    fn prefetch(&self, _w: &Self::Weight) {}
     /// `out = x · Wᵀ`: x is (rows, n_in), W holds n_out rows of n_in values, out is (rows, n_out).
     fn matmul(&self, w: &Self::Weight, x: &Self::Buf, out: &mut Self::Buf);
     /// Several products of the same activations (`outs[i] = x · ws[i]ᵀ`); backends may share the
@@ -501,6 +530,21 @@ pub trait Backend: Send + Sync + 'static {
     fn argmax_rows(&self, x: &Self::Buf) -> Vec<u32> {
         let cols = self.shape(x).1.max(1);
         self.read(x).chunks(cols).map(crate::sampler::argmax).collect()
+    }
+    /// Whether a step's token ids may be [`FED`]: taken on the device from the last
+    /// `argmax_rows_defer`, so the host enqueues the next step of greedy decoding before it has
+    /// read this one's token (a GPU never idles waiting for the host between steps).
+    fn feeds_tokens(&self) -> bool {
+        false
+    }
+    /// `argmax_rows` begun without waiting for it: the next step may take its ids as [`FED`]
+    /// tokens; `deferred_ids` gives them to the host.
+    fn argmax_rows_defer(&self, x: &Self::Buf) -> Deferred {
+        Deferred::ready(self.argmax_rows(x))
+    }
+    /// The ids of an `argmax_rows_defer`, once computed (in the order they were begun).
+    fn deferred_ids(&self, d: Deferred) -> Vec<u32> {
+        d.ids.unwrap_or_default()
     }
     /// Fill a buffer from the host: `rows × cols` values, row-major.
     fn write(&self, x: &mut Self::Buf, rows: usize, cols: usize, data: &[f32]);

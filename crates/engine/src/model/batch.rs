@@ -2,7 +2,7 @@
 //! sequences one forward step runs ([`SeqStep`]), what a model tells its callers ([`ModelInfo`])
 //! and how its per-sequence state is laid out ([`KvLayer`]).
 
-use crate::backend::{Backend, KvType, StepPlan, StepSeq};
+use crate::backend::{Backend, Deferred, KvType, StepPlan, StepSeq, FED};
 use crate::{EngineError, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -158,6 +158,16 @@ pub trait Model<B: Backend>: Send + Sync {
     fn forward_argmax(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<u32>>;
     /// Row `i` of the logits of the scratch's last step.
     fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>>;
+    /// `forward_argmax` whose ids the host reads later (`Backend::deferred_ids`), after it has
+    /// enqueued the step that takes them as [`FED`] tokens ([`decode_greedy`]).
+    fn forward_argmax_defer(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Deferred> {
+        Ok(Deferred::ready(self.forward_argmax(s, seqs)?))
+    }
+    /// Whether a step's tokens may be [`FED`] (the family reads token ids through
+    /// `Backend::embed` only, and the backend feeds them).
+    fn feeds_tokens(&self) -> bool {
+        false
+    }
 
     /// Multi-token-prediction (MTP) layers the model runs ([`Model::forward_mtp_argmax`]); 0 for
     /// a model without them.
@@ -201,8 +211,20 @@ pub(crate) fn step<B: Backend, T: StepBufs<B>, R: Send>(
     run: impl FnOnce(&mut T, &mut [SeqStep<'_, B>]) -> Result<()> + Send,
     out: impl FnOnce(&B, &super::blocks::HeadBufs<B>) -> Vec<R> + Send,
 ) -> Result<Vec<R>> {
+    step_as(b, s, seqs, run, out, Vec::new)
+}
+
+/// `step` with any kind of output (`empty` for a step of no tokens).
+pub(crate) fn step_as<B: Backend, T: StepBufs<B>, O: Send>(
+    b: &B,
+    s: &mut Scratch,
+    seqs: &mut [SeqStep<'_, B>],
+    run: impl FnOnce(&mut T, &mut [SeqStep<'_, B>]) -> Result<()> + Send,
+    out: impl FnOnce(&B, &super::blocks::HeadBufs<B>) -> O + Send,
+    empty: impl FnOnce() -> O,
+) -> Result<O> {
     if check_step(b, s, seqs)? == 0 {
-        return Ok(Vec::new());
+        return Ok(empty());
     }
     let bufs = s.get::<T>()?;
     b.run(|| {
@@ -297,4 +319,60 @@ pub(crate) fn logit_runs<B: Backend>(seqs: &[SeqStep<'_, B>]) -> Vec<usize> {
         }
     }
     runs
+}
+
+/// Greedy decoding of one sequence: `tok` at `pos0`, then each step's argmax fed to the next,
+/// `n` tokens in all handed to `on` in order until it returns false; returns how many it was
+/// handed. Where the model and backend feed tokens on the device ([`Model::feeds_tokens`]), step
+/// i + 1 is enqueued before the host reads step i's token, so the device does not wait for the
+/// host between steps; a step begun after the one `on` stopped at is discarded (it wrote the
+/// cache one position past what the caller keeps). The same tokens either way.
+pub fn decode_greedy<B: Backend>(
+    m: &dyn Model<B>,
+    s: &mut Scratch,
+    kv: &mut B::Kv,
+    tok: u32,
+    pos0: usize,
+    n: usize,
+    mut on: impl FnMut(u32) -> bool,
+) -> Result<usize> {
+    let b = m.backend().clone();
+    let step = |s: &mut Scratch, kv: &mut B::Kv, t: u32, pos: usize| {
+        m.forward_argmax_defer(
+            s,
+            &mut [SeqStep {
+                kv,
+                tokens: &[t],
+                pos0: pos,
+                logits: Logits::Last,
+            }],
+        )
+    };
+    if n == 0 {
+        return Ok(0);
+    }
+    let feed = m.feeds_tokens();
+    let cap = b.kv_capacity(kv);
+    let mut pending = step(s, kv, tok, pos0)?;
+    for i in 0..n {
+        let pos = pos0 + i + 1;
+        // The next step on the device's token, begun before this one's is read.
+        let next = if feed && i + 1 < n && pos < cap {
+            Some(step(s, kv, FED, pos)?)
+        } else {
+            None
+        };
+        let t = b.deferred_ids(pending).first().copied().unwrap_or(0);
+        if !on(t) || i + 1 == n {
+            if let Some(d) = next {
+                b.deferred_ids(d);
+            }
+            return Ok(i + 1);
+        }
+        pending = match next {
+            Some(d) => d,
+            None => step(s, kv, t, pos)?,
+        };
+    }
+    Ok(n)
 }

@@ -130,6 +130,14 @@ impl<B: Backend> HeadBufs<B> {
         b.argmax_rows(&self.logits)
     }
 
+    /// `argmax` begun where the logits are, read later (`Backend::argmax_rows_defer`).
+    pub fn argmax_defer(&self, b: &B) -> crate::backend::Deferred {
+        if b.shape(&self.logits).0 == 0 {
+            return crate::backend::Deferred::ready(Vec::new());
+        }
+        b.argmax_rows_defer(&self.logits)
+    }
+
     /// Row `i`.
     pub fn row(&self, b: &B, i: usize) -> crate::Result<Vec<f32>> {
         let rows = b.shape(&self.logits).0;

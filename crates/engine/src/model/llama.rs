@@ -185,6 +185,17 @@ impl<B: Backend> Model<B> for Llama<B> {
     fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>> {
         batch::logits_row::<B, Bufs<B>>(&*self.backend, s, i)
     }
+
+    fn forward_argmax_defer(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<crate::backend::Deferred> {
+        let run = |t: &mut Bufs<B>, q: &mut [SeqStep<'_, B>]| self.forward_inner(t, q);
+        let empty = || crate::backend::Deferred::ready(Vec::new());
+        batch::step_as(&*self.backend, s, seqs, run, |b, h| h.argmax_defer(b), empty)
+    }
+
+    fn feeds_tokens(&self) -> bool {
+        // Token ids reach this family's graph through `embed` only.
+        self.backend.feeds_tokens()
+    }
 }
 
 impl<B: Backend> Llama<B> {
@@ -230,6 +241,8 @@ impl<B: Backend> Llama<B> {
                     None
                 }
             };
+            // The output projection's weights on their way while the attention runs.
+            b.prefetch(&ly.wo);
             // Normed, roped (and the keys stored) with the attention; the dumps after it see the
             // roped q, k.
             blocks::rope_attend(

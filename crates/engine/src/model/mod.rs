@@ -9,7 +9,7 @@ pub mod llama;
 pub mod qwen35;
 pub mod qwen3moe;
 
-pub use batch::{HiddenRows, KvLayer, Logits, Model, ModelInfo, RecurrentLayer, Scratch, SeqStep, PAGE};
+pub use batch::{decode_greedy, HiddenRows, KvLayer, Logits, Model, ModelInfo, RecurrentLayer, Scratch, SeqStep, PAGE};
 pub use bert::{l2_normalize, Pooling};
 
 use crate::backend::{Backend, KvType, Rope, WeightSource};

@@ -258,20 +258,9 @@ fn single<B: Backend>(
         }
         for rep in 0..=args.reps {
             let t = Instant::now();
-            let mut tok = bos;
-            for pos in 0..n {
-                // Greedy, the token found where the logits are (as the server decodes).
-                let l = model.forward_argmax(
-                    &mut scratch,
-                    &mut [SeqStep {
-                        kv: &mut kv,
-                        tokens: &[tok],
-                        pos0: pos,
-                        logits: Logits::Last,
-                    }],
-                )?;
-                tok = l[0];
-            }
+            // Greedy, the token found where the logits are; on a GPU each step's token fed to
+            // the next on the device (`engine::model::decode_greedy`).
+            engine::model::decode_greedy(model.as_ref(), &mut scratch, &mut kv, bos, 0, n, |_| true)?;
             if rep > 0 {
                 samples.push(n as f64 / t.elapsed().as_secs_f64());
             }

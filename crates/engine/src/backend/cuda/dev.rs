@@ -124,6 +124,8 @@ pub struct Dev {
     step_times: Option<super::prof::StepTimes>,
     /// The host side of reads (`read_with`).
     pinned: Mutex<Pinned>,
+    /// Deferred argmaxes and page-locked step uploads (`feed.rs`).
+    pub(super) feed: Mutex<super::feed::Feed>,
 }
 
 /// A step's layout as the kernels read it (`struct Step` in `kernels/attention.cu`).
@@ -267,6 +269,7 @@ impl Dev {
                 ptr: std::ptr::null_mut(),
                 len: 0,
             }),
+            feed: Mutex::new(super::feed::Feed::new()),
         })
     }
 
@@ -310,10 +313,14 @@ impl Dev {
         drop(rec);
         if bytes > 0 {
             let t = self.step_times.as_ref().map(|_| std::time::Instant::now());
-            // SAFETY: a fresh region of the arena, nothing recorded reads it yet; pageable host
-            // memory is staged before the call returns; in stream order after earlier flushes.
-            let rc =
-                unsafe { sys::cuMemcpyHtoDAsync_v2(at, data.as_ptr() as *const _, bytes, self.stream.cu_stream()) };
+            // From page-locked staging where it fits (`feed.rs`: never waits on the stream).
+            // SAFETY: a slice of `bytes` bytes.
+            let raw = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, bytes) };
+            let src = self.feed().stage(raw).unwrap_or(raw.as_ptr());
+            // SAFETY: a fresh region of the arena, nothing recorded reads it yet; the staging half
+            // is not rewritten before this copy ran, pageable host memory is staged before the
+            // call returns; in stream order after earlier flushes.
+            let rc = unsafe { sys::cuMemcpyHtoDAsync_v2(at, src as *const _, bytes, self.stream.cu_stream()) };
             if rc != sys::CUresult::CUDA_SUCCESS {
                 self.fail("uploading step data", format!("{rc:?}"));
             }
@@ -540,8 +547,13 @@ impl Dev {
     /// A new step's uploads start at the arena's beginning (so they land where the previous step's
     /// did). Everything recorded before is issued first; the uploads are ordered after it on the
     /// stream, so in-flight launches still read the previous step's data.
+    pub(super) fn feed(&self) -> std::sync::MutexGuard<'_, super::feed::Feed> {
+        self.feed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(super) fn new_step(&self) {
         self.flush();
+        self.feed().new_step(&self.ctx, &self.stream);
         if let Some(p) = &self.prof {
             p.new_step();
         }
@@ -686,6 +698,8 @@ impl Dev {
 
 impl Drop for Dev {
     fn drop(&mut self) {
+        // Nothing pending copies into the page-locked buffers freed with the fields.
+        let _ = self.stream.synchronize();
         if let Some(p) = &self.prof {
             let _ = self.stream.synchronize();
             p.report();
@@ -727,6 +741,7 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "weighted_sum_rows",
                 "rope",
                 "to_half",
+                "l2_prefetch",
             ]
             .iter()
             .map(|s| s.to_string())
@@ -760,6 +775,10 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             for &t in MMQ_TYPES {
                 v.push(format!("mmq_moe_{}", ty_name(t)));
                 v.push(format!("mmq_moe_v_{}", ty_name(t)));
+                for r in [4, 8] {
+                    v.push(format!("mmq_moe_r{r}_{}", ty_name(t)));
+                    v.push(format!("mmq_moe_r{r}_v_{}", ty_name(t)));
+                }
                 v.push(format!("mmq_v_{}", ty_name(t)));
                 v.extend(MMQ_MOE_NT.iter().map(|k| format!("mmq_moe_g_{}_{k}", ty_name(t))));
                 v.push(format!("tile_{}", ty_name(t)));

@@ -9,6 +9,7 @@
 mod attn;
 mod compile;
 mod dev;
+mod feed;
 mod gemm;
 mod kv;
 mod mmq;
@@ -21,9 +22,9 @@ pub use kv::{CudaKv, GpuPage};
 use dev::{blocks, Dev, StepArgs, A};
 use mmq::{mmq_fits, mmq_max_rows, mmq_on, MMQ_MOE_NT, MMQ_NT, MMQ_TYPES};
 
-use super::{AttnLayer, Backend, DeltaNetLayer, KvType, QkNorm, Rope, StepPlan, WeightSource};
+use super::{AttnLayer, Backend, Deferred, DeltaNetLayer, KvType, QkNorm, Rope, StepPlan, WeightSource, FED};
 use crate::{EngineError, Result};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{sys, CudaSlice};
 use gguf::GgmlType;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -121,6 +122,14 @@ pub struct Cuda {
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
     /// `attn_split_f16`, its keys loaded one after another).
     attn_dec: bool,
+    /// A MoE step of few pairs routes inside its gate / up products (`mmq_moe_r*`) instead of
+    /// a `moe_route` launch of its own (`HF2Q_CUDA_MOE_ROUTE_IN=0`).
+    route_in: bool,
+    /// `Backend::prefetch` asks the L2 for up to this many bytes of a weight during a decode
+    /// step (3/4 of the L2; `HF2Q_CUDA_PREFETCH=0` off, `=N` N MiB).
+    prefetch_max: usize,
+    /// Rows of the step begun last (the prefetch is for decode steps).
+    step_rows: std::sync::atomic::AtomicUsize,
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -157,12 +166,52 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
-        })
+            route_in: std::env::var("HF2Q_CUDA_MOE_ROUTE_IN").map_or(true, |v| v != "0"),
+            prefetch_max: 0,
+            step_rows: std::sync::atomic::AtomicUsize::new(0),
+        }
+        .with_prefetch_default())
+    }
+
+    /// `prefetch_max` from the environment and the device's L2 (none before compute capability 9:
+    /// the bulk prefetch is Hopper's).
+    fn with_prefetch_default(mut self) -> Cuda {
+        let mut l2: i32 = 0;
+        // SAFETY: an attribute query of this context's device into an i32.
+        unsafe {
+            sys::cuDeviceGetAttribute(
+                &mut l2,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+                self.dev.ctx.cu_device(),
+            )
+        };
+        let l2 = l2.max(0) as usize * 3 / 4;
+        self.prefetch_max = match std::env::var("HF2Q_CUDA_PREFETCH")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            _ if self.dev.cc.0 < 9 => 0,
+            Some(mb) => mb << 20,
+            None => l2,
+        };
+        self
+    }
+
+    /// At most `bytes` of a weight prefetched into the L2 (0: none).
+    pub fn with_prefetch(mut self, bytes: usize) -> Cuda {
+        self.prefetch_max = bytes;
+        self
     }
 
     /// Decode attention over F16 caches through `attn_dec_f16` or `attn_split_f16`.
     pub fn with_attn_dec(mut self, on: bool) -> Cuda {
         self.attn_dec = on;
+        self
+    }
+
+    /// A MoE decode step's routing inside its gate / up products or launched on its own.
+    pub fn with_route_in(mut self, on: bool) -> Cuda {
+        self.route_in = on;
         self
     }
 
@@ -269,6 +318,9 @@ pub struct CudaStep {
     /// Flash attention's tiles (first row, rows) on the device and their count, for the rows
     /// split-K attention does not take (with / without it): made by the step's first attention.
     fa_tiles: Mutex<[Option<(u64, usize)>; 2]>,
+    /// Where `FED` ids take their tokens: the last deferred argmax's output on the device, its
+    /// rows and the row length it was taken over.
+    fed: Option<(u64, usize, usize)>,
 }
 
 impl Backend for Cuda {
@@ -503,6 +555,7 @@ impl Backend for Cuda {
         }
         let s = plan.seqs.len();
         self.dev.new_step();
+        self.step_rows.store(rows, Ordering::Relaxed);
         // One table: row_seq[rows], row_pos[rows], seq_pos0[s], seq_rows[s], poff[s].
         let mut t: Vec<i32> = Vec::with_capacity(2 * rows + 3 * s);
         for (i, q) in plan.seqs.iter().enumerate() {
@@ -519,6 +572,23 @@ impl Backend for Cuda {
         if kvs.is_empty() {
             t.extend(std::iter::repeat_n(0, s));
         }
+        let fed = match plan
+            .ids
+            .iter()
+            .filter(|&&id| id & FED != 0)
+            .map(|&id| (id & !FED) as usize)
+            .max()
+        {
+            None => None,
+            Some(k) => match self.dev.feed().last {
+                Some(last) if k < last.1 => Some(last),
+                _ => {
+                    return Err(EngineError::Input(format!(
+                        "a step takes token {k} of the last deferred argmax, which made fewer"
+                    )))
+                }
+            },
+        };
         let base = self.dev.upload(&t);
         let ids = self.dev.upload(&plan.ids);
         let ptab = self.dev.upload(&ptab_host);
@@ -540,17 +610,27 @@ impl Backend for Cuda {
             rope: Mutex::new(Vec::new()),
             split: Mutex::new(None),
             fa_tiles: Mutex::new([None, None]),
+            fed,
         })
     }
 
     fn embed(&self, table: &CudaWeight, step: &CudaStep, out: &mut CudaBuf) -> Result<()> {
         let rows = table.n_rows();
-        if let Some(&id) = step.plan.ids.iter().find(|&&id| id as usize >= rows) {
+        if let Some(&id) = step.plan.ids.iter().find(|&&id| id & FED == 0 && id as usize >= rows) {
             return Err(EngineError::Input(format!(
                 "token id {id} is outside the vocabulary of {rows} tokens"
             )));
         }
-        self.gather(table, step.ids, step.plan.ids.len(), out);
+        let fed = match step.fed {
+            Some((_, _, cols)) if cols > rows => {
+                return Err(EngineError::Input(format!(
+                    "tokens fed from logits of {cols} columns to an embedding of {rows} rows"
+                )))
+            }
+            Some((ptr, _, _)) => ptr,
+            None => 0,
+        };
+        self.gather(table, step.ids, fed, step.plan.ids.len(), out);
         out.runs = Arc::from(step.plan.row_runs());
         Ok(())
     }
@@ -563,7 +643,7 @@ impl Backend for Cuda {
             )));
         }
         let dev_ids = self.dev.upload(ids);
-        self.gather(table, dev_ids, ids.len(), out);
+        self.gather(table, dev_ids, 0, ids.len(), out);
         Ok(())
     }
 
@@ -646,6 +726,10 @@ impl Backend for Cuda {
 
     fn gelu_tanh(&self, x: &mut CudaBuf) {
         self.unary(x, 1, 0.0);
+    }
+
+    fn prefetch(&self, w: &CudaWeight) {
+        self.prefetch_l2(w)
     }
 
     fn matmul(&self, w: &CudaWeight, x: &CudaBuf, out: &mut CudaBuf) {
@@ -909,36 +993,28 @@ impl Backend for Cuda {
         if x.rows == 0 {
             return Vec::new();
         }
-        // Chunks of a row's values to blocks, then each row's chunks to one warp.
-        let chunks = x.cols.div_ceil(2048).clamp(1, 64);
-        let chunk = x.cols.div_ceil(chunks);
-        let parts = x.rows * chunks;
-        let need = parts * 2 + x.rows;
-        let base = self.grown(
-            &self.dev.argmax,
-            need,
-            need.next_power_of_two().max(1024),
-            "argmax scratch",
-        );
-        let (pv, pi, out) = (base, base + 4 * parts as u64, base + 8 * parts as u64);
-        self.dev.launch(
-            "argmax_part",
-            (x.rows as u32, chunks as u32),
-            256,
-            &[A::P(x.ptr), A::I(x.cols as i32), A::I(chunk as i32), A::P(pv), A::P(pi)],
-        );
-        self.dev.launch(
-            "argmax_rows",
-            (x.rows as u32, 1),
-            32,
-            &[A::P(pv), A::P(pi), A::I(chunks as i32), A::P(out)],
-        );
-        self.dev.read_with(out, 4 * x.rows, |bytes| {
-            bytes
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
-        })
+        let out = self.argmax_launch(x);
+        self.dev.read_with(out, 4 * x.rows, feed::ids_of)
+    }
+
+    fn feeds_tokens(&self) -> bool {
+        // `HF2Q_CUDA_FEED=0`: every step's token through the host (to compare).
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| std::env::var("HF2Q_CUDA_FEED").map_or(true, |v| v != "0"))
+    }
+
+    fn argmax_rows_defer(&self, x: &CudaBuf) -> Deferred {
+        self.defer_argmax(x)
+    }
+
+    fn deferred_ids(&self, d: Deferred) -> Vec<u32> {
+        match d.ids {
+            Some(ids) => ids,
+            None => {
+                self.dev.flush();
+                self.dev.feed().take(d.slot as u64, d.rows)
+            }
+        }
     }
 
     fn write(&self, x: &mut CudaBuf, rows: usize, cols: usize, data: &[f32]) {
@@ -1113,7 +1189,7 @@ impl Cuda {
                 .chain(input.iter().copied())
                 .chain([o, A::I(n as i32), m, A::I(rows as i32), wpr])
                 .collect();
-            self.dev.launch(&format!("{base}_{r}"), (nb, 1), 128, &args);
+            self.mv_launch(&format!("{base}_{r}"), nb, &args);
             return;
         }
         assert!((2..=3).contains(&group.len()), "one to three weights per launch");
@@ -1135,7 +1211,18 @@ impl Cuda {
             // No third weight: its blocks are never launched.
             args.extend([A::P(0), A::P(0), A::P(0), A::I(0), A::I(1)]);
         }
-        self.dev.launch(&format!("{base}3_{r}"), (total, 1), 128, &args);
+        self.mv_launch(&format!("{base}3_{r}"), total, &args);
+    }
+
+    /// A matrix-vector launch: early (its first weights asked for while the kernel ahead ends,
+    /// `kernels/matmul.cu`) unless `HF2Q_CUDA_MMV_EARLY=0`.
+    fn mv_launch(&self, name: &str, nb: u32, args: &[A]) {
+        static EARLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *EARLY.get_or_init(|| std::env::var("HF2Q_CUDA_MMV_EARLY").map_or(true, |v| v != "0")) {
+            self.dev.launch_early(name, (nb, 1), 128, args);
+        } else {
+            self.dev.launch(name, (nb, 1), 128, args);
+        }
     }
 
     /// `out = rms_norm(x) · w`, after `x += y` when `y` is given (one kernel), also quantized for
@@ -1220,7 +1307,8 @@ impl Cuda {
         self.dev.ptr(buf.as_ref().expect("allocated"))
     }
 
-    fn gather(&self, table: &CudaWeight, ids: u64, count: usize, out: &mut CudaBuf) {
+    /// Rows `ids` of `table`; an id with the `FED` bit is row k of the argmax output at `fed`.
+    fn gather(&self, table: &CudaWeight, ids: u64, fed: u64, count: usize, out: &mut CudaBuf) {
         let n = table.row_len();
         out.set_shape(count, n);
         if count == 0 {
@@ -1234,6 +1322,7 @@ impl Cuda {
                 A::P(self.dev.ptr(&table.data)),
                 A::P(table.row_bytes as u64),
                 A::P(ids),
+                A::P(fed),
                 A::P(out.ptr),
                 A::I(n as i32),
             ],

@@ -1247,6 +1247,8 @@ mod cuda {
         if let Some(b) = cuda("moe") {
             // Steps of 1, 2 and 5 rows (up to 20 (row, slot) pairs) route on the device. The
             // second run's weights are new, perhaps at the first's addresses.
+            // Decode steps route inside the gate / up products (the default) and on their own.
+            let b = b.with_route_in(true);
             for seed in [0, 1] {
                 assert_eq!(
                     super::moe(&b, seed),
@@ -1254,6 +1256,7 @@ mod cuda {
                     "the MoE steps of 1 to 130 rows did not all take the device path"
                 );
             }
+            assert_eq!(super::moe(&b.with_route_in(false), 2), 6);
         }
     }
     #[test]

@@ -52,33 +52,50 @@ __device__ __forceinline__ void row_out(float acc[R], float red[4][R], int wib, 
 
 // `wpr` warps per output row (1, 2 or 4: a matrix of few rows spread over more warps), each a
 // share of the row's 256-value chunks, summed through shared memory; four warps per block.
+// Launched early (programmatic dependent launch, common.cuh): a warp's first four chunks of
+// weights, which no kernel before writes, are asked for before waiting for the activations, so
+// the weights stream while the kernel ahead (a norm, the attention, the GLU) ends. MMV_PF=N also
+// asks the L2 for the next N chunks of the row (F32 / F16 / BF16 rows) before the wait.
 template <int TY, int R>
 __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float* out, int n, int m, int t, int wpr) {
     __shared__ float red[4][R];
+    pdl_trigger();
     int wib = threadIdx.x / 32, lane = threadIdx.x & 31;
     int warp = blk * 4 + wib;
     int o = warp / wpr, part = warp % wpr;
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.f;
+    const bool odd = Blk<TY>::QK == 1 && (n % 8) != 0;
+    const u8* row = W + (u64)(o < m ? o : 0) * row_bytes;
+    const int S = 256 * wpr;
+    int j = part * 256 + lane * 8;
+    // Four chunks per step, all decoded (their loads in flight) before the products: one chunk
+    // at a time leaves each warp waiting on one load.
+    float w[4][8];
+    bool four = o < m && !odd && j + 3 * S < n;
+    if (four) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) deq8<TY>(row, j + S * u, w[u]);
+    }
+#ifdef MMV_PF
+    if (Blk<TY>::QK == 1 && o < m && !odd && (lane & 7) == 0) {
+#pragma unroll
+        for (int u = 4; u < 4 + MMV_PF; u++)
+            if (j + S * u < n) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (u64)Blk<TY>::B * (j + S * u)));
+    }
+#endif
+    pdl_wait();
     if (o < m) {
-        const u8* row = W + (u64)o * row_bytes;
-        if (Blk<TY>::QK == 1 && (n % 8) != 0) {
-            for (int j = part * 32 + lane; j < n; j += 32 * wpr) {
-                float w = deq1<TY>(row, j);
+        if (odd) {
+            for (j = part * 32 + lane; j < n; j += 32 * wpr) {
+                float v = deq1<TY>(row, j);
 #pragma unroll
                 for (int r = 0; r < R; r++)
-                    if (r < t) acc[r] = __fmaf_rn(w, x[(u64)r * n + j], acc[r]);
+                    if (r < t) acc[r] = __fmaf_rn(v, x[(u64)r * n + j], acc[r]);
             }
         } else {
-            int S = 256 * wpr;
-            int j = part * 256 + lane * 8;
-            // Four chunks per step, all decoded (their loads in flight) before the products: one
-            // chunk at a time leaves each warp waiting on one load.
-            for (; j + 3 * S < n; j += 4 * S) {
-                float w[4][8];
-#pragma unroll
-                for (int u = 0; u < 4; u++) deq8<TY>(row, j + S * u, w[u]);
+            while (four) {
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
 #pragma unroll
@@ -86,13 +103,19 @@ __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float
                         if (r < t) acc[r] = __fadd_rn(acc[r], dot8(w[u], x + (u64)r * n + j + S * u));
                     }
                 }
+                j += 4 * S;
+                four = j + 3 * S < n;
+                if (four) {
+#pragma unroll
+                    for (int u = 0; u < 4; u++) deq8<TY>(row, j + S * u, w[u]);
+                }
             }
             for (; j < n; j += S) {
-                float w[8];
-                deq8<TY>(row, j, w);
+                float v[8];
+                deq8<TY>(row, j, v);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    if (r < t) acc[r] = __fadd_rn(acc[r], dot8(w, x + (u64)r * n + j));
+                    if (r < t) acc[r] = __fadd_rn(acc[r], dot8(v, x + (u64)r * n + j));
                 }
             }
         }

@@ -210,9 +210,12 @@ extern "C" __global__ void rope(float* x0, int cols0, float* x1, int cols1, cons
     rope_pair(v, neox ? p : 2 * p, neox ? p + half : 2 * p + 1, c);
 }
 
-// Rows of a weight table (any type with a decoder) for ids; out is (count, n).
-template <int TY> __device__ void get_rows_t(const u8* table, u64 row_bytes, const u32* ids, float* out, int n) {
-    const u8* row = table + (u64)ids[blockIdx.x] * row_bytes;
+// Rows of a weight table (any type with a decoder) for ids; out is (count, n). An id with the top
+// bit (FED, backend/mod.rs) is row k of `fed` (the last step's argmax, greedy decoding's token).
+template <int TY> __device__ void get_rows_t(const u8* table, u64 row_bytes, const u32* ids, const u32* fed, float* out, int n) {
+    u32 id = ids[blockIdx.x];
+    if (id & 0x80000000u) id = fed[id & 0x7FFFFFFFu];
+    const u8* row = table + (u64)id * row_bytes;
     float* o = out + (u64)blockIdx.x * n;
     if (Blk<TY>::QK == 1 && (n % 8) != 0) {
         for (int c = threadIdx.x; c < n; c += blockDim.x) o[c] = deq1<TY>(row, c);
@@ -226,8 +229,8 @@ template <int TY> __device__ void get_rows_t(const u8* table, u64 row_bytes, con
     }
 }
 #define GET_ROWS(TY) \
-    extern "C" __global__ void get_rows_##TY(const u8* t, u64 rb, const u32* ids, float* out, int n) { \
-        get_rows_t<TY>(t, rb, ids, out, n); \
+    extern "C" __global__ void get_rows_##TY(const u8* t, u64 rb, const u32* ids, const u32* fed, float* out, int n) { \
+        get_rows_t<TY>(t, rb, ids, fed, out, n); \
     }
 FOR_EACH_TYPE(GET_ROWS)
 
@@ -292,4 +295,19 @@ extern "C" __global__ void to_half(const float* x, u16* out, u64 len, int mode) 
         return;
     }
     out[i] = mode == 0 ? f2h(v) : f2bf(v);
+}
+
+// Ask the L2 for `bytes` at p (16-byte aligned, a multiple of 16), `chunk` bytes a thread
+// (Hopper's bulk prefetch; nothing on older GPUs), then wait for the kernel ahead, so the kernels
+// after this one still find that one's writes (launched early; common.cuh).
+extern "C" __global__ void l2_prefetch(const u8* p, u64 bytes, u64 chunk) {
+#if __CUDA_ARCH__ >= 900
+    u64 at = ((u64)blockIdx.x * blockDim.x + threadIdx.x) * chunk;
+    if (at < bytes) {
+        u64 n = bytes - at < chunk ? bytes - at : chunk;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + at), "r"((u32)n) : "memory");
+    }
+#endif
+    pdl_trigger();
+    pdl_wait();
 }
