@@ -151,6 +151,11 @@ tg() {
   local tag=$1 m=$2; shift 2
   env HF2Q_CUDA_STEP_TIMES=1 "$@" timeout 60 $H bench -m $m --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E "tg128|STEP_TIMES" | sed "s/^/$tag $* /" | tee -a ${TG_OUT:-$OUT/bench-summary.txt}
 }
+tgp() {
+  # tgp TAG FILE [ENV=V ...]: hf2q tg128 alone, five repetitions, nothing timed inside (ab.txt).
+  local tag=$1 m=$2; shift 2
+  env "$@" timeout 90 $H bench -m $m --device cuda -p 0 -n 128 -r 5 2>&1 | grep -E "tg128" | sed "s/^/$tag $* plain /" | tee -a $OUT/ab.txt
+}
 unpack() {
   # unpack [DIR]: the carried binaries (DIR/bins.tar.xz, DIR = .dev by default) to /tmp/bin.
   local d=${1:-$D}
@@ -213,6 +218,49 @@ print("export " + (none if best == "X=1" else best))
 PY
 }
 case $phase in
+b1)
+  # 2026-12-04, seventh session, second machine (carrying .dev: bins.tar.xz of the build with the
+  # prefetch and in-kernel routing taken back, the MoE combine folded into the next norm, the
+  # per-step GPU times read a step late; llama-src.tgz; fixtures): as a1.
+  fresh_start
+  HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy.txt | grep -E "test result|panicked|NOT RUN"
+  ;;
+b2)
+  # The Qwen 3.5 fixtures (.dev4); tg128 of the 8B Q4_K_M and Q8_0 with tokens fed on the device
+  # (X=1) and through the host (HF2Q_CUDA_FEED=0), alternating, without and then with the per-step
+  # times; the greedy bytes.
+  fixtures $PWD/.dev4/fixtures engine-tiny-qwen35
+  wait_for q4_k_m-END
+  for r in 1 2; do for e in X=1 HF2Q_CUDA_FEED=0; do tgp q4_k_m $W/l8b.q4_k_m.gguf $e; done; done
+  for e in X=1 HF2Q_CUDA_FEED=0; do TG_OUT=$OUT/ab.txt tg q4_k_m $W/l8b.q4_k_m.gguf $e; done
+  greedy_ab $W/l8b.q4_k_m.gguf X=1 HF2Q_CUDA_FEED=0
+  wait_for q8_0-END
+  for r in 1 2; do for e in X=1 HF2Q_CUDA_FEED=0; do tgp q8_0 $W/l8b.q8_0.gguf $e; done; done
+  TG_OUT=$OUT/ab.txt tg q8_0 $W/l8b.q8_0.gguf X=1
+  ;;
+b3)
+  # The 8B BF16: tokens fed or not, the matrix-vector kernels launched early or in order
+  # (HF2Q_CUDA_MMV_EARLY=0); per-kernel times.
+  wait_for bf16-END
+  for r in 1 2; do for e in X=1 HF2Q_CUDA_FEED=0 HF2Q_CUDA_MMV_EARLY=0; do tgp bf16 $W/l8b.bf16.gguf $e; done; done
+  for e in X=1 HF2Q_CUDA_MMV_EARLY=0; do TG_OUT=$OUT/ab.txt tg bf16 $W/l8b.bf16.gguf $e; done
+  ;;
+b4)
+  # The MoE: tokens fed or not, the combine folded into the next norm or not (HF2Q_CUDA_WSUM_NORM=0);
+  # the greedy bytes; per-kernel times.
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  for r in 1 2; do for e in X=1 HF2Q_CUDA_FEED=0 HF2Q_CUDA_WSUM_NORM=0; do tgp moe $W/moe.q4_k_m.gguf $e; done; done
+  for e in X=1 HF2Q_CUDA_WSUM_NORM=0; do TG_OUT=$OUT/ab.txt tg moe $W/moe.q4_k_m.gguf $e; done
+  greedy_ab $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_FEED=0 HF2Q_CUDA_WSUM_NORM=0
+  prof moe 4 bench -m $W/moe.q4_k_m.gguf --device cuda -p 0 -n 16 -r 1 > /dev/null
+  ;;
+b5)
+  # Both tools on the four files.
+  wait_builds
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  bench_pair moe $W/moe.q4_k_m.gguf
+  ;;
 a1)
   # 2026-12-04, seventh session, first call (a fresh machine, carrying .dev: bins.tar.xz of the
   # build with the matrix-vector kernels launched early, tokens fed on the device, the L2

@@ -355,9 +355,6 @@ pub trait Backend: Send + Sync + 'static {
     fn head_rms_norm(&self, x: &mut Self::Buf, w: Option<&Self::Weight>, head_dim: usize, eps: f32);
     /// GELU in place, the tanh approximation (ggml_gelu).
     fn gelu_tanh(&self, x: &mut Self::Buf);
-    /// A hint that `w` is multiplied soon, after work that reads little memory (a decode step's
-    /// attention): a GPU may start bringing it into its cache now. No effect on any value.
-    fn prefetch(&self, _w: &Self::Weight) {}
     /// `out = x · Wᵀ`: x is (rows, n_in), W holds n_out rows of n_in values, out is (rows, n_out).
     fn matmul(&self, w: &Self::Weight, x: &Self::Buf, out: &mut Self::Buf);
     /// Several products of the same activations (`outs[i] = x · ws[i]ᵀ`); backends may share the

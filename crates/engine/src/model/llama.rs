@@ -241,8 +241,6 @@ impl<B: Backend> Llama<B> {
                     None
                 }
             };
-            // The output projection's weights on their way while the attention runs.
-            b.prefetch(&ly.wo);
             // Normed, roped (and the keys stored) with the attention; the dumps after it see the
             // roped q, k.
             blocks::rope_attend(

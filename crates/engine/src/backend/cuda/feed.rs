@@ -3,14 +3,12 @@
 //! (`Backend::argmax_rows_defer`); the next step, enqueued before the host reads it, takes its
 //! token ids on the device (`FED` ids: the gather reads the argmax output). Step uploads are staged
 //! through page-locked memory too, so enqueuing a step never waits on the stream for the step
-//! still running (an upload from pageable memory may: CUDA's API synchronization notes). Also
-//! `Backend::prefetch`: a weight asked of the L2 ahead of its product.
+//! still running (an upload from pageable memory may: CUDA's API synchronization notes).
 
-use super::dev::{blocks, A};
-use super::{Cuda, CudaBuf, CudaWeight};
+use super::dev::A;
+use super::{Cuda, CudaBuf};
 use crate::backend::{Backend, Deferred};
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Deferred argmaxes outstanding at most (decoding keeps two: the one read, the one running).
@@ -238,25 +236,5 @@ impl Cuda {
             // No page-locked memory or events: read now.
             None => Deferred::ready(self.dev.read_with(out, 4 * x.rows, ids_of)),
         }
-    }
-
-    /// `Backend::prefetch`: up to `prefetch_max` bytes of `w` asked of the L2 (`l2_prefetch`, launched
-    /// early: it waits for the kernel ahead after asking) in a decode step.
-    pub(super) fn prefetch_l2(&self, w: &CudaWeight) {
-        if self.prefetch_max == 0 || self.step_rows.load(Ordering::Relaxed) > 8 {
-            return;
-        }
-        let data = w.tiled_copy.get().unwrap_or(&w.data);
-        let bytes = (data.len().min(self.prefetch_max) / 16) * 16;
-        const CHUNK: usize = 16 << 10;
-        if bytes == 0 {
-            return;
-        }
-        self.dev.launch_early(
-            "l2_prefetch",
-            (blocks(bytes.div_ceil(CHUNK) as u64, 128), 1),
-            128,
-            &[A::P(self.dev.ptr(data)), A::P(bytes as u64), A::P(CHUNK as u64)],
-        );
     }
 }

@@ -24,7 +24,7 @@ use mmq::{mmq_fits, mmq_max_rows, mmq_on, MMQ_MOE_NT, MMQ_NT, MMQ_TYPES};
 
 use super::{AttnLayer, Backend, Deferred, DeltaNetLayer, KvType, QkNorm, Rope, StepPlan, WeightSource, FED};
 use crate::{EngineError, Result};
-use cudarc::driver::{sys, CudaSlice};
+use cudarc::driver::CudaSlice;
 use gguf::GgmlType;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -122,14 +122,6 @@ pub struct Cuda {
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
     /// `attn_split_f16`, its keys loaded one after another).
     attn_dec: bool,
-    /// A MoE step of few pairs routes inside its gate / up products (`mmq_moe_r*`) instead of
-    /// a `moe_route` launch of its own (`HF2Q_CUDA_MOE_ROUTE_IN=0`).
-    route_in: bool,
-    /// `Backend::prefetch` asks the L2 for up to this many bytes of a weight during a decode
-    /// step (3/4 of the L2; `HF2Q_CUDA_PREFETCH=0` off, `=N` N MiB).
-    prefetch_max: usize,
-    /// Rows of the step begun last (the prefetch is for decode steps).
-    step_rows: std::sync::atomic::AtomicUsize,
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -166,52 +158,12 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
-            route_in: std::env::var("HF2Q_CUDA_MOE_ROUTE_IN").map_or(true, |v| v != "0"),
-            prefetch_max: 0,
-            step_rows: std::sync::atomic::AtomicUsize::new(0),
-        }
-        .with_prefetch_default())
-    }
-
-    /// `prefetch_max` from the environment and the device's L2 (none before compute capability 9:
-    /// the bulk prefetch is Hopper's).
-    fn with_prefetch_default(mut self) -> Cuda {
-        let mut l2: i32 = 0;
-        // SAFETY: an attribute query of this context's device into an i32.
-        unsafe {
-            sys::cuDeviceGetAttribute(
-                &mut l2,
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
-                self.dev.ctx.cu_device(),
-            )
-        };
-        let l2 = l2.max(0) as usize * 3 / 4;
-        self.prefetch_max = match std::env::var("HF2Q_CUDA_PREFETCH")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-        {
-            _ if self.dev.cc.0 < 9 => 0,
-            Some(mb) => mb << 20,
-            None => l2,
-        };
-        self
-    }
-
-    /// At most `bytes` of a weight prefetched into the L2 (0: none).
-    pub fn with_prefetch(mut self, bytes: usize) -> Cuda {
-        self.prefetch_max = bytes;
-        self
+        })
     }
 
     /// Decode attention over F16 caches through `attn_dec_f16` or `attn_split_f16`.
     pub fn with_attn_dec(mut self, on: bool) -> Cuda {
         self.attn_dec = on;
-        self
-    }
-
-    /// A MoE decode step's routing inside its gate / up products or launched on its own.
-    pub fn with_route_in(mut self, on: bool) -> Cuda {
-        self.route_in = on;
         self
     }
 
@@ -555,7 +507,6 @@ impl Backend for Cuda {
         }
         let s = plan.seqs.len();
         self.dev.new_step();
-        self.step_rows.store(rows, Ordering::Relaxed);
         // One table: row_seq[rows], row_pos[rows], seq_pos0[s], seq_rows[s], poff[s].
         let mut t: Vec<i32> = Vec::with_capacity(2 * rows + 3 * s);
         for (i, q) in plan.seqs.iter().enumerate() {
@@ -726,10 +677,6 @@ impl Backend for Cuda {
 
     fn gelu_tanh(&self, x: &mut CudaBuf) {
         self.unary(x, 1, 0.0);
-    }
-
-    fn prefetch(&self, w: &CudaWeight) {
-        self.prefetch_l2(w)
     }
 
     fn matmul(&self, w: &CudaWeight, x: &CudaBuf, out: &mut CudaBuf) {
@@ -1232,6 +1179,21 @@ impl Cuda {
         let q8 = mmq_on() && x.rows > 0 && x.cols.is_multiple_of(4);
         let mut args = vec![A::P(x.ptr)];
         args.extend(y.map(|y| A::P(y.ptr)));
+        // y made by the MoE combine just recorded (weighted_sum_rows: src, pos, w, out, t, k, n):
+        // the combine done in this launch (`add_wsum_rms_norm*`, the same sums; y still written;
+        // `HF2Q_CUDA_WSUM_NORM=0`: two launches, to compare).
+        static FOLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let fold = *FOLD.get_or_init(|| std::env::var("HF2Q_CUDA_WSUM_NORM").map_or(true, |v| v != "0"));
+        let wsum = y
+            .filter(|_| fold)
+            .and_then(|y| {
+                self.dev.take_last("weighted_sum_rows", |a| {
+                    matches!(a, [_, _, _, A::P(o), A::I(t), _, A::I(n)]
+                        if *o == y.ptr && *t as usize == x.rows && *n as usize == x.cols)
+                })
+            })
+            .map(|a| [a[0], a[1], a[2], a[5]]);
+        args.extend(wsum.into_iter().flatten());
         args.extend([A::P(self.dev.ptr(&w.data)), A::P(out.ptr)]);
         let n_pad = x.cols.next_multiple_of(256);
         if q8 {
@@ -1243,7 +1205,11 @@ impl Cuda {
         }
         let name = format!(
             "{}rms_norm{}",
-            if y.is_some() { "add_" } else { "" },
+            match (y, wsum) {
+                (None, _) => "",
+                (Some(_), None) => "add_",
+                (Some(_), Some(_)) => "add_wsum_",
+            },
             if q8 { "_q8" } else { "" }
         );
         // A thread per four values (16-byte loads), up to 1024: one row is one block (when

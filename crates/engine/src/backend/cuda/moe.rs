@@ -138,20 +138,20 @@ impl Cuda {
                 self.dev.launch(name, grid, block, args)
             }
         };
-        let route = [
-            A::P(bufs.router.ptr),
-            A::I(r.n_expert as i32),
-            A::I(r.k as i32),
-            A::I(r.softmax_first as i32),
-            A::I(r.normalize as i32),
-            A::P(ids),
-            A::P(ws),
-        ];
-        // The routing inside the gate / up products (`mmq_moe_r*`), or a launch of its own.
-        let route_in = self.route_in && !grouped && g_ty == u_ty && r.n_expert <= 256;
-        if !route_in {
-            launch("moe_route", (t as u32, 1), 32, &route);
-        }
+        launch(
+            "moe_route",
+            (t as u32, 1),
+            32,
+            &[
+                A::P(bufs.router.ptr),
+                A::I(r.n_expert as i32),
+                A::I(r.k as i32),
+                A::I(r.softmax_first as i32),
+                A::I(r.normalize as i32),
+                A::P(ids),
+                A::P(ws),
+            ],
+        );
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the
         // router's product (an integer one on x itself) did not need the scratch for another input.
         let act = self.act_scratch(t, n_pad);
@@ -248,25 +248,7 @@ impl Cuda {
         } else {
             act
         };
-        if route_in {
-            // Early: the kernel waits for the router's product before reading the logits.
-            let v = if super::mmq::mmq_v_on() { "v_" } else { "" };
-            let name = format!(
-                "mmq_moe_r{}_{v}{}",
-                if r.n_expert <= 128 { 4 } else { 8 },
-                ty_name(g_ty)
-            );
-            let (qa, ad) = flavour(g_ty, act);
-            let mut args = vec![A::P(qa), A::P(ad), A::I(n_pad as i32), A::I((n_pad / 256) as i32)];
-            args.extend(route);
-            args.extend([A::I(n_ff as i32), A::P(gate_t), A::P(gate), A::P(up_t), A::P(up)]);
-            let grid = ((pairs * n_ff.div_ceil(16)) as u32, 2);
-            if g_ty != GgmlType::Q8_0 || super::mmq::pdl_q8() {
-                launch(&name, grid, 128, &args);
-            } else {
-                self.dev.launch(&name, grid, 128, &args);
-            }
-        } else if g_ty == u_ty {
+        if g_ty == u_ty {
             expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)], false);
         } else {
             expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate)], false);
@@ -298,6 +280,14 @@ impl Cuda {
         bufs.slots.set_shape(pairs, n);
         expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)], true);
         out.set_shape(t, n);
+        // (A residual add + norm right after takes it into its own launch: `Cuda::norm`.)
+        let launch = |name: &str, grid: (u32, u32), block: u32, args: &[A]| {
+            if moe_early() {
+                self.dev.launch_early_held(name, grid, block, args)
+            } else {
+                self.dev.launch(name, grid, block, args)
+            }
+        };
         launch(
             "weighted_sum_rows",
             (t as u32, blocks(n as u64, 256)),

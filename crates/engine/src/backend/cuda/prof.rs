@@ -107,8 +107,11 @@ pub(super) struct StepTimes {
 
 #[derive(Default)]
 struct StepState {
-    /// This step's replays' events.
+    /// This step's replays' events, and the step before's (timed a step later).
     open: Vec<(CudaEvent, CudaEvent)>,
+    lagged: Vec<(CudaEvent, CudaEvent)>,
+    /// Steps whose GPU time is in `gpu_ms`.
+    gpu_steps: u64,
     /// When this step started, and when its first graph was launched.
     started: Option<std::time::Instant>,
     first: Option<std::time::Instant>,
@@ -177,18 +180,24 @@ impl StepTimes {
         self.lock().launches += 1;
     }
 
-    /// A step starts: the last one's replays are added up (waiting for them) if it had any.
+    /// A step starts: the last one's host times are added up if it had replays, and the GPU time
+    /// of the one before it (waiting for its replays: a step behind, so that a step enqueued
+    /// before the last one's token is read, `feed.rs`, is not made to wait here).
     pub(super) fn new_step(&self) {
         let mut st = self.lock();
         let now = std::time::Instant::now();
         let open = std::mem::take(&mut st.open);
-        if let (Some(at), Some((_, last))) = (st.started, open.last()) {
+        let lagged = std::mem::replace(&mut st.lagged, open);
+        if let Some((_, last)) = lagged.last() {
             let _ = last.synchronize();
-            st.steps += 1;
-            st.gpu_ms += open
+            st.gpu_ms += lagged
                 .iter()
                 .map(|(a, b)| a.elapsed_ms(b).unwrap_or(0.0) as f64)
                 .sum::<f64>();
+            st.gpu_steps += 1;
+        }
+        if let (Some(at), false) = (st.started, st.lagged.is_empty()) {
+            st.steps += 1;
             st.period_ms += now.duration_since(at).as_secs_f64() * 1e3;
             let lead = st.first.map_or(0.0, |f| f.duration_since(at).as_secs_f64() * 1e3);
             st.lead_ms += lead;
@@ -211,7 +220,7 @@ impl StepTimes {
         eprintln!(
             "HF2Q_CUDA_STEP_TIMES: {} steps with graphs: {:.1} us of GPU time in graphs each, {:.1} us from one step's start to the next's; {:.1} us from the start to the first graph launch, {:.1} us waiting at reads; host {:.1} us issuing and {:.1} us uploading, {:.1} launches recorded",
             st.steps,
-            per(st.gpu_ms),
+            1e3 * st.gpu_ms / st.gpu_steps.max(1) as f64,
             per(st.period_ms),
             per(st.lead_ms),
             per(st.wait_ms),

@@ -54,8 +54,7 @@ __device__ __forceinline__ void row_out(float acc[R], float red[4][R], int wib, 
 // share of the row's 256-value chunks, summed through shared memory; four warps per block.
 // Launched early (programmatic dependent launch, common.cuh): a warp's first four chunks of
 // weights, which no kernel before writes, are asked for before waiting for the activations, so
-// the weights stream while the kernel ahead (a norm, the attention, the GLU) ends. MMV_PF=N also
-// asks the L2 for the next N chunks of the row (F32 / F16 / BF16 rows) before the wait.
+// the weights stream while the kernel ahead (a norm, the attention, the GLU) ends.
 template <int TY, int R>
 __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float* out, int n, int m, int t, int wpr) {
     __shared__ float red[4][R];
@@ -78,13 +77,6 @@ __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float
 #pragma unroll
         for (int u = 0; u < 4; u++) deq8<TY>(row, j + S * u, w[u]);
     }
-#ifdef MMV_PF
-    if (Blk<TY>::QK == 1 && o < m && !odd && (lane & 7) == 0) {
-#pragma unroll
-        for (int u = 4; u < 4 + MMV_PF; u++)
-            if (j + S * u < n) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (u64)Blk<TY>::B * (j + S * u)));
-    }
-#endif
     pdl_wait();
     if (o < m) {
         if (odd) {

@@ -547,37 +547,6 @@ MMQ_MOE(mmq_moe_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
 
-// The gate / up products of a MoE step of few pairs with the routing in each block (no moe_route
-// launch ahead of them): block (pair p, tile) routes its row from the router's logits in one warp
-// (moe_route_t: the same experts and weights), takes slot p % k's expert and multiplies as
-// mmq_moe_* does; the gate tile-0 block of each row's slot 0 writes the row's ids and weights for
-// the down products and the weighted sum. Launched early: it waits for the router's product before
-// reading the logits (its experts' weights are not known before, so none are asked for earlier).
-// R as moe_route's: n_expert <= 32·R.
-#define MMQ_MOE_R(NAME, TY, V, R) \
-    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const float* logits, \
-        int ne, int k, int softmax_first, int normalize, int* ids, float* ws, int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
-        __shared__ int sid[64]; \
-        __shared__ float sws[64]; \
-        int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / k; \
-        pdl_wait(); \
-        if (threadIdx.x < 32) moe_route_t<R>(logits + (u64)r * ne, ne, k, softmax_first, normalize, sid, sws); \
-        __syncthreads(); \
-        if (tile == 0 && blockIdx.y == 0 && p % k == 0 && (int)threadIdx.x < k) { \
-            ids[r * k + threadIdx.x] = sid[threadIdx.x]; \
-            ws[r * k + threadIdx.x] = sws[threadIdx.x]; \
-        } \
-        const u64* T = blockIdx.y ? T1 : T0; \
-        float* o = blockIdx.y ? o1 : o0; \
-        mmq_t<TY, 1, V>(tile, 0, (const u8*)T[sid[p % k]], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1); \
-    }
-#define MMQ_MOE_R_ALL(TY) \
-    MMQ_MOE_R(mmq_moe_r4_##TY, TY, false, 4) MMQ_MOE_R(mmq_moe_r4_v_##TY, TY, true, 4) \
-    MMQ_MOE_R(mmq_moe_r8_##TY, TY, false, 8) MMQ_MOE_R(mmq_moe_r8_v_##TY, TY, true, 8)
-MMQ_MOE_R_ALL(TY_Q4_K)
-MMQ_MOE_R_ALL(TY_Q6_K)
-MMQ_MOE_R_ALL(TY_Q8_0)
-
 // ---- Grouped MoE steps (prompts, wide batches: many pairs per expert), as llama.cpp's MMQ with
 // expert ids (ggml-cuda/mmq.cu) groups them: the pairs sorted by expert, each expert's run cut
 // into row tiles of R = NT·8 pairs, and one block per (weight tile, row tile) that multiplies its
