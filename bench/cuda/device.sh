@@ -218,6 +218,36 @@ print("export " + (none if best == "X=1" else best))
 PY
 }
 case $phase in
+c1)
+  # 2026-12-04, seventh session, third machine (carrying .dev: bins.tar.xz of the final build:
+  # tokens fed on the device, the matrix-vector kernels in order by default, the combine fold taken
+  # back; llama-src.tgz; fixtures): llama-bench, llama-server and llama-batched-bench built in the
+  # background beside the models (8B Q4_K_M, Q8_0, BF16, then the MoE); copy bandwidth; op tests;
+  # fixtures; decode_greedy on CUDA.
+  unpack
+  machine_info
+  bg_llama
+  bg_make "q4_k_m q8_0 bf16" moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests
+  fixtures $D/fixtures engine-tiny
+  HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy.txt | grep -E "test result|panicked|NOT RUN"
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+  ;;
+c2)
+  # Both tools on the four files.
+  wait_builds
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  bench_pair moe $W/moe.q4_k_m.gguf
+  ;;
+c3)
+  # Serving at 16 and 64 streams on the 8B Q4_K_M (serve_pair: llama-server -np N -fa on, then
+  # hf2q serve --device cuda --parallel N).
+  serve_pair 16
+  serve_pair 64
+  ;;
 b1)
   # 2026-12-04, seventh session, second machine (carrying .dev: bins.tar.xz of the build with the
   # prefetch and in-kernel routing taken back, the MoE combine folded into the next norm, the

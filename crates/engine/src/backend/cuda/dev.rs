@@ -452,34 +452,6 @@ impl Dev {
         self.record(name, grid, block, args, self.pdl);
     }
 
-    /// `launch_early` of a launch the next one may take over (`take_last`): not issued at a
-    /// `flush_every` boundary before the next launch is recorded.
-    pub(super) fn launch_early_held(&self, name: &str, grid: (u32, u32), block: u32, args: &[A]) {
-        let f = self.kernels.by_name[name];
-        self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(st) = &self.step_times {
-            st.recorded();
-        }
-        self.rec.lock().unwrap_or_else(|e| e.into_inner()).pending.push(Launch {
-            f,
-            grid,
-            block,
-            args: args.to_vec(),
-            early: self.pdl,
-        });
-    }
-
-    /// The arguments of the last recorded launch, taken out of the record, when it is of kernel
-    /// `name`, its arguments pass `ok` and it is not issued yet (for a launch that does its work).
-    pub(super) fn take_last(&self, name: &str, ok: impl Fn(&[A]) -> bool) -> Option<Vec<A>> {
-        let f = *self.kernels.by_name.get(name)?;
-        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
-        if rec.pending.last().is_some_and(|l| l.f == f && ok(&l.args)) {
-            return rec.pending.pop().map(|l| l.args);
-        }
-        None
-    }
-
     fn record(&self, name: &str, grid: (u32, u32), block: u32, args: &[A], early: bool) {
         let f = *self
             .kernels
@@ -758,8 +730,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "rms_norm_q8",
                 "add_rms_norm",
                 "add_rms_norm_q8",
-                "add_wsum_rms_norm",
-                "add_wsum_rms_norm_q8",
                 "glu_q8",
                 "head_rms_norm",
                 "layer_norm",

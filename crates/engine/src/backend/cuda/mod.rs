@@ -1161,11 +1161,12 @@ impl Cuda {
         self.mv_launch(&format!("{base}3_{r}"), total, &args);
     }
 
-    /// A matrix-vector launch: early (its first weights asked for while the kernel ahead ends,
-    /// `kernels/matmul.cu`) unless `HF2Q_CUDA_MMV_EARLY=0`.
+    /// A matrix-vector launch, in order; early (its first weights asked for while the kernel
+    /// ahead ends, `kernels/matmul.cu`) with `HF2Q_CUDA_MMV_EARLY=1`, which measured slower on an
+    /// H200 (8B BF16 step 4,910 vs 4,695 us of GPU time: bench/runs/2026-12-04-h200/cuda-session7).
     fn mv_launch(&self, name: &str, nb: u32, args: &[A]) {
         static EARLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if *EARLY.get_or_init(|| std::env::var("HF2Q_CUDA_MMV_EARLY").map_or(true, |v| v != "0")) {
+        if *EARLY.get_or_init(|| std::env::var("HF2Q_CUDA_MMV_EARLY").is_ok_and(|v| v == "1")) {
             self.dev.launch_early(name, (nb, 1), 128, args);
         } else {
             self.dev.launch(name, (nb, 1), 128, args);
@@ -1179,21 +1180,6 @@ impl Cuda {
         let q8 = mmq_on() && x.rows > 0 && x.cols.is_multiple_of(4);
         let mut args = vec![A::P(x.ptr)];
         args.extend(y.map(|y| A::P(y.ptr)));
-        // y made by the MoE combine just recorded (weighted_sum_rows: src, pos, w, out, t, k, n):
-        // the combine done in this launch (`add_wsum_rms_norm*`, the same sums; y still written;
-        // `HF2Q_CUDA_WSUM_NORM=0`: two launches, to compare).
-        static FOLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let fold = *FOLD.get_or_init(|| std::env::var("HF2Q_CUDA_WSUM_NORM").map_or(true, |v| v != "0"));
-        let wsum = y
-            .filter(|_| fold)
-            .and_then(|y| {
-                self.dev.take_last("weighted_sum_rows", |a| {
-                    matches!(a, [_, _, _, A::P(o), A::I(t), _, A::I(n)]
-                        if *o == y.ptr && *t as usize == x.rows && *n as usize == x.cols)
-                })
-            })
-            .map(|a| [a[0], a[1], a[2], a[5]]);
-        args.extend(wsum.into_iter().flatten());
         args.extend([A::P(self.dev.ptr(&w.data)), A::P(out.ptr)]);
         let n_pad = x.cols.next_multiple_of(256);
         if q8 {
@@ -1205,11 +1191,7 @@ impl Cuda {
         }
         let name = format!(
             "{}rms_norm{}",
-            match (y, wsum) {
-                (None, _) => "",
-                (Some(_), None) => "add_",
-                (Some(_), Some(_)) => "add_wsum_",
-            },
+            if y.is_some() { "add_" } else { "" },
             if q8 { "_q8" } else { "" }
         );
         // A thread per four values (16-byte loads), up to 1024: one row is one block (when

@@ -280,14 +280,6 @@ impl Cuda {
         bufs.slots.set_shape(pairs, n);
         expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)], true);
         out.set_shape(t, n);
-        // (A residual add + norm right after takes it into its own launch: `Cuda::norm`.)
-        let launch = |name: &str, grid: (u32, u32), block: u32, args: &[A]| {
-            if moe_early() {
-                self.dev.launch_early_held(name, grid, block, args)
-            } else {
-                self.dev.launch(name, grid, block, args)
-            }
-        };
         launch(
             "weighted_sum_rows",
             (t as u32, blocks(n as u64, 256)),

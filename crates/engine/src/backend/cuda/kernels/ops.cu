@@ -5,30 +5,9 @@
 // products that multiply it next (common.cuh: act_q8x4, both flavours; q0/d0/qk/dk are row 0's,
 // rows n_pad values / n_pad / 32 scales apart); then n is a multiple of 4 and blockDim of 64, four
 // values a thread. The products run in the same order in every variant, so they agree bit for bit.
-// Value c of row r of the MoE combine: sum_k w[r*k_per + k] * src[row(r*k_per + k)][c] in k order,
-// row(p) = p or pos[p] (weighted_sum_rows; add_wsum_rms_norm*, which adds it to x in the norm).
-__device__ __forceinline__ float wsum_at(const float* src, const int* pos, const float* w, int r, int k_per, int n, int c) {
-    float acc = 0.f;
-#pragma unroll 8
-    for (int k = 0; k < k_per; k++) {
-        int p = r * k_per + k;
-        float y = __fmul_rn(src[(u64)(pos ? pos[p] : p) * n + c], w[p]);
-        acc = k == 0 ? y : __fadd_rn(acc, y);
-    }
-    return acc;
-}
-
-// The MoE combine the residual add takes (WS): y = its rows (written), from (src, pos, ws, k_per).
-struct Wsum {
-    const float* src;
-    const int* pos;
-    const float* w;
-    int k;
-};
-
-template <bool ADD, bool Q8, bool WS = false>
+template <bool ADD, bool Q8>
 __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out, signed char* q0, float* d0,
-                           signed char* qk, float* dk, int n, int n_pad, float eps, Wsum ws = Wsum{0, 0, 0, 0}) {
+                           signed char* qk, float* dk, int n, int n_pad, float eps) {
     pdl_trigger();
     // The weights of this thread's first four outputs (quantizing) loaded before waiting for the
     // kernel ahead (programmatic dependent launch), which writes x and y.
@@ -45,15 +24,7 @@ __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out,
         for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
             float4 v = x4[i];
             if (ADD) {
-                float4 b;
-                if (WS) {
-                    int r = blockIdx.x, c = 4 * i;
-                    b = make_float4(wsum_at(ws.src, ws.pos, ws.w, r, ws.k, n, c), wsum_at(ws.src, ws.pos, ws.w, r, ws.k, n, c + 1),
-                                    wsum_at(ws.src, ws.pos, ws.w, r, ws.k, n, c + 2), wsum_at(ws.src, ws.pos, ws.w, r, ws.k, n, c + 3));
-                    ((float4*)y4)[i] = b;
-                } else {
-                    b = y4[i];
-                }
+                float4 b = y4[i];
                 v = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
                 x4[i] = v;
             }
@@ -63,7 +34,6 @@ __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out,
         const float* yr = y + (u64)blockIdx.x * n;
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
             float v = xr[i];
-            if (WS) ((float*)yr)[i] = wsum_at(ws.src, ws.pos, ws.w, blockIdx.x, ws.k, n, i);
             if (ADD) xr[i] = v = v + yr[i];
             s += v * v;
         }
@@ -100,14 +70,6 @@ extern "C" __global__ void add_rms_norm(float* x, const float* y, const float* w
 }
 extern "C" __global__ void add_rms_norm_q8(float* x, const float* y, const float* w, float* out, Q8_ARGS) {
     rms_norm_t<true, true>(x, y, w, out, q0, d0, qk, dk, n, n_pad, eps);
-}
-// add_rms_norm(_q8) after the MoE combine that makes y (weighted_sum_rows' arguments; y written).
-#define WS_ARGS const float *src, const int *pos, const float *ws, int k_per
-extern "C" __global__ void add_wsum_rms_norm(float* x, float* y, WS_ARGS, const float* w, float* out, int n, float eps) {
-    rms_norm_t<true, false, true>(x, y, w, out, 0, 0, 0, 0, n, n, eps, Wsum{src, pos, ws, k_per});
-}
-extern "C" __global__ void add_wsum_rms_norm_q8(float* x, float* y, WS_ARGS, const float* w, float* out, Q8_ARGS) {
-    rms_norm_t<true, true, true>(x, y, w, out, q0, d0, qk, dk, n, n_pad, eps, Wsum{src, pos, ws, k_per});
 }
 
 // Each head of `hd` values normalised in place, times w when given. One warp per head.
@@ -222,7 +184,14 @@ extern "C" __global__ void weighted_sum_rows(const float* src, const int* pos, c
     pdl_wait();
     int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (r >= t || c >= n) return;
-    out[(u64)r * n + c] = wsum_at(src, pos, w, r, k_per, n, c);
+    float acc = 0.f;
+#pragma unroll 8
+    for (int k = 0; k < k_per; k++) {
+        int p = r * k_per + k;
+        float y = src[(u64)(pos ? pos[p] : p) * n + c] * w[p];
+        acc = k == 0 ? y : acc + y;
+    }
+    out[(u64)r * n + c] = acc;
 }
 
 // Rotary embedding in place: row r, head h, pair i with (cos, sin) = cs[r * half + i] (the
@@ -327,4 +296,3 @@ extern "C" __global__ void to_half(const float* x, u16* out, u64 len, int mode) 
     }
     out[i] = mode == 0 ? f2h(v) : f2bf(v);
 }
-
