@@ -544,13 +544,14 @@ impl Dev {
         }
     }
 
-    /// A new step's uploads start at the arena's beginning (so they land where the previous step's
-    /// did). Everything recorded before is issued first; the uploads are ordered after it on the
-    /// stream, so in-flight launches still read the previous step's data.
+    /// The fed tokens' and staged uploads' state (`feed.rs`).
     pub(super) fn feed(&self) -> std::sync::MutexGuard<'_, super::feed::Feed> {
         self.feed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A new step's uploads start at the arena's beginning (so they land where the previous step's
+    /// did). Everything recorded before is issued first; the uploads are ordered after it on the
+    /// stream, so in-flight launches still read the previous step's data.
     pub(super) fn new_step(&self) {
         self.flush();
         self.feed().new_step(&self.ctx, &self.stream);

@@ -52,9 +52,10 @@ __device__ __forceinline__ void row_out(float acc[R], float red[4][R], int wib, 
 
 // `wpr` warps per output row (1, 2 or 4: a matrix of few rows spread over more warps), each a
 // share of the row's 256-value chunks, summed through shared memory; four warps per block.
-// Launched early (programmatic dependent launch, common.cuh): a warp's first four chunks of
-// weights, which no kernel before writes, are asked for before waiting for the activations, so
-// the weights stream while the kernel ahead (a norm, the attention, the GLU) ends.
+// The kernel after it may start as soon as every block of it has (programmatic dependent launch,
+// common.cuh). A warp's first four chunks of weights, which no kernel before writes, are asked for
+// before waiting for the activations: launched early (HF2Q_CUDA_MMV_EARLY=1) the weights would
+// stream while the kernel ahead ends — measured slower on an H200, so it is launched in order.
 template <int TY, int R>
 __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float* out, int n, int m, int t, int wpr) {
     __shared__ float red[4][R];
