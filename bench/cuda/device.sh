@@ -192,16 +192,20 @@ greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under eac
   done
 }
 fresh_start() {
-  # A fresh machine's first call: the carried binaries; llama-bench and the models in the background
-  # (8B Q4_K_M, Q8_0, BF16, then the 24-layer MoE); copy bandwidth; the op tests; fixtures on CUDA.
+  # fresh_start [BUILD]: a fresh machine's first call: the carried binaries; llama-bench (BUILD:
+  # bg_llama_bench, or bg_llama for the server too) and the models in the background (8B Q4_K_M,
+  # Q8_0, BF16, then the 24-layer MoE); copy bandwidth; the op tests; fixtures on CUDA.
   unpack
   machine_info
-  bg_llama_bench
+  ${1:-bg_llama_bench}
   bg_make "q4_k_m q8_0 bf16" moe
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   op_tests
   fixtures $D/fixtures engine-tiny
   tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+}
+decode_greedy_cuda() {  # fed greedy decoding on CUDA against step-by-step (engine_tiny's test)
+  HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy.txt | grep -E "test result|panicked|NOT RUN"
 }
 best_of() {
   # best_of TAG FILE NONE CANDIDATE...: an `export` of the candidate (an ENV=V of `tg`'s lines for
@@ -224,15 +228,8 @@ c1)
   # back; llama-src.tgz; fixtures): llama-bench, llama-server and llama-batched-bench built in the
   # background beside the models (8B Q4_K_M, Q8_0, BF16, then the MoE); copy bandwidth; op tests;
   # fixtures; decode_greedy on CUDA.
-  unpack
-  machine_info
-  bg_llama
-  bg_make "q4_k_m q8_0 bf16" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests
-  fixtures $D/fixtures engine-tiny
-  HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy.txt | grep -E "test result|panicked|NOT RUN"
-  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+  fresh_start bg_llama
+  decode_greedy_cuda
   ;;
 c2)
   # Both tools on the four files.
@@ -253,7 +250,7 @@ b1)
   # prefetch and in-kernel routing taken back, the MoE combine folded into the next norm, the
   # per-step GPU times read a step late; llama-src.tgz; fixtures): as a1.
   fresh_start
-  HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy.txt | grep -E "test result|panicked|NOT RUN"
+  decode_greedy_cuda
   ;;
 b2)
   # The Qwen 3.5 fixtures (.dev4); tg128 of the 8B Q4_K_M and Q8_0 with tokens fed on the device
@@ -297,7 +294,7 @@ a1)
   # prefetch of the output projection and the MoE's routing inside its gate / up products;
   # llama-src.tgz; fixtures): fresh_start, then decode_greedy on CUDA against step-by-step decoding.
   fresh_start
-  HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy.txt | grep -E "test result|panicked|NOT RUN"
+  decode_greedy_cuda
   ;;
 a2)
   # The Qwen 3.5 fixtures on CUDA (.dev4: llama and the four Qwen 3.5 sets); A/Bs with the per-step

@@ -726,6 +726,21 @@ fn speculation_keeps_the_greedy_tokens() {
     }
 }
 
+/// The CUDA backend on GPU 0, or None after a visible line saying `what` did not run (no GPU).
+fn cuda_or_skip(what: &str) -> Option<Arc<engine::backend::cuda::Cuda>> {
+    if !engine::backend::select::cuda_present() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: {what} (no NVIDIA GPU or driver on this machine)"
+        );
+        return None;
+    }
+    Some(Arc::new(
+        engine::backend::cuda::Cuda::new(0).expect("the CUDA backend on a machine with a GPU"),
+    ))
+}
+
 /// `decode_greedy` (each step's token fed to the next on the device where the backend can, the
 /// host reading a step behind) gives the tokens of one-step-at-a-time greedy decoding on the same
 /// backend, and stopping it part way leaves a cache the decoding goes on from.
@@ -788,15 +803,9 @@ fn decode_greedy_on_cpu() {
 /// The same on CUDA, where the tokens are fed on the device (GPU 0).
 #[test]
 fn decode_greedy_on_cuda() {
-    use std::io::Write;
-    if !engine::backend::select::cuda_present() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "NOT RUN: decode_greedy on CUDA (no NVIDIA GPU or driver on this machine)"
-        );
+    let Some(b) = cuda_or_skip("decode_greedy on CUDA") else {
         return;
-    }
-    let b = Arc::new(engine::backend::cuda::Cuda::new(0).expect("the CUDA backend on a machine with a GPU"));
+    };
     assert!(b.feeds_tokens(), "the CUDA backend feeds tokens on the device");
     for model in ["llama", "qwen3_moe"] {
         if have_fixture(model, "decode_greedy on CUDA") {
@@ -810,14 +819,9 @@ fn decode_greedy_on_cuda() {
 #[test]
 fn fixtures_on_cuda() {
     use std::io::Write;
-    if !engine::backend::select::cuda_present() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "NOT RUN: engine fixtures on CUDA (no NVIDIA GPU or driver on this machine)"
-        );
+    let Some(b) = cuda_or_skip("engine fixtures on CUDA") else {
         return;
-    }
-    let b = Arc::new(engine::backend::cuda::Cuda::new(0).expect("the CUDA backend on a machine with a GPU"));
+    };
     let (root, _) = tiny_dir();
     // (The quantized files' checks are gathered, so that one run shows every model's.)
     let mut failed = Vec::new();

@@ -73,13 +73,40 @@ const ARENA_BYTES: usize = 8 << 20;
 /// A grow-only f16 / bf16 scratch buffer.
 pub(super) type HalfScratch = Option<CudaSlice<u16>>;
 
-/// A page-locked host buffer (`cuMemAllocHost`), grow-only.
+/// Page-locked host memory (`cuMemAllocHost`), freed when dropped; null where it could not be had.
+pub(super) struct PageLocked(pub(super) *mut u8);
+// SAFETY: host memory owned by the device object, used under its mutexes only.
+unsafe impl Send for PageLocked {}
+
+impl PageLocked {
+    pub(super) fn new(bytes: usize) -> PageLocked {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: a fresh allocation of `bytes`; null kept on failure.
+        let ok = unsafe { sys::cuMemAllocHost_v2(&mut p, bytes) } == sys::CUresult::CUDA_SUCCESS;
+        PageLocked(if ok { p as *mut u8 } else { std::ptr::null_mut() })
+    }
+
+    pub(super) fn null() -> PageLocked {
+        PageLocked(std::ptr::null_mut())
+    }
+}
+
+impl Drop for PageLocked {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: allocated by cuMemAllocHost; no copy into it is pending (a buffer is
+            // replaced only when idle, and the device syncs its stream before its fields drop).
+            unsafe { sys::cuMemFreeHost(self.0 as *mut _) };
+        }
+    }
+}
+
+/// The host side of reads: a grow-only page-locked buffer of `len` bytes (`len` usize::MAX with
+/// a null buffer: pageable memory from then on).
 pub(super) struct Pinned {
-    ptr: *mut u8,
+    host: PageLocked,
     len: usize,
 }
-// SAFETY: host memory owned by the device object, used under its mutex only.
-unsafe impl Send for Pinned {}
 
 /// The device, its stream and kernels, shared by the backend, its buffers and its KV pools.
 pub struct Dev {
@@ -266,7 +293,7 @@ impl Dev {
             prof: super::prof::Prof::from_env(),
             step_times: super::prof::StepTimes::from_env(),
             pinned: Mutex::new(Pinned {
-                ptr: std::ptr::null_mut(),
+                host: PageLocked::null(),
                 len: 0,
             }),
             feed: Mutex::new(super::feed::Feed::new()),
@@ -369,34 +396,22 @@ impl Dev {
         }
         let mut pin = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
         if pin.len < bytes {
-            let mut p = std::ptr::null_mut();
-            // SAFETY: the old buffer is idle (every read waits for its copy); a fresh allocation
-            // of `bytes.next_power_of_two()` bytes replaces it.
-            unsafe {
-                if !pin.ptr.is_null() {
-                    sys::cuMemFreeHost(pin.ptr as *mut _);
-                }
-                let len = bytes.next_power_of_two();
-                *pin = if sys::cuMemAllocHost_v2(&mut p, len) == sys::CUresult::CUDA_SUCCESS {
-                    Pinned { ptr: p as *mut u8, len }
-                } else {
-                    // No pinned memory: pageable from now on (not asked again at every read).
-                    Pinned {
-                        ptr: std::ptr::null_mut(),
-                        len: usize::MAX,
-                    }
-                };
-            }
+            // The old buffer is idle (every read waits for its copy): freed, a larger one made;
+            // without pinned memory, pageable from now on (not asked again at every read).
+            pin.host = PageLocked::null();
+            let len = bytes.next_power_of_two();
+            pin.host = PageLocked::new(len);
+            pin.len = if pin.host.0.is_null() { usize::MAX } else { len };
         }
-        let mut pageable = if pin.ptr.is_null() {
+        let mut pageable = if pin.host.0.is_null() {
             vec![0u8; bytes]
         } else {
             Vec::new()
         };
-        let dst = if pin.ptr.is_null() {
+        let dst = if pin.host.0.is_null() {
             pageable.as_mut_ptr()
         } else {
-            pin.ptr
+            pin.host.0
         };
         // SAFETY: `ptr .. + bytes` is device memory of this context; `dst` has `bytes`.
         let rc = unsafe { sys::cuMemcpyDtoHAsync_v2(dst as *mut _, ptr, bytes, self.stream.cu_stream()) };
@@ -702,17 +717,10 @@ impl Drop for Dev {
         // Nothing pending copies into the page-locked buffers freed with the fields.
         let _ = self.stream.synchronize();
         if let Some(p) = &self.prof {
-            let _ = self.stream.synchronize();
             p.report();
         }
         if let Some(st) = &self.step_times {
             st.report();
-        }
-        let pin = self.pinned.get_mut().unwrap_or_else(|e| e.into_inner());
-        if !pin.ptr.is_null() {
-            let _ = self.stream.synchronize();
-            // SAFETY: allocated by cuMemAllocHost; no copy into it is pending.
-            unsafe { sys::cuMemFreeHost(pin.ptr as *mut _) };
         }
         let rec = self.rec.get_mut().unwrap_or_else(|e| e.into_inner());
         for g in rec.graphs.drain(..) {

@@ -5,7 +5,7 @@
 //! through page-locked memory too, so enqueuing a step never waits on the stream for the step
 //! still running (an upload from pageable memory may: CUDA's API synchronization notes).
 
-use super::dev::A;
+use super::dev::{PageLocked, A};
 use super::{Cuda, CudaBuf};
 use crate::backend::{Backend, Deferred};
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
@@ -18,39 +18,15 @@ pub(super) const MAX_ROWS: usize = 1024;
 /// Page-locked staging for one step's uploads (two, alternating); larger uploads go pageable.
 const STAGE_BYTES: usize = 256 << 10;
 
-/// Page-locked host memory (`cuMemAllocHost`), null where it could not be had.
-struct Host(*mut u8);
-// SAFETY: owned by `Feed`, which the device keeps under a mutex.
-unsafe impl Send for Host {}
-
-impl Host {
-    fn new(bytes: usize) -> Host {
-        let mut p = std::ptr::null_mut();
-        // SAFETY: a fresh allocation of `bytes`; null kept on failure.
-        let ok = unsafe { sys::cuMemAllocHost_v2(&mut p, bytes) } == sys::CUresult::CUDA_SUCCESS;
-        Host(if ok { p as *mut u8 } else { std::ptr::null_mut() })
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        if !self.0.is_null() {
-            // SAFETY: allocated by cuMemAllocHost; no copy into it is pending (the device syncs
-            // its stream before it drops this).
-            unsafe { sys::cuMemFreeHost(self.0 as *mut _) };
-        }
-    }
-}
-
 pub(super) struct Feed {
-    ids: Host,
+    ids: PageLocked,
     /// Per slot: the deferral it holds (its number) and the event after its copy.
     gen: [u64; SLOTS],
     events: Vec<Option<CudaEvent>>,
     next: u64,
     /// The last deferred argmax: its output on the device, its rows and the row length.
     pub(super) last: Option<(u64, usize, usize)>,
-    stage: Host,
+    stage: PageLocked,
     /// The half of `stage` this step uploads from, how much of it is used, and per half the
     /// event after the last step that uploaded from it.
     half: usize,
@@ -61,12 +37,12 @@ pub(super) struct Feed {
 impl Feed {
     pub(super) fn new() -> Feed {
         Feed {
-            ids: Host(std::ptr::null_mut()),
+            ids: PageLocked::null(),
             gen: [u64::MAX; SLOTS],
             events: (0..SLOTS).map(|_| None).collect(),
             next: 0,
             last: None,
-            stage: Host(std::ptr::null_mut()),
+            stage: PageLocked::null(),
             half: 0,
             used: 0,
             stage_done: [None, None],
@@ -92,7 +68,7 @@ impl Feed {
             return None;
         }
         if self.ids.0.is_null() {
-            self.ids = Host::new(SLOTS * MAX_ROWS * 4);
+            self.ids = PageLocked::new(SLOTS * MAX_ROWS * 4);
             if self.ids.0.is_null() {
                 return None;
             }
@@ -160,7 +136,7 @@ impl Feed {
     /// (or there is no page-locked memory).
     pub(super) fn stage(&mut self, data: &[u8]) -> Option<*const u8> {
         if self.stage.0.is_null() {
-            self.stage = Host::new(2 * STAGE_BYTES);
+            self.stage = PageLocked::new(2 * STAGE_BYTES);
             if self.stage.0.is_null() {
                 return None;
             }
