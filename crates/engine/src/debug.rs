@@ -14,6 +14,11 @@ impl Dump {
         Dump(f)
     }
 
+    /// Whether tensors are being dumped (models then keep every named tensor apart).
+    pub fn on(&self) -> bool {
+        self.0.is_some()
+    }
+
     pub fn put<B: Backend>(&mut self, b: &B, name: &str, x: &B::Buf) {
         let Some(f) = &mut self.0 else { return };
         let (rows, cols) = b.shape(x);

@@ -11,6 +11,7 @@ pub(crate) mod state;
 #[cfg(test)]
 pub mod tests;
 
+use crate::model::blocks::Glu;
 use gguf::GgmlType;
 
 /// Where a weight tensor's bytes come from (a GGUF tensor, usually memory-mapped).
@@ -228,6 +229,21 @@ impl DeltaNetLayer {
     }
 }
 
+/// An RMS norm's weight and epsilon, for the products that may compute the norm themselves
+/// (`Backend::norm_glu`).
+pub struct Norm<'a, W> {
+    pub w: &'a W,
+    pub eps: f32,
+}
+
+// (Not derived: that would ask W itself to be Copy.)
+impl<W> Clone for Norm<'_, W> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<W> Copy for Norm<'_, W> {}
+
 /// The op set every backend provides. Buffers are row-major matrices of f32 with a logical shape
 /// (rows, cols) that ops set on their outputs; capacity is fixed at allocation.
 pub trait Backend: Send + Sync + 'static {
@@ -362,6 +378,32 @@ pub trait Backend: Send + Sync + 'static {
     fn matmul_many(&self, ws: &[&Self::Weight], x: &Self::Buf, outs: &mut [&mut Self::Buf]) {
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             self.matmul(w, x, out);
+        }
+    }
+    /// Whether `norm_glu` does its norm and gated activation inside the products of `ws` by rows
+    /// like `x`'s (the GPU's decode steps); a model takes that sequence only then. Otherwise
+    /// `norm_glu` is the plain sequence of ops it names (the default), so the answer changes the
+    /// speed, not what is computed.
+    fn fuses_products(&self, _ws: &[&Self::Weight], _x: &Self::Buf) -> bool {
+        false
+    }
+    /// `out = glu(xn · gateᵀ, xn · upᵀ)` with `xn = rms_norm(x) · norm.w`; `t` receives the norm
+    /// and the two products where they are computed apart.
+    fn norm_glu(
+        &self,
+        x: &Self::Buf,
+        norm: Norm<'_, Self::Weight>,
+        [gate, up]: [&Self::Weight; 2],
+        glu: Glu,
+        t: (&mut Self::Buf, &mut Self::Buf, &mut Self::Buf),
+        out: &mut Self::Buf,
+    ) {
+        let (xn, g, u) = t;
+        self.rms_norm(x, norm.w, norm.eps, xn);
+        self.matmul_many(&[gate, up], xn, &mut [&mut *g, &mut *u]);
+        match glu {
+            Glu::Swiglu => self.swiglu(g, u, out),
+            Glu::Geglu => self.geglu(g, u, out),
         }
     }
     /// Add a bias row to every row.

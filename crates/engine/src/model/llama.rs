@@ -5,7 +5,7 @@
 use super::batch::{self, KvLayer, Model, ModelInfo, Scratch, SeqStep};
 use super::blocks::{self, AttnShape, Ffn, FfnBufs, Glu, HeadBufs, LayerFfn, MoeBufs};
 use super::{DecoderParams, Loader};
-use crate::backend::{Backend, QkNorm};
+use crate::backend::{Backend, Norm, QkNorm};
 use crate::{EngineError, Result};
 use gguf::GgufModel;
 use gguf::Tensor as T;
@@ -263,25 +263,42 @@ impl<B: Backend> Llama<B> {
             dump.put(b, &format!("kqv_out-{il}"), &s.attn);
             b.matmul(&ly.wo, &s.attn, &mut s.o);
             dump.put(b, &format!("attn_out-{il}"), &s.o);
-            b.add_rms_norm(&mut s.x, &s.o, &ly.ffn_norm, p.eps, &mut s.xn);
-            dump.put(b, &format!("ffn_inp-{il}"), &s.x);
-            dump.put(b, &format!("ffn_norm-{il}"), &s.xn);
             match &ly.ffn {
-                LayerFfn::Dense(f) => blocks::ffn(b, f, Glu::Swiglu, &s.xn, &mut s.ffn, &mut s.o),
-                LayerFfn::Moe(m) => {
-                    let t = s.moe.as_mut().expect("MoE buffers for a MoE model");
-                    blocks::moe_ffn(
-                        b,
-                        &m.router,
-                        &m.experts,
-                        &m.routing,
-                        Glu::Swiglu,
-                        &s.xn,
-                        &s.xn,
-                        t,
-                        None,
-                        &mut s.o,
-                    )?
+                // The FFN's norm and gated activation inside the gate / up products where the
+                // backend does that (GPU decode steps), never while dumping.
+                LayerFfn::Dense(f) if !dump.on() && b.fuses_products(&[&f.gate, &f.up], &s.x) => {
+                    b.add(&mut s.x, &s.o);
+                    let norm = Norm {
+                        w: &ly.ffn_norm,
+                        eps: p.eps,
+                    };
+                    let t = &mut s.ffn;
+                    let scratch = (&mut s.xn, &mut t.gate, &mut t.up);
+                    b.norm_glu(&s.x, norm, [&f.gate, &f.up], Glu::Swiglu, scratch, &mut t.act);
+                    b.matmul(&f.down, &t.act, &mut s.o);
+                }
+                ffn => {
+                    b.add_rms_norm(&mut s.x, &s.o, &ly.ffn_norm, p.eps, &mut s.xn);
+                    dump.put(b, &format!("ffn_inp-{il}"), &s.x);
+                    dump.put(b, &format!("ffn_norm-{il}"), &s.xn);
+                    match ffn {
+                        LayerFfn::Dense(f) => blocks::ffn(b, f, Glu::Swiglu, &s.xn, &mut s.ffn, &mut s.o),
+                        LayerFfn::Moe(m) => {
+                            let t = s.moe.as_mut().expect("MoE buffers for a MoE model");
+                            blocks::moe_ffn(
+                                b,
+                                &m.router,
+                                &m.experts,
+                                &m.routing,
+                                Glu::Swiglu,
+                                &s.xn,
+                                &s.xn,
+                                t,
+                                None,
+                                &mut s.o,
+                            )?
+                        }
+                    }
                 }
             }
             dump.put(b, &format!("ffn_out-{il}"), &s.o);

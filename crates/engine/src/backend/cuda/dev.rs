@@ -760,14 +760,21 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             }
             v
         }
-        "matmul" => DEVICE_TYPES
-            .iter()
-            .flat_map(|&t| {
-                MMV_ROWS
-                    .iter()
-                    .flat_map(move |r| [format!("mmv_{}_{r}", ty_name(t)), format!("mmv_{}3_{r}", ty_name(t))])
-            })
-            .collect(),
+        "matmul" => {
+            let mut v: Vec<String> = DEVICE_TYPES
+                .iter()
+                .flat_map(|&t| {
+                    MMV_ROWS
+                        .iter()
+                        .flat_map(move |r| [format!("mmv_{}_{r}", ty_name(t)), format!("mmv_{}3_{r}", ty_name(t))])
+                })
+                .collect();
+            // The fused variant (`Fuse`) of the float weights.
+            for &t in &super::FUSED_TYPES {
+                v.extend(MMV_ROWS.map(|r| format!("mmv_{}g_{r}", ty_name(t))));
+            }
+            v
+        }
         "mmq" => {
             let mut v: Vec<String> = [
                 "quantize_act",

@@ -22,7 +22,8 @@ pub use kv::{CudaKv, GpuPage};
 use dev::{blocks, Dev, StepArgs, A};
 use mmq::{mmq_fits, mmq_max_rows, mmq_on, MMQ_MOE_NT, MMQ_NT, MMQ_TYPES};
 
-use super::{AttnLayer, Backend, Deferred, DeltaNetLayer, KvType, QkNorm, Rope, StepPlan, WeightSource, FED};
+use super::{AttnLayer, Backend, Deferred, DeltaNetLayer, KvType, Norm, QkNorm, Rope, StepPlan, WeightSource, FED};
+use crate::model::blocks::Glu;
 use crate::{EngineError, Result};
 use cudarc::driver::CudaSlice;
 use gguf::GgmlType;
@@ -50,17 +51,9 @@ const DEVICE_TYPES: &[GgmlType] = &[
     GgmlType::IQ4_XS,
     GgmlType::MXFP4,
 ];
-/// Warps per output row of the matrix-vector kernels: enough warps in flight (~8K, 60 per
-/// multiprocessor on an H200) for a matrix of few rows. `HF2Q_CUDA_WPR=1|2|4` caps it (to compare).
-fn warps_per_row(m: usize) -> usize {
-    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cap = *CAP.get_or_init(|| {
-        std::env::var("HF2Q_CUDA_WPR")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|v| [1, 2, 4].contains(v))
-            .unwrap_or(4)
-    });
+/// Warps per output row of the matrix-vector kernels for a matrix of `m` rows, at most `cap`
+/// (`Cuda::wpr_cap`): more warps for a matrix of few rows.
+fn warps_per_row(m: usize, cap: usize) -> usize {
     let w = match m {
         0..=2048 => 4,
         2049..=4096 => 2,
@@ -72,6 +65,35 @@ fn warps_per_row(m: usize) -> usize {
 /// Rows of one sequence above which a product of the other types goes through cuBLAS (tensor
 /// cores) instead of the matrix-vector kernels.
 const GEMM_MIN_ROWS: usize = 9;
+
+/// What a matrix-vector launch does around its products (`kernels/matmul.cu`): nothing; or
+/// (the float weights' fused variant) gate and up (`up` the second weight) by the RMS norm of
+/// the activations (`g` the norm's weights), giving their gated activation (`op` 2 SwiGLU, 3
+/// GeGLU).
+#[derive(Clone, Copy)]
+enum Fuse {
+    None,
+    Glu { g: u64, eps: f32, up: u64, op: i32 },
+}
+
+impl Fuse {
+    /// The kernel name's suffix and the arguments after the plain launch's.
+    fn args(self) -> (&'static str, Vec<A>) {
+        match self {
+            Fuse::None => ("", vec![]),
+            Fuse::Glu { g, eps, up, op } => ("g", vec![A::P(g), A::F(eps), A::P(up), A::I(op)]),
+        }
+    }
+}
+
+/// Weight types whose matrix-vector kernels have the fused variant.
+const FUSED_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
+
+/// Whether the fused FFN input is on (`HF2Q_CUDA_FUSE=0` turns it off, to compare).
+fn fuse_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("HF2Q_CUDA_FUSE").is_none_or(|v| v != "0"))
+}
 /// Most f16 values of a decoded weight chunk (the rest of a larger matrix is decoded in turns).
 const DECODE_CHUNK: usize = 64 << 20;
 
@@ -122,6 +144,10 @@ pub struct Cuda {
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
     /// `attn_split_f16`, its keys loaded one after another).
     attn_dec: bool,
+    /// Most warps per output row of the matrix-vector kernels (`warps_per_row`):
+    /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
+    /// against 219.2 at 2 and 218.9 at 4 (bench/runs/2026-12-04-h200/cuda-session8, call 7).
+    wpr_cap: usize,
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -158,7 +184,19 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
+            wpr_cap: std::env::var("HF2Q_CUDA_WPR")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|v| [1, 2, 4].contains(v))
+                .unwrap_or(1),
         })
+    }
+
+    /// The matrix-vector kernels' warps per output row capped at `cap` (1, 2 or 4).
+    pub fn with_wpr_cap(mut self, cap: usize) -> Cuda {
+        assert!([1, 2, 4].contains(&cap), "warps per row: 1, 2 or 4, not {cap}");
+        self.wpr_cap = cap;
+        self
     }
 
     /// Decode attention over F16 caches through `attn_dec_f16` or `attn_split_f16`.
@@ -687,6 +725,51 @@ impl Backend for Cuda {
         self.products(ws, x, outs);
     }
 
+    fn fuses_products(&self, ws: &[&CudaWeight], x: &CudaBuf) -> bool {
+        fuse_on() && ws.iter().all(|w| FUSED_TYPES.contains(&w.dev_ty)) && self.short_runs(x).is_some()
+    }
+
+    fn norm_glu(
+        &self,
+        x: &CudaBuf,
+        norm: Norm<'_, CudaWeight>,
+        [gate, up]: [&CudaWeight; 2],
+        glu: Glu,
+        t: (&mut CudaBuf, &mut CudaBuf, &mut CudaBuf),
+        out: &mut CudaBuf,
+    ) {
+        let pair = gate.dev_ty == up.dev_ty && gate.n_rows() == up.n_rows() && gate.row_bytes == up.row_bytes;
+        let runs = self
+            .short_runs(x)
+            .filter(|_| pair && norm.w.dev_ty == GgmlType::F32 && self.fuses_products(&[gate, up], x));
+        let op = match glu {
+            Glu::Swiglu => 2,
+            Glu::Geglu => 3,
+        };
+        let Some(runs) = runs else {
+            let (xn, g, u) = t;
+            self.norm(x, None, norm.w, norm.eps, xn);
+            self.products(&[gate, up], xn, &mut [&mut *g, &mut *u]);
+            out.shape_from(g.rows, &g.runs, g.cols);
+            return self.glu(g, u, out, op);
+        };
+        assert_eq!(
+            x.cols,
+            gate.row_len(),
+            "norm_glu: activations of {} columns by weight rows of {}",
+            x.cols,
+            gate.row_len()
+        );
+        out.shape_from(x.rows, &x.runs, gate.n_rows());
+        let fuse = Fuse::Glu {
+            g: self.dev.ptr(&norm.w.data),
+            eps: norm.eps,
+            up: self.dev.ptr(&up.data),
+            op,
+        };
+        self.small_products(&[(gate, &*out)], x, &runs, fuse);
+    }
+
     fn add_bias(&self, x: &mut CudaBuf, b: &CudaWeight) {
         self.row_op(x, b, 0);
     }
@@ -1078,33 +1161,54 @@ impl Cuda {
                 small.push((s0, len));
             }
         }
-        for (s0, len) in small {
+        self.small_products(&other, x, &small, Fuse::None);
+    }
+
+    /// `x`'s rows as runs that go to the matrix-vector kernels (adjacent sequences' runs
+    /// merged), or `None` where some sequence's run goes through cuBLAS (`products`).
+    fn short_runs(&self, x: &CudaBuf) -> Option<Vec<(usize, usize)>> {
+        if x.rows == 0 {
+            return None;
+        }
+        let mut small: Vec<(usize, usize)> = Vec::new();
+        for (s0, len) in super::run_segments(&x.runs, x.rows) {
+            if len >= GEMM_MIN_ROWS && self.dev.blas.is_some() {
+                return None;
+            }
+            match small.last_mut().filter(|l| l.0 + l.1 == s0) {
+                Some(last) => last.1 += len,
+                None => small.push((s0, len)),
+            }
+        }
+        Some(small)
+    }
+
+    /// The matrix-vector launches of `out = x · Wᵀ` for each `(W, out)` of `jobs`, over the row
+    /// runs `small` (up to eight rows a launch; weights of one type up to three a launch), with
+    /// what `fuse` adds around the products.
+    fn small_products(&self, jobs: &[(&CudaWeight, &CudaBuf)], x: &CudaBuf, small: &[(usize, usize)], fuse: Fuse) {
+        let n = x.cols;
+        for &(s0, len) in small {
             let mut r0 = s0;
             while r0 < s0 + len {
                 let rows = (s0 + len - r0).min(8);
                 // Weights of one type go up to three to a launch.
-                let mut done = vec![false; other.len()];
-                for i in 0..other.len() {
+                let mut done = vec![false; jobs.len()];
+                for i in 0..jobs.len() {
                     if done[i] {
                         continue;
                     }
-                    let group: Vec<usize> = (i..other.len())
-                        .filter(|&j| !done[j] && other[j].0.dev_ty == other[i].0.dev_ty)
+                    let group: Vec<usize> = (i..jobs.len())
+                        .filter(|&j| !done[j] && jobs[j].0.dev_ty == jobs[i].0.dev_ty)
                         .take(3)
                         .collect();
                     for &j in &group {
                         done[j] = true;
                     }
-                    let group: Vec<(&CudaWeight, &CudaBuf)> = group.iter().map(|&j| other[j]).collect();
+                    let group: Vec<(&CudaWeight, &CudaBuf)> = group.iter().map(|&j| jobs[j]).collect();
                     let input = [A::P(x.ptr + 4 * (r0 * n) as u64)];
-                    self.mv(
-                        &format!("mmv_{}", ty_name(other[i].0.dev_ty)),
-                        &input,
-                        &group,
-                        n,
-                        r0,
-                        rows,
-                    );
+                    let base = format!("mmv_{}", ty_name(jobs[i].0.dev_ty));
+                    self.mv(&base, &input, &group, n, r0, rows, fuse);
                 }
                 r0 += rows;
             }
@@ -1115,11 +1219,21 @@ impl Cuda {
     /// (`group`: each with its output) through the matrix-vector kernels `base` (mmv_TY: f32
     /// activations, `input` x's rows); each launch reads a weight once for every row. Three
     /// weights in one launch compute each row as their own launches do.
-    fn mv(&self, base: &str, input: &[A], group: &[(&CudaWeight, &CudaBuf)], n: usize, r0: usize, rows: usize) {
+    #[allow(clippy::too_many_arguments)]
+    fn mv(
+        &self,
+        base: &str,
+        input: &[A],
+        group: &[(&CudaWeight, &CudaBuf)],
+        n: usize,
+        r0: usize,
+        rows: usize,
+        fuse: Fuse,
+    ) {
         let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
         let part = |w: &CudaWeight, out: &CudaBuf| {
             let m = w.n_rows();
-            let wpr = warps_per_row(m);
+            let wpr = warps_per_row(m, self.wpr_cap);
             let args = [
                 A::P(self.dev.ptr(&w.data)),
                 A::P(w.row_bytes as u64),
@@ -1129,16 +1243,22 @@ impl Cuda {
             ];
             (args, blocks((m * wpr) as u64, 4))
         };
+        let (suffix, extra) = fuse.args();
         if let [(w, out)] = group {
             let ([wp, rb, o, m, wpr], nb) = part(w, out);
             let args: Vec<A> = [wp, rb]
                 .into_iter()
                 .chain(input.iter().copied())
                 .chain([o, A::I(n as i32), m, A::I(rows as i32), wpr])
+                .chain(extra)
                 .collect();
-            self.mv_launch(&format!("{base}_{r}"), nb, &args);
+            self.mv_launch(&format!("{base}{suffix}_{r}"), nb, &args);
             return;
         }
+        assert!(
+            matches!(fuse, Fuse::None),
+            "the fused products go one weight to a launch"
+        );
         assert!((2..=3).contains(&group.len()), "one to three weights per launch");
         let mut args: Vec<A> = input
             .iter()
@@ -1158,7 +1278,8 @@ impl Cuda {
             // No third weight: its blocks are never launched.
             args.extend([A::P(0), A::P(0), A::P(0), A::I(0), A::I(1)]);
         }
-        self.mv_launch(&format!("{base}3_{r}"), total, &args);
+        args.extend(extra);
+        self.mv_launch(&format!("{base}{suffix}3_{r}"), total, &args);
     }
 
     /// A matrix-vector launch, in order; early (its first weights asked for while the kernel

@@ -182,6 +182,89 @@ fn matmul_shape<B: Backend>(b: &B, n: usize, m: usize, batches: &[usize]) {
     }
 }
 
+/// The fused FFN input (`norm_glu`) against the plain ops it stands for, on the same backend, for
+/// every weight type with fused kernels and one without (Q8_0: the plain sequence), decode rows
+/// alone, several sequences' rows together (runs of 1) and a prompt's run (the plain path). It
+/// applies the norm's 1/rms to the sums instead of to the activations, so it is within 1e-5 of
+/// Σ|w·xn| (f32 roundings of the reordered products; the sums themselves are of up to 4,096
+/// terms) plus 1e-6, through the GLU by its slope (|silu'|, |gelu'| < 1.2), plus the gated
+/// value's own rounding. Returns how many of the cases the backend fused.
+pub fn fused_products<B: Backend>(b: &B) -> usize {
+    use crate::model::blocks::Glu;
+    let (eps, mut fused) = (1e-5f32, 0);
+    for (n, m) in [(512, 32), (4096, 96)] {
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0] {
+            let (gv, uv) = (values(n * m, 2), values(n * m, 3));
+            let nv: Vec<f32> = values(n, 5).iter().map(|v| 1.0 + v / 2.0).collect();
+            let ws = Weights::new(&[
+                ("g", ty, [n, m], &gv),
+                ("u", ty, [n, m], &uv),
+                ("norm", GgmlType::F32, [n, 1], &nv),
+            ]);
+            let [g, u] = ["g", "u"].map(|k| ws.load(b, k, true));
+            let norm_w = ws.load(b, "norm", false);
+            let norm = super::Norm { w: &norm_w, eps };
+            for (rows, runs) in [
+                (1, vec![1]),
+                (3, vec![3]),
+                (5, vec![1; 5]),
+                (8, vec![8]),
+                (12, vec![12]),
+            ] {
+                let what = format!("{} n={n} m={m} rows={rows} runs={runs:?}", ty.name());
+                let xv: Vec<f32> = values(rows * n, 6 + rows as u64).iter().map(|v| v * 3.0).collect();
+                let mut x = buf(b, rows, n, &xv);
+                b.set_runs(&mut x, &runs);
+                fused += b.fuses_products(&[&g, &u], &x) as usize;
+                let mut xn = b.alloc(rows, n);
+                b.run(|| b.rms_norm(&x, &norm_w, eps, &mut xn));
+                let xn_host = b.read(&xn);
+                // What the products multiply (in f64, from the plain norm) and each output's Σ|w·xn|.
+                let mag = |wt: &[f32]| -> Vec<f64> {
+                    (0..rows)
+                        .flat_map(|r| {
+                            let xr = &xn_host[r * n..(r + 1) * n];
+                            (0..m).map(move |o| {
+                                wt[o * n..(o + 1) * n]
+                                    .iter()
+                                    .zip(xr)
+                                    .map(|(&a, &c)| (a as f64 * c as f64).abs())
+                                    .sum()
+                            })
+                        })
+                        .collect()
+                };
+                let (sg, su) = (mag(&ws.stored("g")), mag(&ws.stored("u")));
+                // norm_glu against rms_norm, matmul_many and swiglu / geglu.
+                for glu in [Glu::Swiglu, Glu::Geglu] {
+                    let (mut pg, mut pu, mut pa) = (b.alloc(rows, m), b.alloc(rows, m), b.alloc(rows, m));
+                    let (mut tn, mut tg, mut tu, mut fa) =
+                        (b.alloc(rows, n), b.alloc(rows, m), b.alloc(rows, m), b.alloc(rows, m));
+                    b.run(|| {
+                        b.matmul_many(&[&g, &u], &xn, &mut [&mut pg, &mut pu]);
+                        match glu {
+                            Glu::Swiglu => b.swiglu(&pg, &pu, &mut pa),
+                            Glu::Geglu => b.geglu(&pg, &pu, &mut pa),
+                        }
+                        b.norm_glu(&x, norm, [&g, &u], glu, (&mut tn, &mut tg, &mut tu), &mut fa);
+                    });
+                    let (gh, uh) = (b.read(&pg), b.read(&pu));
+                    let want: Vec<f64> = b.read(&pa).iter().map(|&v| v as f64).collect();
+                    assert_eq!(b.shape(&fa), (rows, m), "norm_glu {what}: shape");
+                    assert_close(&format!("norm_glu {glu:?} {what}"), &b.read(&fa), &want, |i| {
+                        let (a, c) = (gh[i] as f64, uh[i] as f64);
+                        let silu = (a / (1.0 + (-a).exp())).abs();
+                        // Each product's error through the GLU (gate's by the slope, up's by the
+                        // gate's value, at most |a|), and the gated value's own f32 roundings.
+                        1e-5 * (sg[i] * 1.2 * c.abs() + su[i] * (silu + a.abs())) + 1e-5 * want[i].abs() + 1e-6
+                    });
+                }
+            }
+        }
+    }
+    fused
+}
+
 /// `matmul_many` and `matmul_each` give exactly what separate `matmul` calls give.
 pub fn matmul_groups<B: Backend>(b: &B) {
     let n = 256;
@@ -858,6 +941,11 @@ mod cpu {
         super::norms(&cpu());
     }
     #[test]
+    fn fused_products() {
+        // The defaults: the plain sequences.
+        assert_eq!(super::fused_products(&cpu()), 0);
+    }
+    #[test]
     fn rope() {
         super::rope(&cpu());
     }
@@ -1167,6 +1255,8 @@ mod cuda {
     fn matmul() {
         if let Some(b) = cuda("matmul") {
             super::matmul(&b);
+            // Matrices of few rows spread over two and four warps a row too.
+            super::matmul(&b.with_wpr_cap(4));
         }
     }
     #[test]
@@ -1194,6 +1284,15 @@ mod cuda {
     fn norms() {
         if let Some(b) = cuda("norms") {
             super::norms(&b);
+        }
+    }
+    #[test]
+    fn fused_products() {
+        if let Some(b) = cuda("fused_products") {
+            // Fused: F32, F16 and BF16 at 1, 3, 5 (runs of one) and 8 rows, both shapes; not
+            // Q8_0, nor the 12-row prompt run (cuBLAS). One warp a row, and up to four.
+            assert_eq!(super::fused_products(&b), 2 * 3 * 4);
+            assert_eq!(super::fused_products(&b.with_wpr_cap(4)), 2 * 3 * 4);
         }
     }
     #[test]

@@ -51,6 +51,20 @@ __device__ __forceinline__ void head_norm_warp(float* h, const float* w, int hd,
     for (int i = lane; i < hd; i += 32) h[i] = w ? (h[i] * scale) * w[i] : h[i] * scale;
 }
 
+#define SQRT_2_OVER_PI 0.7978845608f
+// The tanh-form GELU in f32. (Computed as the CPU does it, through ggml's f16 table, it was tried
+// and measured: the Gemma 4 MoE fixture's Q8_0 logits stayed 0.341 from the CPU's (0.340 in f32)
+// and the Gemma 4 PLE F16 logits went from 1.81e-2 to 2.10e-2 off transformers', past the 2e-2
+// bound: bench/runs/2026-12-03-h200/cuda-session4 call 1.)
+__device__ __forceinline__ float gelu_tanh_f(float x) {
+    return 0.5f * x * (1.f + tanhf(SQRT_2_OVER_PI * x * (1.f + 0.044715f * x * x)));
+}
+
+// A gated activation of gate a and up b (op 2 SwiGLU, 3 GeGLU): glu_q8, the fused products.
+__device__ __forceinline__ float glu1(float a, float b, int op) {
+    return op == 2 ? a / (1.f + expf(-a)) * b : gelu_tanh_f(a) * b;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

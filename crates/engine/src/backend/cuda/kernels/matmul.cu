@@ -8,45 +8,67 @@
 // not depend on how many rows share the launch. (Tiles of 16 / 32 rows giving a warp 4 / 2 output
 // rows measured slower than 8-row launches on an H200: bench/runs/2026-12-02-h200/cuda-batched.)
 
-// Eight weights times eight activations (16-byte aligned), in one fixed order.
-__device__ __forceinline__ float dot8(const float w[8], const float* x) {
-    const float4* xp = (const float4*)x;
-    float4 a = xp[0], b = xp[1];
-    float s = __fmul_rn(w[0], a.x);
-    s = __fmaf_rn(w[1], a.y, s);
-    s = __fmaf_rn(w[2], a.z, s);
-    s = __fmaf_rn(w[3], a.w, s);
-    s = __fmaf_rn(w[4], b.x, s);
-    s = __fmaf_rn(w[5], b.y, s);
-    s = __fmaf_rn(w[6], b.z, s);
-    return __fmaf_rn(w[7], b.w, s);
+// Eight weights times eight activations, in one fixed order.
+__device__ __forceinline__ float dot8(const float w[8], const float a[8]) {
+    float s = __fmul_rn(w[0], a[0]);
+#pragma unroll
+    for (int i = 1; i < 8; i++) s = __fmaf_rn(w[i], a[i], s);
+    return s;
 }
 
-// The warp sums of one output row's `wpr` warps (consecutive in the block) added and written.
-template <int R>
-__device__ __forceinline__ void row_out(float acc[R], float red[4][R], int wib, int lane, int o, int part, int wpr, float* out, int m, int t) {
+// Eight floats at p (16-byte aligned).
+__device__ __forceinline__ void ld8(const float* p, float a[8]) {
+    const float4* v = (const float4*)p;
+    float4 b = v[0], c = v[1];
+    a[0] = b.x, a[1] = b.y, a[2] = b.z, a[3] = b.w, a[4] = c.x, a[5] = c.y, a[6] = c.z, a[7] = c.w;
+}
+
+// Eight activations at x: as they are, or (NORM) times the norm's weights g, their squares added
+// to ss (in order).
+template <bool NORM>
+__device__ __forceinline__ void act8(const float* x, const float g[8], float a[8], float& ss) {
+    ld8(x, a);
+    if (NORM) {
 #pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
-    if (wpr == 1) {
-        if (lane == 0 && o < m) {
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                if (r < t) out[(u64)r * m + o] = acc[r];
+        for (int i = 0; i < 8; i++) {
+            ss = __fmaf_rn(a[i], a[i], ss);
+            a[i] = __fmul_rn(a[i], g[i]);
         }
-        return;
     }
-    if (lane == 0) {
+}
+
+// A row's results written (lane 0 of its first warp). C values a lane: the NW weights' sums for
+// R activation rows, then (NORM) the R rows' sums of squares; each summed over the warp, then
+// over the row's `wpr` warps (consecutive in the block) through shared memory. NORM: the sums
+// times 1 / rms of the row's activations; NW = 2: glu(first, second) (op 2 SwiGLU, 3 GeGLU).
+template <int R, bool NORM, int NW>
+__device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane, int o, int part, int wpr,
+                                        float* out, int m, int t, int n, float eps, int op) {
+    constexpr int C = (NW + (NORM ? 1 : 0)) * R;
 #pragma unroll
-        for (int r = 0; r < R; r++) red[wib][r] = acc[r];
-    }
-    __syncthreads();
-    if (lane == 0 && part == 0 && o < m) {
+    for (int c = 0; c < C; c++) v[c] = warp_sum(v[c]);
+    if (wpr > 1) {
+        if (lane == 0) {
 #pragma unroll
-        for (int r = 0; r < R; r++) {
+            for (int c = 0; c < C; c++) red[wib * C + c] = v[c];
+        }
+        __syncthreads();
+        if (part != 0) return;
+#pragma unroll
+        for (int c = 0; c < C; c++) {
             float s = 0.f;
-            for (int k = 0; k < wpr; k++) s = __fadd_rn(s, red[wib + k][r]);
-            if (r < t) out[(u64)r * m + o] = s;
+            for (int k = 0; k < wpr; k++) s = __fadd_rn(s, red[(wib + k) * C + c]);
+            v[c] = s;
         }
+    }
+    if (lane != 0 || o >= m) return;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= t) break;
+        float scale = NORM ? 1.f / sqrtf(v[NW * R + r] / n + eps) : 1.f;
+        float y = NORM ? __fmul_rn(v[r], scale) : v[r];
+        if (NW == 2) y = glu1(y, NORM ? __fmul_rn(v[R + r], scale) : v[R + r], op);
+        out[(u64)r * m + o] = y;
     }
 }
 
@@ -56,64 +78,100 @@ __device__ __forceinline__ void row_out(float acc[R], float red[4][R], int wib, 
 // common.cuh). A warp's first four chunks of weights, which no kernel before writes, are asked for
 // before waiting for the activations: launched early (HF2Q_CUDA_MMV_EARLY=1) the weights would
 // stream while the kernel ahead ends — measured slower on an H200, so it is launched in order.
-template <int TY, int R>
-__device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float* out, int n, int m, int t, int wpr) {
-    __shared__ float red[4][R];
+// The fused variant (row_out): NORM, x is the residual stream and the product is that of its RMS
+// norm times g (the norm's weights; its 1 / rms applied to the sums at the end, from the squares
+// the row's warps add up on the way, so no kernel writes the norm); NW = 2, a warp multiplies row
+// o of W0 (gate) and of W1 (up) and writes their gated activation.
+template <int TY, int R, bool NORM, int NW>
+__device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const float* x, float* out, int n, int m,
+                      int t, int wpr, const float* g, float eps, int op) {
+    constexpr int C = (NW + (NORM ? 1 : 0)) * R;
+    __shared__ float red[4 * C];
     pdl_trigger();
     int wib = threadIdx.x / 32, lane = threadIdx.x & 31;
     int warp = blk * 4 + wib;
     int o = warp / wpr, part = warp % wpr;
-    float acc[R];
+    float v[C];
 #pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    for (int c = 0; c < C; c++) v[c] = 0.f;
+    float* ss = v + NW * R;
     const bool odd = Blk<TY>::QK == 1 && (n % 8) != 0;
-    const u8* row = W + (u64)(o < m ? o : 0) * row_bytes;
+    const u8* row[NW];
+    row[0] = W0 + (u64)(o < m ? o : 0) * row_bytes;
+    if (NW == 2) row[NW - 1] = W1 + (u64)(o < m ? o : 0) * row_bytes;
     const int S = 256 * wpr;
     int j = part * 256 + lane * 8;
     // Four chunks per step, all decoded (their loads in flight) before the products: one chunk
     // at a time leaves each warp waiting on one load.
-    float w[4][8];
+    float w[NW][4][8];
     bool four = o < m && !odd && j + 3 * S < n;
     if (four) {
 #pragma unroll
-        for (int u = 0; u < 4; u++) deq8<TY>(row, j + S * u, w[u]);
+        for (int k = 0; k < NW; k++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) deq8<TY>(row[k], j + S * u, w[k][u]);
     }
     pdl_wait();
+    float gv[8];
     if (o < m) {
         if (odd) {
             for (j = part * 32 + lane; j < n; j += 32 * wpr) {
-                float v = deq1<TY>(row, j);
+                float wj[NW];
 #pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (r < t) acc[r] = __fmaf_rn(v, x[(u64)r * n + j], acc[r]);
+                for (int k = 0; k < NW; k++) wj[k] = deq1<TY>(row[k], j);
+                float gj = NORM ? g[j] : 1.f;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (r >= t) break;
+                    float a = x[(u64)r * n + j];
+                    if (NORM) {
+                        ss[r] = __fmaf_rn(a, a, ss[r]);
+                        a = __fmul_rn(a, gj);
+                    }
+#pragma unroll
+                    for (int k = 0; k < NW; k++) v[k * R + r] = __fmaf_rn(wj[k], a, v[k * R + r]);
+                }
             }
         } else {
             while (four) {
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
+                    if (NORM) ld8(g + j + S * u, gv);
 #pragma unroll
                     for (int r = 0; r < R; r++) {
-                        if (r < t) acc[r] = __fadd_rn(acc[r], dot8(w[u], x + (u64)r * n + j + S * u));
+                        if (r >= t) break;
+                        float a[8];
+                        act8<NORM>(x + (u64)r * n + j + S * u, gv, a, ss[r]);
+#pragma unroll
+                        for (int k = 0; k < NW; k++) v[k * R + r] = __fadd_rn(v[k * R + r], dot8(w[k][u], a));
                     }
                 }
                 j += 4 * S;
                 four = j + 3 * S < n;
                 if (four) {
 #pragma unroll
-                    for (int u = 0; u < 4; u++) deq8<TY>(row, j + S * u, w[u]);
+                    for (int k = 0; k < NW; k++)
+#pragma unroll
+                        for (int u = 0; u < 4; u++) deq8<TY>(row[k], j + S * u, w[k][u]);
                 }
             }
             for (; j < n; j += S) {
-                float v[8];
-                deq8<TY>(row, j, v);
+                float wv[NW][8];
+#pragma unroll
+                for (int k = 0; k < NW; k++) deq8<TY>(row[k], j, wv[k]);
+                if (NORM) ld8(g + j, gv);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    if (r < t) acc[r] = __fadd_rn(acc[r], dot8(v, x + (u64)r * n + j));
+                    if (r >= t) break;
+                    float a[8];
+                    act8<NORM>(x + (u64)r * n + j, gv, a, ss[r]);
+#pragma unroll
+                    for (int k = 0; k < NW; k++) v[k * R + r] = __fadd_rn(v[k * R + r], dot8(wv[k], a));
                 }
             }
         }
     }
-    row_out<R>(acc, red, wib, lane, o, part, wpr, out, m, t);
+    row_out<R, NORM, NW>(v, red, wib, lane, o, part, wpr, out, m, t, n, eps, op);
 }
 
 // The name is pasted here, where the type's macro is not expanded (mmv_TY_Q4_K_8 ...). The `3`
@@ -122,16 +180,29 @@ __device__ void mmv_t(int blk, const u8* W, u64 row_bytes, const float* x, float
 // third's; each output row computed exactly as its weight's own launch computes it.
 #define MMV(NAME, TY, R) \
     extern "C" __global__ void NAME##_##R(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr) { \
-        mmv_t<TY, R>(blockIdx.x, W, rb, x, out, n, m, t, wpr); \
+        mmv_t<TY, R, false, 1>(blockIdx.x, W, W, rb, x, out, n, m, t, wpr, 0, 0.f, 0); \
     } \
     extern "C" __global__ void NAME##3_##R(const float* x, int n, int t, \
         const u8* W0, u64 rb0, float* o0, int m0, int wpr0, int nb0, \
         const u8* W1, u64 rb1, float* o1, int m1, int wpr1, int nb1, \
         const u8* W2, u64 rb2, float* o2, int m2, int wpr2) { \
         int b = blockIdx.x; \
-        if (b < nb0) mmv_t<TY, R>(b, W0, rb0, x, o0, n, m0, t, wpr0); \
-        else if ((b -= nb0) < nb1) mmv_t<TY, R>(b, W1, rb1, x, o1, n, m1, t, wpr1); \
-        else mmv_t<TY, R>(b - nb1, W2, rb2, x, o2, n, m2, t, wpr2); \
+        if (b < nb0) mmv_t<TY, R, false, 1>(b, W0, W0, rb0, x, o0, n, m0, t, wpr0, 0, 0.f, 0); \
+        else if ((b -= nb0) < nb1) mmv_t<TY, R, false, 1>(b, W1, W1, rb1, x, o1, n, m1, t, wpr1, 0, 0.f, 0); \
+        else mmv_t<TY, R, false, 1>(b - nb1, W2, W2, rb2, x, o2, n, m2, t, wpr2, 0, 0.f, 0); \
     }
 #define MMV_ALL(TY) MMV(mmv_##TY, TY, 1) MMV(mmv_##TY, TY, 2) MMV(mmv_##TY, TY, 4) MMV(mmv_##TY, TY, 8)
 FOR_EACH_TYPE(MMV_ALL)
+
+// The fused FFN input for the float weights (F32, F16, BF16): gate (W) and up (W1) by the RMS
+// norm of x (g and eps the norm's), out their gated activation (op). (The norm alone fused into
+// Q / K / V, and the residual adds into the output and down projections, measured slower on an
+// H200: 8B BF16 tg128 206.0 and 214.0 against 217.1 tokens/s with this one alone, 210.3 with
+// none; bench/runs/2026-12-04-h200/cuda-session8.)
+#define MMVF(NAME, TY, R) \
+    extern "C" __global__ void NAME##g_##R(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr, \
+        const float* g, float eps, const u8* W1, int op) { \
+        mmv_t<TY, R, true, 2>(blockIdx.x, W, W1, rb, x, out, n, m, t, wpr, g, eps, op); \
+    }
+#define MMVF_ALL(TY) MMVF(mmv_##TY, TY, 1) MMVF(mmv_##TY, TY, 2) MMVF(mmv_##TY, TY, 4) MMVF(mmv_##TY, TY, 8)
+MMVF_ALL(TY_F32) MMVF_ALL(TY_F16) MMVF_ALL(TY_BF16)

@@ -92,15 +92,6 @@ extern "C" __global__ void layer_norm(const float* x, const float* w, const floa
     for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = ((xr[i] - mean) * scale) * w[i] + b[i];
 }
 
-#define SQRT_2_OVER_PI 0.7978845608f
-// The tanh-form GELU in f32. (Computed as the CPU does it, through ggml's f16 table, it was tried
-// and measured: the Gemma 4 MoE fixture's Q8_0 logits stayed 0.341 from the CPU's (0.340 in f32)
-// and the Gemma 4 PLE F16 logits went from 1.81e-2 to 2.10e-2 off transformers', past the 2e-2
-// bound: bench/runs/2026-12-03-h200/cuda-session4 call 1.)
-__device__ __forceinline__ float gelu_tanh_f(float x) {
-    return 0.5f * x * (1.f + tanhf(SQRT_2_OVER_PI * x * (1.f + 0.044715f * x * x)));
-}
-
 // op: 0 gelu (erf), 1 gelu_tanh, 2 scale by a, 3 softcap by a, 4 add a scalar? (unused)
 extern "C" __global__ void unary(float* x, u64 len, int op, float a) {
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -132,9 +123,6 @@ extern "C" __global__ void binary(const float* x, const float* y, float* out, u6
 // binary's gated ops (2 silu, 3 gelu_tanh) on rows of n values (a multiple of 4) that also
 // quantize their output for the integer products (as rms_norm_q8): grid (rows, n_pad / 256), 64
 // threads, four values each.
-__device__ __forceinline__ float glu1(float a, float b, int op) {
-    return op == 2 ? a / (1.f + expf(-a)) * b : gelu_tanh_f(a) * b;
-}
 extern "C" __global__ void glu_q8(const float* x, const float* y, float* out, signed char* q0, float* d0,
                                   signed char* qk, float* dk, int n, int n_pad, int op) {
     pdl_trigger();
