@@ -207,6 +207,35 @@ fresh_start() {
 decode_greedy_cuda() {  # fed greedy decoding on CUDA against step-by-step (engine_tiny's test)
   HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy.txt | grep -E "test result|panicked|NOT RUN"
 }
+fresh_bf16() {
+  # fresh_bf16 [FILTER ...]: a fresh machine's first call: the carried binaries; llama-bench and the
+  # models in the background (8B BF16 first, then Q4_K_M, Q8_0, then the 24-layer MoE); copy
+  # bandwidth; the op tests (those matching); fixtures; decode_greedy on CUDA.
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "bf16 q4_k_m q8_0" moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests "$@"
+  fixtures $D/fixtures engine-tiny
+  decode_greedy_cuda
+}
+ab_bf16() {
+  # ab_bf16 COPY ENV=V ...: tg128 on the 8B BF16 under each setting (X=1: the defaults),
+  # alternating, twice (tgp, ab.txt); ab.txt copied to COPY for a later call's best_of.
+  local copy=$1; shift
+  wait_for bf16-END
+  for i in 1 2; do for c in "$@"; do tgp bf16 $W/l8b.bf16.gguf $c; done; done
+  cp $OUT/ab.txt $copy
+}
+bench_four() {
+  # Both tools on the 8B BF16, Q4_K_M, Q8_0 and the MoE (bench_pair), once built.
+  wait_builds
+  for q in bf16 q4_k_m q8_0; do bench_pair $q $W/l8b.$q.gguf; done
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  bench_pair moe $W/moe.q4_k_m.gguf
+}
 best_of() {
   # best_of TAG FILE NONE CANDIDATE...: an `export` of the candidate (an ENV=V of `tg`'s lines for
   # TAG in FILE) with the highest median tg128 tokens/s; NONE stands for X=1, the defaults.
@@ -222,81 +251,10 @@ print("export " + (none if best == "X=1" else best))
 PY
 }
 case $phase in
-s8h)
-  # The final commit (one warp per output row by default; the op tests also with up to four):
-  # the op tests, the fixtures and decode_greedy on CUDA.
-  unpack
-  op_tests
-  fixtures $D/fixtures engine-tiny
-  decode_greedy_cuda
-  ;;
-s8f)
-  # The third machine, the final build (the FFN's norm and GLU fused into gate / up, nothing else):
-  # as s8d, then the default against HF2Q_CUDA_FUSE=0 and the warps per row capped at 2 and 1.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "bf16 q4_k_m q8_0" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests fused_products
-  fixtures $D/fixtures engine-tiny
-  decode_greedy_cuda
-  wait_for bf16-END
-  for i in 1 2; do for c in X=1 HF2Q_CUDA_FUSE=0 HF2Q_CUDA_WPR=2 HF2Q_CUDA_WPR=1; do tgp bf16 $W/l8b.bf16.gguf $c; done; done
-  cp $OUT/ab.txt /tmp/ab-s8f.txt
-  ;;
-s8g)
-  # The best of s8f's settings for both tools on the four files; the greedy tokens with it and
-  # without the fusion.
-  eval $(best_of bf16 /tmp/ab-s8f.txt X=1 X=1 HF2Q_CUDA_FUSE=0 HF2Q_CUDA_WPR=2 HF2Q_CUDA_WPR=1)
-  env | grep HF2Q_ | tee $OUT/chosen.txt
-  greedy_ab $W/l8b.bf16.gguf X=1 HF2Q_CUDA_FUSE=0
-  wait_builds
-  for q in bf16 q4_k_m q8_0; do bench_pair $q $W/l8b.$q.gguf; done
-  wait_for MOE-END
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  bench_pair moe $W/moe.q4_k_m.gguf
-  ;;
-s8d)
-  # The second machine (the residual adds' old values read early): as s8a with the fused products'
-  # op test only, then each set of fusions on the 8B BF16 (HF2Q_CUDA_FUSE), alternating, twice.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "bf16 q4_k_m q8_0" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests fused_products
-  fixtures $D/fixtures engine-tiny
-  decode_greedy_cuda
-  wait_for bf16-END
-  for i in 1 2; do for c in qkv,ffn,add ffn,add ffn 0; do tgp bf16 $W/l8b.bf16.gguf HF2Q_CUDA_FUSE=$c; done; done
-  cp $OUT/ab.txt /tmp/ab-s8d.txt
-  ;;
-s8e)
-  # The best set of s8d's (its median tg128) for what follows: per-kernel times, the greedy tokens
-  # with and without, then both tools on the four files.
-  eval $(best_of bf16 /tmp/ab-s8d.txt X=1 HF2Q_CUDA_FUSE=qkv,ffn,add HF2Q_CUDA_FUSE=ffn,add HF2Q_CUDA_FUSE=ffn HF2Q_CUDA_FUSE=0)
-  echo "chosen: HF2Q_CUDA_FUSE=${HF2Q_CUDA_FUSE:-}" | tee $OUT/chosen.txt
-  prof bf16 4 bench -m $W/l8b.bf16.gguf --device cuda -p 0 -n 16 -r 1
-  greedy_ab $W/l8b.bf16.gguf X=1 HF2Q_CUDA_FUSE=0
-  wait_builds
-  for q in bf16 q4_k_m q8_0; do bench_pair $q $W/l8b.$q.gguf; done
-  wait_for MOE-END
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  bench_pair moe $W/moe.q4_k_m.gguf
-  ;;
 s8a)
   # 2026-12-04, eighth session (carrying .dev: the build with the fused float-weight products;
-  # llama-src.tgz; fixtures): llama-bench and the models in the background (8B BF16 first, then
-  # Q4_K_M, Q8_0, then the 24-layer MoE); copy bandwidth; op tests; fixtures; decode_greedy.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "bf16 q4_k_m q8_0" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests
-  fixtures $D/fixtures engine-tiny
-  decode_greedy_cuda
+  # llama-src.tgz; fixtures): fresh_bf16 with every op test.
+  fresh_bf16
   tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
   ;;
 s8b)
@@ -312,11 +270,44 @@ s8b)
   ;;
 s8c)
   # Both tools on the four files (the final build).
-  wait_builds
-  for q in bf16 q4_k_m q8_0; do bench_pair $q $W/l8b.$q.gguf; done
-  wait_for MOE-END
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  bench_pair moe $W/moe.q4_k_m.gguf
+  bench_four
+  ;;
+s8d)
+  # The second machine (the residual adds' old values read early): fresh_bf16 with the fused
+  # products' op test only, then each set of fusions on the 8B BF16 (HF2Q_CUDA_FUSE).
+  fresh_bf16 fused_products
+  ab_bf16 /tmp/ab-s8d.txt HF2Q_CUDA_FUSE=qkv,ffn,add HF2Q_CUDA_FUSE=ffn,add HF2Q_CUDA_FUSE=ffn HF2Q_CUDA_FUSE=0
+  ;;
+s8e)
+  # The best set of s8d's (its median tg128) for what follows: per-kernel times, the greedy tokens
+  # with and without, then both tools on the four files.
+  eval $(best_of bf16 /tmp/ab-s8d.txt X=1 HF2Q_CUDA_FUSE=qkv,ffn,add HF2Q_CUDA_FUSE=ffn,add HF2Q_CUDA_FUSE=ffn HF2Q_CUDA_FUSE=0)
+  echo "chosen: HF2Q_CUDA_FUSE=${HF2Q_CUDA_FUSE:-}" | tee $OUT/chosen.txt
+  prof bf16 4 bench -m $W/l8b.bf16.gguf --device cuda -p 0 -n 16 -r 1
+  greedy_ab $W/l8b.bf16.gguf X=1 HF2Q_CUDA_FUSE=0
+  bench_four
+  ;;
+s8f)
+  # The third machine, the final build (the FFN's norm and GLU fused into gate / up, nothing else):
+  # as s8d, then the default against HF2Q_CUDA_FUSE=0 and the warps per row capped at 2 and 1.
+  fresh_bf16 fused_products
+  ab_bf16 /tmp/ab-s8f.txt X=1 HF2Q_CUDA_FUSE=0 HF2Q_CUDA_WPR=2 HF2Q_CUDA_WPR=1
+  ;;
+s8g)
+  # The best of s8f's settings for both tools on the four files; the greedy tokens with it and
+  # without the fusion.
+  eval $(best_of bf16 /tmp/ab-s8f.txt X=1 X=1 HF2Q_CUDA_FUSE=0 HF2Q_CUDA_WPR=2 HF2Q_CUDA_WPR=1)
+  env | grep HF2Q_ | tee $OUT/chosen.txt
+  greedy_ab $W/l8b.bf16.gguf X=1 HF2Q_CUDA_FUSE=0
+  bench_four
+  ;;
+s8h)
+  # The final commit (one warp per output row by default; the op tests also with up to four):
+  # the op tests, the fixtures and decode_greedy on CUDA.
+  unpack
+  op_tests
+  fixtures $D/fixtures engine-tiny
+  decode_greedy_cuda
   ;;
 c1)
   # 2026-12-04, seventh session, third machine (carrying .dev: bins.tar.xz of the final build:

@@ -770,7 +770,7 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 })
                 .collect();
             // The fused variant (`Fuse`) of the float weights.
-            for &t in &super::FUSED_TYPES {
+            for &t in &super::products::FUSED_TYPES {
                 v.extend(MMV_ROWS.map(|r| format!("mmv_{}g_{r}", ty_name(t))));
             }
             v
