@@ -250,7 +250,48 @@ best = max(cands, key=lambda k: statistics.median(ts.get(k, [0])))
 print("export " + (none if best == "X=1" else best))
 PY
 }
+ab() {
+  # ab TAG FILE SETTING ...: tg128 of FILE under each setting (X=1: the defaults; a quoted setting
+  # may hold several ENV=V), alternating, twice (tgp, ab.txt).
+  local tag=$1 m=$2; shift 2
+  for i in 1 2; do for c in "$@"; do tgp $tag $m $c; done; done
+}
 case $phase in
+s9a)
+  # Written 2026-12-04, ninth session, which had no device time left (carrying .dev: the build with
+  # the four launch-saving variants, off by default: HF2Q_CUDA_ATTN_MERGE, _ROUTE_FUSE, _GLU_FUSE,
+  # _ADD_FUSE=1; llama-src.tgz; fixtures): fresh_bf16 with every op test (they turn the variants
+  # on themselves), then the fixtures and decode_greedy with all four on.
+  fresh_bf16
+  export HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_ROUTE_FUSE=1 HF2Q_CUDA_GLU_FUSE=1 HF2Q_CUDA_ADD_FUSE=1
+  fixtures $D/fixtures engine-tiny-fused
+  HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy-fused.txt | grep -E "test result|panicked|NOT RUN"
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+  ;;
+s9b)
+  # Each variant on against the defaults (X=1: all off), alone and all four, on the 8B BF16, the
+  # 8B Q4_K_M and the MoE; greedy tokens the same with and without; per-kernel launches.
+  all_on="HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_ADD_FUSE=1 HF2Q_CUDA_ROUTE_FUSE=1 HF2Q_CUDA_GLU_FUSE=1"
+  wait_for bf16-END
+  ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_ADD_FUSE=1 "$all_on"
+  greedy_ab $W/l8b.bf16.gguf X=1 "$all_on"
+  wait_for q4_k_m-END
+  ab q4_k_m $W/l8b.q4_k_m.gguf X=1 HF2Q_CUDA_ATTN_MERGE=1
+  wait_for MOE-END
+  m=$W/moe.q4_k_m.gguf
+  ab moe $m X=1 HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_ROUTE_FUSE=1 HF2Q_CUDA_GLU_FUSE=1 "$all_on"
+  greedy_ab $m X=1 "$all_on"
+  (export $all_on; prof moe-fused 4 bench -m $m --device cuda -p 0 -n 16 -r 1)
+  prof moe 4 bench -m $m --device cuda -p 0 -n 16 -r 1
+  ;;
+s9c)
+  # Both tools on the four files; ENV=V arguments after the phase are exported first (the
+  # variants that measured faster in s9b).
+  shift
+  for e in "$@"; do export "$e"; done
+  env | grep HF2Q_ | tee $OUT/chosen.txt
+  bench_four
+  ;;
 s8a)
   # 2026-12-04, eighth session (carrying .dev: the build with the fused float-weight products;
   # llama-src.tgz; fixtures): fresh_bf16 with every op test.

@@ -406,6 +406,22 @@ pub trait Backend: Send + Sync + 'static {
             Glu::Geglu => self.geglu(g, u, out),
         }
     }
+    /// `x += y`, then `norm_glu` of `x` (the residual add before the FFN); backends may do the
+    /// add inside `norm_glu`'s launch. Equal to `add` then `norm_glu`, bit for bit in `x`.
+    #[allow(clippy::too_many_arguments)]
+    fn add_norm_glu(
+        &self,
+        x: &mut Self::Buf,
+        y: &Self::Buf,
+        norm: Norm<'_, Self::Weight>,
+        gate_up: [&Self::Weight; 2],
+        glu: Glu,
+        t: (&mut Self::Buf, &mut Self::Buf, &mut Self::Buf),
+        out: &mut Self::Buf,
+    ) {
+        self.add(x, y);
+        self.norm_glu(x, norm, gate_up, glu, t, out);
+    }
     /// Add a bias row to every row.
     fn add_bias(&self, x: &mut Self::Buf, b: &Self::Weight);
     /// Rotate every head of every row; row i is at the step's position i.

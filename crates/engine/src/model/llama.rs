@@ -267,14 +267,13 @@ impl<B: Backend> Llama<B> {
                 // The FFN's norm and gated activation inside the gate / up products where the
                 // backend does that (GPU decode steps), never while dumping.
                 LayerFfn::Dense(f) if !dump.on() && b.fuses_products(&[&f.gate, &f.up], &s.x) => {
-                    b.add(&mut s.x, &s.o);
                     let norm = Norm {
                         w: &ly.ffn_norm,
                         eps: p.eps,
                     };
                     let t = &mut s.ffn;
                     let scratch = (&mut s.xn, &mut t.gate, &mut t.up);
-                    b.norm_glu(&s.x, norm, [&f.gate, &f.up], Glu::Swiglu, scratch, &mut t.act);
+                    b.add_norm_glu(&mut s.x, &s.o, norm, [&f.gate, &f.up], Glu::Swiglu, scratch, &mut t.act);
                     b.matmul(&f.down, &t.act, &mut s.o);
                 }
                 ffn => {

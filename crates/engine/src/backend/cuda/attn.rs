@@ -59,7 +59,7 @@ impl Cuda {
             let need = parts * (l.head_dim + 2);
             let po = self.grown(&self.dev.attn_part, need, need.next_power_of_two(), "attention scratch");
             let pml = po + 4 * (parts * l.head_dim) as u64;
-            let args: Vec<A> = [A::S(step.args), A::P(q.ptr), A::P(po), A::P(pml), A::P(sidx)]
+            let mut args: Vec<A> = [A::S(step.args), A::P(q.ptr), A::P(po), A::P(pml), A::P(sidx)]
                 .into_iter()
                 .chain(common)
                 .collect();
@@ -70,6 +70,31 @@ impl Cuda {
                 && l.head_dim.is_multiple_of(8)
                 && l.head_dim <= ATTN_DEC_HD
                 && (ko | vo | kb | vb).is_multiple_of(16);
+            // A step of decode rows alone: attn_dec_f16's last block of each (row, KV head)
+            // merges its splits, quantized as attn_combine_q8 would (when the KV head's query
+            // heads are whole pairs of 256-value units and the row has no padding), or not.
+            let q8 = mmq_on();
+            let merge = dec
+                && self.fuse_on(super::Fused::AttnMerge)
+                && n_split == q.rows
+                && (!q8 || (out.cols.is_multiple_of(256) && (g * l.head_dim).is_multiple_of(512)));
+            if dec {
+                let mut tail = [A::P(0), A::P(0), A::I(0), A::I(0), A::P(0), A::P(0), A::P(0), A::P(0)];
+                if merge {
+                    let cnt = self.grown_zeroed(&self.dev.attn_cnt, q.rows * l.n_kv_head, "attention counters");
+                    tail[..4].copy_from_slice(&[
+                        A::P(cnt),
+                        A::P(out.ptr),
+                        A::I(out.cols as i32),
+                        A::I(out.cols as i32),
+                    ]);
+                    if q8 {
+                        let act = self.act_scratch(q.rows, out.cols);
+                        tail[4..].copy_from_slice(&[A::P(act.q0), A::P(act.d0), A::P(act.qk), A::P(act.dk)]);
+                    }
+                }
+                args.extend(tail);
+            }
             self.dev.launch_early(
                 &if dec {
                     "attn_dec_f16".into()
@@ -80,6 +105,14 @@ impl Cuda {
                 128,
                 &args,
             );
+            if merge {
+                self.count_fused(super::Fused::AttnMerge);
+                if q8 {
+                    *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((out.ptr, out.rows, out.cols, self.dev.seq.load(Ordering::Relaxed)));
+                }
+                return;
+            }
             let args = [
                 A::S(step.args),
                 A::P(po),

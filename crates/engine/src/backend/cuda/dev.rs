@@ -142,6 +142,16 @@ pub struct Dev {
     pub(super) argmax: Mutex<Option<CudaSlice<u32>>>,
     /// Split-K attention's partial outputs, maxima and sums (grow-only).
     pub(super) attn_part: Mutex<Option<CudaSlice<f32>>>,
+    /// Split-K attention's finished splits per (row, KV head) when the last one merges them
+    /// (`attn_dec_f16`'s merge_last; zeroed when made, set back to 0 by each merge; grow-only).
+    pub(super) attn_cnt: Mutex<Option<CudaSlice<i32>>>,
+    /// The MoE router's finished blocks when its last one routes (`Fuse::Route`; the same).
+    pub(super) route_cnt: Mutex<Option<CudaSlice<i32>>>,
+    /// Each (row, slot) pair's finished gate / up blocks when its last one makes the GLU
+    /// (`mmq_moe_glu_*`; the same).
+    pub(super) glu_cnt: Mutex<Option<CudaSlice<i32>>>,
+    /// The fused FFN input's finished blocks when its last one does the residual add (the same).
+    pub(super) add_cnt: Mutex<Option<CudaSlice<i32>>>,
     /// Launches (and host writes) so far: a value recorded after a launch says whether anything
     /// ran since.
     pub(super) seq: std::sync::atomic::AtomicU64,
@@ -288,6 +298,10 @@ impl Dev {
             scratch: Mutex::new((None, None)),
             q8: Mutex::new(None),
             attn_part: Mutex::new(None),
+            attn_cnt: Mutex::new(None),
+            route_cnt: Mutex::new(None),
+            glu_cnt: Mutex::new(None),
+            add_cnt: Mutex::new(None),
             argmax: Mutex::new(None),
             seq: std::sync::atomic::AtomicU64::new(0),
             prof: super::prof::Prof::from_env(),
@@ -769,9 +783,11 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                         .flat_map(move |r| [format!("mmv_{}_{r}", ty_name(t)), format!("mmv_{}3_{r}", ty_name(t))])
                 })
                 .collect();
-            // The fused variant (`Fuse`) of the float weights.
+            // The fused variants (`Fuse`) of the float weights: the FFN input, the MoE routing.
             for &t in &super::products::FUSED_TYPES {
                 v.extend(MMV_ROWS.map(|r| format!("mmv_{}g_{r}", ty_name(t))));
+                v.extend(MMV_ROWS.map(|r| format!("mmv_{}r_{r}", ty_name(t))));
+                v.extend(MMV_ROWS.map(|r| format!("mmv_{}ga_{r}", ty_name(t))));
             }
             v
         }
@@ -790,6 +806,8 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             for &t in MMQ_TYPES {
                 v.push(format!("mmq_moe_{}", ty_name(t)));
                 v.push(format!("mmq_moe_v_{}", ty_name(t)));
+                v.push(format!("mmq_moe_glu_{}", ty_name(t)));
+                v.push(format!("mmq_moe_glu_v_{}", ty_name(t)));
                 v.push(format!("mmq_v_{}", ty_name(t)));
                 v.extend(MMQ_MOE_NT.iter().map(|k| format!("mmq_moe_g_{}_{k}", ty_name(t))));
                 v.push(format!("tile_{}", ty_name(t)));

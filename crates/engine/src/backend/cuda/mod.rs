@@ -102,10 +102,45 @@ pub struct Cuda {
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
     /// `attn_split_f16`, its keys loaded one after another).
     attn_dec: bool,
+    /// Which launch-saving variants (`Fused`) are on: `with_fused`, or each one's variable
+    /// (`Fused::var`) set to 1. Off by default: not yet measured on a GPU.
+    fuse: [bool; 4],
+    /// Launches so far that did another's work too (`Fused`; for the op tests).
+    fused: [std::sync::atomic::AtomicUsize; 4],
     /// Most warps per output row of the matrix-vector kernels (`warps_per_row`):
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
     /// against 219.2 at 2 and 218.9 at 4 (bench/runs/2026-12-04-h200/cuda-session8, call 7).
     wpr_cap: usize,
+}
+
+/// Launches that do another's work too, in the last of their blocks to finish (counted through
+/// a device counter that it sets back to 0), so that a decode step has fewer launches
+/// (`Cuda::with_fused`, `Cuda::fused`).
+#[derive(Clone, Copy, Debug)]
+pub enum Fused {
+    /// Decode attention (`attn_dec_f16`) whose last block of each (row, KV head) merges the
+    /// splits, and quantizes them for the integer product that follows (no `attn_combine(_q8)`).
+    AttnMerge,
+    /// A MoE router's product (float weights) that routes its rows (no `moe_route`).
+    Route,
+    /// MoE gate / up products that make the GLU for the down products (no `glu_q8`).
+    Glu,
+    /// The fused FFN input that also does the residual add before it (no `binary`).
+    Add,
+}
+
+impl Fused {
+    pub const ALL: [Fused; 4] = [Fused::AttnMerge, Fused::Route, Fused::Glu, Fused::Add];
+
+    /// The environment variable that turns it on (`=1`).
+    pub fn var(self) -> &'static str {
+        match self {
+            Fused::AttnMerge => "HF2Q_CUDA_ATTN_MERGE",
+            Fused::Route => "HF2Q_CUDA_ROUTE_FUSE",
+            Fused::Glu => "HF2Q_CUDA_GLU_FUSE",
+            Fused::Add => "HF2Q_CUDA_ADD_FUSE",
+        }
+    }
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -142,6 +177,8 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
+            fuse: Fused::ALL.map(|k| std::env::var(k.var()).is_ok_and(|v| v == "1")),
+            fused: Default::default(),
             wpr_cap: std::env::var("HF2Q_CUDA_WPR")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -161,6 +198,25 @@ impl Cuda {
     pub fn with_attn_dec(mut self, on: bool) -> Cuda {
         self.attn_dec = on;
         self
+    }
+
+    /// A launch-saving variant on or off.
+    pub fn with_fused(mut self, kind: Fused, on: bool) -> Cuda {
+        self.fuse[kind as usize] = on;
+        self
+    }
+
+    fn fuse_on(&self, kind: Fused) -> bool {
+        self.fuse[kind as usize]
+    }
+
+    /// Launches so far that did another's work too, of each kind.
+    pub fn fused(&self, kind: Fused) -> usize {
+        self.fused[kind as usize].load(Ordering::Relaxed)
+    }
+
+    fn count_fused(&self, kind: Fused) {
+        self.fused[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Rope and KV store fused into one launch (`Backend::rope_store_kv`) or not.
@@ -697,7 +753,26 @@ impl Backend for Cuda {
         t: (&mut CudaBuf, &mut CudaBuf, &mut CudaBuf),
         out: &mut CudaBuf,
     ) {
-        self.norm_glu_op(x, norm, gate_up, glu, t, out)
+        self.norm_glu_op(x, None, norm, gate_up, glu, t, out)
+    }
+
+    fn add_norm_glu(
+        &self,
+        x: &mut CudaBuf,
+        y: &CudaBuf,
+        norm: Norm<'_, CudaWeight>,
+        gate_up: [&CudaWeight; 2],
+        glu: Glu,
+        t: (&mut CudaBuf, &mut CudaBuf, &mut CudaBuf),
+        out: &mut CudaBuf,
+    ) {
+        assert_eq!((x.rows, x.cols), (y.rows, y.cols));
+        if self.adds_inside(x, norm, gate_up) {
+            self.norm_glu_op(x, Some(y), norm, gate_up, glu, t, out)
+        } else {
+            self.add(x, y);
+            self.norm_glu_op(x, None, norm, gate_up, glu, t, out)
+        }
     }
 
     fn add_bias(&self, x: &mut CudaBuf, b: &CudaWeight) {
@@ -1107,6 +1182,21 @@ impl Cuda {
             // SAFETY: written by the kernels that use it before any of them reads it.
             *buf =
                 Some(unsafe { self.dev.stream.alloc::<T>(size.max(need)) }.unwrap_or_else(|e| self.dev.fail(what, e)));
+        }
+        self.dev.ptr(buf.as_ref().expect("allocated"))
+    }
+
+    /// `grown` for counters: a new buffer is zeroed (the kernels set each counter back to 0).
+    fn grown_zeroed(&self, slot: &Mutex<Option<CudaSlice<i32>>>, need: usize, what: &str) -> u64 {
+        let mut buf = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if buf.as_ref().is_none_or(|b| b.len() < need) {
+            self.dev.flush();
+            *buf = Some(
+                self.dev
+                    .stream
+                    .alloc_zeros::<i32>(need.next_power_of_two().max(1024))
+                    .unwrap_or_else(|e| self.dev.fail(what, e)),
+            );
         }
         self.dev.ptr(buf.as_ref().expect("allocated"))
     }

@@ -8,6 +8,7 @@
 
 use super::dev::{blocks, A};
 use super::mmq::{mmq_fits, mmq_on, ActScratch};
+use super::products::Fuse;
 use super::{ty_name, Cuda, CudaBuf, CudaWeight};
 use crate::model::blocks::{Ffn, Glu, MoeBufs, Routing};
 use cudarc::driver::CudaSlice;
@@ -109,7 +110,6 @@ impl Cuda {
         let router_int = mmq_fits(router.dev_ty, x_route.cols);
         let (gate_t, up_t, down_t) = self.expert_tables(router, experts);
 
-        self.products(&[router], x_route, &mut [&mut bufs.router]);
         // Scratch (4-byte words): gate, up, GLU output (pairs × n_ff each), weights, ids (pairs
         // each); grouped, also the sorted order, the sorted positions (pairs each), the row tiles'
         // table, and x's rows in sorted order (both flavours, from a 256-byte boundary).
@@ -119,8 +119,15 @@ impl Cuda {
         let max_tiles = pairs.div_ceil(8 * nt) + pairs.min(r.n_expert);
         let plain = 3 * area + 2 * pairs;
         let sorted_at = (plain + 2 * pairs + 1 + 3 * max_tiles).next_multiple_of(64);
+        // Not grouped, with the GLU in the gate / up launch: its quantized output (both flavours,
+        // from a 256-byte boundary), apart from x's (which other blocks of that launch still read).
+        let ff_pad = n_ff.next_multiple_of(256);
+        let glu_fused = !grouped && g_ty == u_ty && self.fuse_on(super::Fused::Glu);
+        let glu_at = plain.next_multiple_of(64);
         let words = if grouped {
             sorted_at + 2 * (pairs * n_pad / 4 + pairs * n_pad / 32)
+        } else if glu_fused {
+            glu_at + 2 * (pairs * ff_pad / 4 + pairs * ff_pad / 32)
         } else {
             plain
         };
@@ -138,20 +145,37 @@ impl Cuda {
                 self.dev.launch(name, grid, block, args)
             }
         };
-        launch(
-            "moe_route",
-            (t as u32, 1),
-            32,
-            &[
-                A::P(bufs.router.ptr),
-                A::I(r.n_expert as i32),
-                A::I(r.k as i32),
-                A::I(r.softmax_first as i32),
-                A::I(r.normalize as i32),
-                A::P(ids),
-                A::P(ws),
-            ],
-        );
+        // The router's product, then the routing: in one launch where that is on (`Fused::Route`)
+        // and the router's weights are of the matrix-vector kernels' fused types.
+        let routed = self.fuse_on(super::Fused::Route) && {
+            let cnt = self.grown_zeroed(&self.dev.route_cnt, 1, "MoE routing counter");
+            let route = Fuse::Route {
+                cnt,
+                k: r.k as i32,
+                softmax_first: r.softmax_first as i32,
+                normalize: r.normalize as i32,
+                ids,
+                ws,
+            };
+            self.router_routed(router, x_route, &mut bufs.router, route)
+        };
+        if !routed {
+            self.products(&[router], x_route, &mut [&mut bufs.router]);
+            launch(
+                "moe_route",
+                (t as u32, 1),
+                32,
+                &[
+                    A::P(bufs.router.ptr),
+                    A::I(r.n_expert as i32),
+                    A::I(r.k as i32),
+                    A::I(r.softmax_first as i32),
+                    A::I(r.normalize as i32),
+                    A::P(ids),
+                    A::P(ws),
+                ],
+            );
+        }
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the
         // router's product (an integer one on x itself) did not need the scratch for another input.
         let act = self.act_scratch(t, n_pad);
@@ -167,33 +191,43 @@ impl Cuda {
         };
         // `early`: launched before the kernel ahead ends (the down products: the expert ids they
         // read first were written by moe_route, finished before the gate / up products started).
-        let expert_mm =
-            |ty: GgmlType, a: ActScratch, np: usize, div: usize, m: usize, mats: &[(u64, u64)], early: bool| {
-                let (qa, ad) = flavour(ty, a);
-                let (t1, o1) = mats.get(1).copied().unwrap_or((0, 0));
-                let mut args = vec![A::P(qa), A::P(ad), A::I(np as i32), A::I((np / 256) as i32)];
-                let (name, grid) = if grouped {
-                    // Grid (mats · weight tiles, row tiles at most); the pairs through the tile table.
-                    args.push(A::P(tiles));
-                    (
-                        format!("mmq_moe_g_{}_{nt}", ty_name(ty)),
-                        ((mats.len() * m.div_ceil(16)) as u32, max_tiles as u32),
-                    )
-                } else {
-                    args.extend([A::P(ids), A::I(div as i32)]);
-                    let v = if super::mmq::mmq_v_on() { "v_" } else { "" };
-                    (
-                        format!("mmq_moe_{v}{}", ty_name(ty)),
-                        ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
-                    )
-                };
-                args.extend([A::I(m as i32), A::P(mats[0].0), A::P(mats[0].1), A::P(t1), A::P(o1)]);
-                if early && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
-                    launch(&name, grid, 128, &args);
-                } else {
-                    self.dev.launch(&name, grid, 128, &args);
-                }
+        // `glu`: gate and up, then their GLU quantized by each pair's last block (`mmq_moe_glu_*`;
+        // not grouped): the arguments after the products'.
+        let expert_mm = |ty: GgmlType,
+                         a: ActScratch,
+                         np: usize,
+                         div: usize,
+                         m: usize,
+                         mats: &[(u64, u64)],
+                         early: bool,
+                         glu: &[A]| {
+            let (qa, ad) = flavour(ty, a);
+            let (t1, o1) = mats.get(1).copied().unwrap_or((0, 0));
+            let mut args = vec![A::P(qa), A::P(ad), A::I(np as i32), A::I((np / 256) as i32)];
+            let (name, grid) = if grouped {
+                // Grid (mats · weight tiles, row tiles at most); the pairs through the tile table.
+                args.push(A::P(tiles));
+                (
+                    format!("mmq_moe_g_{}_{nt}", ty_name(ty)),
+                    ((mats.len() * m.div_ceil(16)) as u32, max_tiles as u32),
+                )
+            } else {
+                args.extend([A::P(ids), A::I(div as i32)]);
+                let v = if super::mmq::mmq_v_on() { "v_" } else { "" };
+                let g = if glu.is_empty() { "" } else { "glu_" };
+                (
+                    format!("mmq_moe_{g}{v}{}", ty_name(ty)),
+                    ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
+                )
             };
+            args.extend([A::I(m as i32), A::P(mats[0].0), A::P(mats[0].1), A::P(t1), A::P(o1)]);
+            args.extend(glu);
+            if early && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
+                launch(&name, grid, 128, &args);
+            } else {
+                self.dev.launch(&name, grid, 128, &args);
+            }
+        };
         let act = if grouped {
             // The pairs sorted by expert, and x's rows in that order.
             self.dev.launch(
@@ -248,37 +282,66 @@ impl Cuda {
         } else {
             act
         };
-        if g_ty == u_ty {
-            expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)], false);
-        } else {
-            expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate)], false);
-            expert_mm(u_ty, act, n_pad, r.k, n_ff, &[(up_t, up)], false);
-        }
-        // The GLU of every pair, quantized for the down products (the scratch's first pairs rows).
-        let ff_pad = n_ff.next_multiple_of(256);
-        let act2 = self.act_scratch(pairs, ff_pad);
-        self.dev.launch_early(
-            "glu_q8",
-            (pairs as u32, (ff_pad / 256) as u32),
-            64,
-            &[
-                A::P(gate),
-                A::P(up),
+        let op = match glu {
+            Glu::Swiglu => 2,
+            Glu::Geglu => 3,
+        };
+        let act2 = if glu_fused {
+            // The GLU of every pair, quantized for the down products, by the gate / up launch.
+            let q0 = base + 4 * glu_at as u64;
+            let qk = q0 + (pairs * ff_pad) as u64;
+            let d0 = qk + (pairs * ff_pad) as u64;
+            let act2 = ActScratch {
+                q0,
+                qk,
+                d0,
+                dk: d0 + 4 * (pairs * ff_pad / 32) as u64,
+            };
+            let cnt = self.grown_zeroed(&self.dev.glu_cnt, pairs, "MoE GLU counters");
+            let tail = [
+                A::P(cnt),
                 A::P(act_f),
                 A::P(act2.q0),
                 A::P(act2.d0),
                 A::P(act2.qk),
                 A::P(act2.dk),
-                A::I(n_ff as i32),
                 A::I(ff_pad as i32),
-                A::I(match glu {
-                    Glu::Swiglu => 2,
-                    Glu::Geglu => 3,
-                }),
-            ],
-        );
+                A::I(op),
+            ];
+            expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)], false, &tail);
+            self.count_fused(super::Fused::Glu);
+            act2
+        } else {
+            if g_ty == u_ty {
+                expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)], false, &[]);
+            } else {
+                expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate)], false, &[]);
+                expert_mm(u_ty, act, n_pad, r.k, n_ff, &[(up_t, up)], false, &[]);
+            }
+            // The GLU of every pair, quantized for the down products (the scratch's first pairs
+            // rows).
+            let act2 = self.act_scratch(pairs, ff_pad);
+            self.dev.launch_early(
+                "glu_q8",
+                (pairs as u32, (ff_pad / 256) as u32),
+                64,
+                &[
+                    A::P(gate),
+                    A::P(up),
+                    A::P(act_f),
+                    A::P(act2.q0),
+                    A::P(act2.d0),
+                    A::P(act2.qk),
+                    A::P(act2.dk),
+                    A::I(n_ff as i32),
+                    A::I(ff_pad as i32),
+                    A::I(op),
+                ],
+            );
+            act2
+        };
         bufs.slots.set_shape(pairs, n);
-        expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)], true);
+        expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)], true, &[]);
         out.set_shape(t, n);
         launch(
             "weighted_sum_rows",

@@ -29,13 +29,29 @@ const GEMM_MIN_ROWS: usize = 9;
 type Runs = Vec<(usize, usize)>;
 
 /// What a matrix-vector launch does around its products (`kernels/matmul.cu`): nothing; or
-/// (the float weights' fused variant) gate and up (`up` the second weight) by the RMS norm of
+/// (the float weights' fused variants) gate and up (`up` the second weight) by the RMS norm of
 /// the activations (`g` the norm's weights), giving their gated activation (`op` 2 SwiGLU, 3
-/// GeGLU).
+/// GeGLU); or a MoE router's product then its routing by the launch's last block (`moe_route`'s
+/// arguments; `cnt` the launch's counter of finished blocks).
 #[derive(Clone, Copy)]
-enum Fuse {
+pub(super) enum Fuse {
     None,
-    Glu { g: u64, eps: f32, up: u64, op: i32 },
+    Glu {
+        g: u64,
+        eps: f32,
+        up: u64,
+        op: i32,
+        /// `x += y` first (y's address, the launch's counter of finished blocks).
+        add: Option<(u64, u64)>,
+    },
+    Route {
+        cnt: u64,
+        k: i32,
+        softmax_first: i32,
+        normalize: i32,
+        ids: u64,
+        ws: u64,
+    },
 }
 
 impl Fuse {
@@ -43,7 +59,34 @@ impl Fuse {
     fn args(self) -> (&'static str, Vec<A>) {
         match self {
             Fuse::None => ("", vec![]),
-            Fuse::Glu { g, eps, up, op } => ("g", vec![A::P(g), A::F(eps), A::P(up), A::I(op)]),
+            Fuse::Glu { g, eps, up, op, add } => {
+                let mut args = vec![A::P(g), A::F(eps), A::P(up), A::I(op)];
+                match add {
+                    None => ("g", args),
+                    Some((y, cnt)) => {
+                        args.extend([A::P(y), A::P(cnt)]);
+                        ("ga", args)
+                    }
+                }
+            }
+            Fuse::Route {
+                cnt,
+                k,
+                softmax_first,
+                normalize,
+                ids,
+                ws,
+            } => (
+                "r",
+                vec![
+                    A::P(cnt),
+                    A::I(k),
+                    A::I(softmax_first),
+                    A::I(normalize),
+                    A::P(ids),
+                    A::P(ws),
+                ],
+            ),
         }
     }
 }
@@ -52,7 +95,7 @@ impl Fuse {
 pub(super) const FUSED_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 
 /// Whether the fused FFN input is on (`HF2Q_CUDA_FUSE=0` turns it off, to compare).
-fn fuse_on() -> bool {
+fn ffn_fuse_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("HF2Q_CUDA_FUSE").is_none_or(|v| v != "0"))
 }
@@ -60,27 +103,43 @@ fn fuse_on() -> bool {
 impl Cuda {
     /// `Backend::fuses_products`.
     pub(super) fn fuses(&self, ws: &[&CudaWeight], x: &CudaBuf) -> bool {
-        fuse_on() && ws.iter().all(|w| FUSED_TYPES.contains(&w.dev_ty)) && self.short_runs(x).is_some()
+        ffn_fuse_on() && ws.iter().all(|w| FUSED_TYPES.contains(&w.dev_ty)) && self.short_runs(x).is_some()
     }
 
-    /// `Backend::norm_glu`.
+    /// `x`'s runs for the fused FFN input's launches, or `None` where it does not fuse.
+    fn glu_runs(&self, x: &CudaBuf, norm: Norm<'_, CudaWeight>, [gate, up]: [&CudaWeight; 2]) -> Option<Runs> {
+        let pair = gate.dev_ty == up.dev_ty && gate.n_rows() == up.n_rows() && gate.row_bytes == up.row_bytes;
+        self.short_runs(x)
+            .filter(|_| pair && norm.w.dev_ty == GgmlType::F32 && self.fuses(&[gate, up], x))
+    }
+
+    /// Whether `norm_glu_op` takes a residual add inside its launch: fused, its rows in one
+    /// launch (the finished blocks are counted per launch).
+    pub(super) fn adds_inside(&self, x: &CudaBuf, norm: Norm<'_, CudaWeight>, gate_up: [&CudaWeight; 2]) -> bool {
+        self.fuse_on(super::Fused::Add) && x.rows <= 8 && self.glu_runs(x, norm, gate_up).is_some_and(|r| r.len() == 1)
+    }
+
+    /// `Backend::norm_glu`, and with `add` `Backend::add_norm_glu` (`x += add` first).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn norm_glu_op(
         &self,
         x: &CudaBuf,
+        add: Option<&CudaBuf>,
         norm: Norm<'_, CudaWeight>,
         [gate, up]: [&CudaWeight; 2],
         glu: Glu,
         t: (&mut CudaBuf, &mut CudaBuf, &mut CudaBuf),
         out: &mut CudaBuf,
     ) {
-        let pair = gate.dev_ty == up.dev_ty && gate.n_rows() == up.n_rows() && gate.row_bytes == up.row_bytes;
-        let runs = self
-            .short_runs(x)
-            .filter(|_| pair && norm.w.dev_ty == GgmlType::F32 && self.fuses(&[gate, up], x));
+        let runs = self.glu_runs(x, norm, [gate, up]);
         let op = match glu {
             Glu::Swiglu => 2,
             Glu::Geglu => 3,
         };
+        assert!(
+            add.is_none() || self.adds_inside(x, norm, [gate, up]),
+            "norm_glu: an add inside a launch that does not take it"
+        );
         let Some(runs) = runs else {
             let (xn, g, u) = t;
             self.norm(x, None, norm.w, norm.eps, xn);
@@ -96,13 +155,44 @@ impl Cuda {
             gate.row_len()
         );
         out.shape_from(x.rows, &x.runs, gate.n_rows());
+        let add = add.map(|y| (y.ptr, self.grown_zeroed(&self.dev.add_cnt, 1, "FFN add counter")));
+        if add.is_some() {
+            self.count_fused(super::Fused::Add);
+        }
         let fuse = Fuse::Glu {
             g: self.dev.ptr(&norm.w.data),
             eps: norm.eps,
             up: self.dev.ptr(&up.data),
             op,
+            add,
         };
         self.small_products(&[(gate, &*out)], x, &runs, fuse);
+    }
+
+    /// A MoE router's product `out = x · wᵀ` and its routing (`route`: `Fuse::Route`) in one
+    /// matrix-vector launch, when the weight is of a fused type and x's rows (at most eight) go
+    /// to one launch; false (nothing launched) otherwise.
+    pub(super) fn router_routed(&self, w: &CudaWeight, x: &CudaBuf, out: &mut CudaBuf, route: Fuse) -> bool {
+        let one = self
+            .short_runs(x)
+            .filter(|r| r.len() == 1 && r[0] == (0, x.rows) && x.rows <= 8);
+        let on = self.fuse_on(super::Fused::Route);
+        if !on || !FUSED_TYPES.contains(&w.dev_ty) || one.is_none() || x.cols != w.row_len() {
+            return false;
+        }
+        out.shape_from(x.rows, &x.runs, w.n_rows());
+        let input = [A::P(x.ptr)];
+        self.mv(
+            &format!("mmv_{}", ty_name(w.dev_ty)),
+            &input,
+            &[(w, &*out)],
+            x.cols,
+            0,
+            x.rows,
+            route,
+        );
+        self.count_fused(super::Fused::Route);
+        true
     }
 
     /// `outs[i] = x · ws[i]ᵀ`. Weights of the integer kernels' types take all rows at once

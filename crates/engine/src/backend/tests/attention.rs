@@ -291,3 +291,57 @@ pub fn attention<B: Backend>(b: &B) {
         }
     }
 }
+
+/// A step of decode rows alone (one row of each of five sequences, from the first position to past
+/// 2,048 keys) over F16 caches, its output multiplied by a Q8_0 and a Q4_K matrix in the same run
+/// (on CUDA the integer products take the activations the attention quantized). Layers whose query
+/// heads per KV head hold 512 values (8 heads of 128, 2 KV heads) and 256 (8 of 64, 4 KV heads).
+/// Returns (what, values) per output, for comparing one backend's variants.
+pub fn attention_decode_step<B: Backend>(b: &B) -> Vec<(String, Vec<f32>)> {
+    let mut outs = Vec::new();
+    let seqs = [(0usize, 1usize), (15, 1), (16, 1), (300, 1), (2100, 1)];
+    for (n_head, n_kv, hd) in [(8usize, 2usize, 128usize), (8, 4, 64)] {
+        let (kvd, cols) = (n_kv * hd, n_head * hd);
+        let layers = [KvLayer::own(kvd, kvd, None)];
+        let mut kvs: Vec<B::Kv> = seqs
+            .iter()
+            .map(|_| b.alloc_kv(&layers, 2560, KvType::F16).unwrap())
+            .collect();
+        for (s, (&(pos0, rows), kv)) in seqs.iter().zip(kvs.iter_mut()).enumerate() {
+            let total = pos0 + rows;
+            let k = buf(b, total, kvd, &values(total * kvd, 140 + s as u64));
+            let v = buf(b, total, kvd, &values(total * kvd, 150 + s as u64));
+            let step = b.begin_step(plan(&[(0, total)]), &[&*kv]).unwrap();
+            b.store_kv(&mut [kv], &step, 0, &k, &v);
+        }
+        let ws = Weights::new(&[
+            ("a", GgmlType::Q8_0, [cols, 48], &values(cols * 48, 161)),
+            ("c", GgmlType::Q4_K, [cols, 40], &values(cols * 40, 162)),
+        ]);
+        let (wa, wc) = (ws.load(b, "a", true), ws.load(b, "c", true));
+        let rows = seqs.len();
+        let q = buf(b, rows, cols, &values(rows * cols, 163));
+        let a = AttnLayer {
+            layer: 0,
+            n_head,
+            n_kv_head: n_kv,
+            head_dim: hd,
+            scale: 0.09,
+            window: None,
+            causal: true,
+        };
+        let refs: Vec<&B::Kv> = kvs.iter().collect();
+        let step = b.begin_step(plan(&seqs), &refs).unwrap();
+        let (mut out, mut ya, mut yc) = (b.alloc(rows, cols), b.alloc(rows, 48), b.alloc(rows, 40));
+        b.run(|| {
+            b.attention(&q, &step, &refs, &a, &mut out);
+            b.matmul(&wa, &out, &mut ya);
+            b.matmul(&wc, &out, &mut yc);
+        });
+        let what = format!("{n_head} heads of {hd}, {n_kv} KV heads");
+        outs.push((format!("{what}: attention"), b.read(&out)));
+        outs.push((format!("{what}: Q8_0 product"), b.read(&ya)));
+        outs.push((format!("{what}: Q4_K product"), b.read(&yc)));
+    }
+    outs
+}

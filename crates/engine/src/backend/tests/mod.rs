@@ -10,7 +10,7 @@ use gguf::GgmlType;
 use std::sync::Arc;
 
 mod attention;
-pub use attention::{attention, rope, rope_store_kv};
+pub use attention::{attention, attention_decode_step, rope, rope_store_kv};
 
 /// Deterministic values in (-1, 1), different per seed.
 pub fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -259,6 +259,34 @@ pub fn fused_products<B: Backend>(b: &B) -> usize {
                         1e-5 * (sg[i] * 1.2 * c.abs() + su[i] * (silu + a.abs())) + 1e-5 * want[i].abs() + 1e-6
                     });
                 }
+                // add_norm_glu against add then norm_glu: the same bits of x and of the output
+                // (the sums rounded alike, then the same products).
+                let yv = values(rows * n, 7 + rows as u64);
+                let y = buf(b, rows, n, &yv);
+                let (mut xa, mut xb) = (buf(b, rows, n, &xv), buf(b, rows, n, &xv));
+                b.set_runs(&mut xa, &runs);
+                b.set_runs(&mut xb, &runs);
+                let (mut fa, mut fb) = (b.alloc(rows, m), b.alloc(rows, m));
+                let (mut tn, mut tg, mut tu) = (b.alloc(rows, n), b.alloc(rows, m), b.alloc(rows, m));
+                b.run(|| {
+                    b.add(&mut xb, &y);
+                    b.norm_glu(&xb, norm, [&g, &u], Glu::Swiglu, (&mut tn, &mut tg, &mut tu), &mut fb);
+                    b.add_norm_glu(
+                        &mut xa,
+                        &y,
+                        norm,
+                        [&g, &u],
+                        Glu::Swiglu,
+                        (&mut tn, &mut tg, &mut tu),
+                        &mut fa,
+                    );
+                });
+                let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                assert!(bits(b.read(&xa)) == bits(b.read(&xb)), "add_norm_glu {what}: x differs");
+                assert!(
+                    bits(b.read(&fa)) == bits(b.read(&fb)),
+                    "add_norm_glu {what}: the output differs"
+                );
             }
         }
     }
@@ -982,7 +1010,7 @@ mod cpu {
         // The CPU routes every step on the host. (Both seeds the CUDA test takes: neither has a
         // row near a routing tie.)
         for seed in [0, 1] {
-            assert_eq!(super::moe(&cpu(), seed), 0);
+            assert_eq!(super::moe(&cpu(), seed).0, 0);
         }
     }
     /// The exact-activation mode (encoders) multiplies through its own GEMM path.
@@ -1093,7 +1121,7 @@ pub fn matmul_follows_cpu<B: Backend>(b: &B, integer: impl Fn(GgmlType, usize) -
 /// Gaussian sum passes it with P > 1 - 1e-14; the rest is margin for the neglected correlations
 /// and second-order terms) plus f32 accumulation (1e-5 of Σ|terms|). A wrong expert, weight or
 /// routing weight moves outputs by about their own size, far past it.
-pub fn moe<B: Backend>(b: &B, seed: u64) -> usize {
+pub fn moe<B: Backend>(b: &B, seed: u64) -> (usize, Vec<Vec<f32>>) {
     use crate::model::blocks::{moe_ffn_routed_on_host, Ffn, Glu, MoeBufs, Routing};
     let (n, n_ff, n_expert, k) = (512, 256, 16, 4);
     let r = Routing {
@@ -1151,7 +1179,7 @@ pub fn moe<B: Backend>(b: &B, seed: u64) -> usize {
             })
             .collect()
     };
-    let (mut device_steps, mut near_ties) = (0, 0);
+    let (mut device_steps, mut near_ties, mut device_outs) = (0, 0, Vec::new());
     // On CUDA: 1-5 rows (4-20 pairs) each pair on its own; 20, 40 and 130 rows (80, 160 and 520
     // pairs: runs of ~5, ~10 and ~32 per expert, several row tiles for some) grouped by expert.
     for rows in [1, 2, 5, 20, 40, 130] {
@@ -1168,6 +1196,7 @@ pub fn moe<B: Backend>(b: &B, seed: u64) -> usize {
             // The same int8 products on both paths: a different rounding order in the GLU can move
             // a rare hidden value by one int8 step, |w_down| · step ≈ 5e-4 of a row's max here.
             let dev = b.read(&out);
+            device_outs.push(dev.clone());
             for (row, (d, h)) in dev.chunks(n).zip(host.chunks(n)).enumerate() {
                 let big = h.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
                 let hd: Vec<f64> = h.iter().map(|&v| v as f64).collect();
@@ -1229,13 +1258,13 @@ pub fn moe<B: Backend>(b: &B, seed: u64) -> usize {
             );
         }
     }
-    device_steps
+    (device_steps, device_outs)
 }
 
 /// The same bodies on the CUDA backend (GPU 0). Without a GPU they do not run, and say so.
 #[cfg(test)]
 mod cuda {
-    use crate::backend::cuda::Cuda;
+    use crate::backend::cuda::{Cuda, Fused};
     use crate::backend::select::cuda_present;
 
     fn cuda(what: &str) -> Option<Cuda> {
@@ -1291,8 +1320,13 @@ mod cuda {
         if let Some(b) = cuda("fused_products") {
             // Fused: F32, F16 and BF16 at 1, 3, 5 (runs of one) and 8 rows, both shapes; not
             // Q8_0, nor the 12-row prompt run (cuBLAS). One warp a row, and up to four.
+            let b = b.with_fused(Fused::Add, true);
             assert_eq!(super::fused_products(&b), 2 * 3 * 4);
-            assert_eq!(super::fused_products(&b.with_wpr_cap(4)), 2 * 3 * 4);
+            // The residual add inside the same launches (rows in one launch: all of them).
+            assert_eq!(b.fused(Fused::Add), 2 * 3 * 4);
+            let b = b.with_wpr_cap(4);
+            assert_eq!(super::fused_products(&b), 2 * 3 * 4);
+            assert_eq!(b.fused(Fused::Add), 2 * 2 * 3 * 4);
         }
     }
     #[test]
@@ -1323,6 +1357,31 @@ mod cuda {
         }
     }
     #[test]
+    fn attention_merge() {
+        // A decode step's splits merged by attn_dec_f16's last block against attn_combine(_q8):
+        // the same bits, the attention's and the integer products' that take its quantized rows.
+        if let Some(b) = cuda("attention_merge") {
+            let on = b.with_attn_dec(true).with_fused(Fused::AttnMerge, true);
+            let off = Cuda::new(0)
+                .unwrap()
+                .with_attn_dec(true)
+                .with_fused(Fused::AttnMerge, false);
+            let (got, want) = (super::attention_decode_step(&on), super::attention_decode_step(&off));
+            for ((what, g), (_, w)) in got.iter().zip(&want) {
+                let bad = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
+                assert!(
+                    bad.is_none(),
+                    "{what}: merged {:?} vs separate {:?}",
+                    bad.map(|i| g[i]),
+                    bad.map(|i| w[i])
+                );
+            }
+            // Merged in the first layer's shape (512 values of query heads per KV head), not in
+            // the second's (256: attn_combine_q8 quantizes it).
+            assert_eq!((on.fused(Fused::AttnMerge), off.fused(Fused::AttnMerge)), (1, 0));
+        }
+    }
+    #[test]
     fn rope_store_kv() {
         // The fused launch against the two launches it replaces (on whatever the default is).
         if let Some(b) = cuda("rope_store_kv") {
@@ -1345,14 +1404,28 @@ mod cuda {
     fn moe() {
         if let Some(b) = cuda("moe") {
             // Steps of 1, 2 and 5 rows (up to 20 (row, slot) pairs) route on the device. The
-            // second run's weights are new, perhaps at the first's addresses.
-            for seed in [0, 1] {
+            // second run's weights are new, perhaps at the first's addresses. Without the
+            // launch-saving variants, then with them.
+            let b = b.with_fused(Fused::Route, false).with_fused(Fused::Glu, false);
+            let plain: Vec<_> = [0, 1].map(|seed| super::moe(&b, seed)).into();
+            assert_eq!((b.fused(Fused::Route), b.fused(Fused::Glu)), (0, 0));
+            let b = b.with_fused(Fused::Route, true).with_fused(Fused::Glu, true);
+            for (seed, (steps, want)) in plain.iter().enumerate() {
                 assert_eq!(
-                    super::moe(&b, seed),
-                    6,
+                    *steps, 6,
                     "the MoE steps of 1 to 130 rows did not all take the device path"
                 );
+                // The same bits with the routing in the router's launch and the GLU in gate / up's.
+                let (steps, got) = super::moe(&b, seed as u64);
+                assert_eq!(steps, 6);
+                for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                    let same = g.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "seed {seed}, device step {i}: the fused launches differ");
+                }
             }
+            // The steps of 1, 2 and 5 rows routed by their router's product (F32) and their GLU
+            // made by the gate / up launch; the others (grouped) through moe_route and glu_q8.
+            assert_eq!((b.fused(Fused::Route), b.fused(Fused::Glu)), (6, 6));
         }
     }
     #[test]

@@ -336,6 +336,64 @@ extern "C" __global__ void attn_split_q8_0(Step s, const float* q, float* po, fl
     attn_split_t<KV_Q8_0>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
 }
 
+// attn_combine inside the split-K kernel: the last of the ns splits of (row r, KV head kh) to
+// finish (counted in cnt, which it sets back to 0 for the next step) merges the splits of the G
+// query heads of kh with combine_one's sums (each head's split weights and sum found once, by a
+// warp), and with q0 / qk also quantizes them for the integer product that follows, as
+// attn_combine_q8 (G·hd a multiple of 512: whole 256-value units, two at a time; the row's values
+// a multiple of 256, so no padding past them). Every thread of the block calls it.
+__device__ __forceinline__ void merge_last(const float* po, const float* pml, int* cnt, int r, int idx, int kh, int ns,
+                                           int G, int hd, int n_head, int n_kv, int cols, float* out, int n_pad,
+                                           signed char* q0, float* d0, signed char* qk, float* dk) {
+    __shared__ int last;
+    __shared__ float e[SPLIT_G][SPLIT_MAX], L[SPLIT_G];
+    // The split's stores visible to whichever block merges, before it is counted.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* c = cnt + (u64)idx * n_kv + kh;
+        last = atomicAdd(c, 1) == ns - 1;
+        if (last) *c = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    int h0 = kh * G, n = G * hd, lane = threadIdx.x & 31;
+    // (Through the L2: the other blocks of the grid wrote them.)
+    for (int g = threadIdx.x >> 5; g < G; g += blockDim.x >> 5) {
+        u64 P0 = ((u64)idx * n_head + h0 + g) * SPLIT_MAX;
+        float m = lane < ns ? __ldcg(pml + 2 * (P0 + lane)) : -INFINITY;
+        float M = warp_max(m);
+        e[g][lane] = lane < ns ? expf(m - M) : 0.f;
+        __syncwarp();
+        if (lane == 0) {
+            float l = 0.f;
+            for (int j = 0; j < ns; j++) l += __ldcg(pml + 2 * (P0 + j) + 1) * e[g][j];
+            L[g] = l;
+        }
+    }
+    __syncthreads();
+    auto one = [&](int c) {
+        int g = c / hd, d = c % hd;
+        const float* p = po + ((u64)idx * n_head + h0 + g) * SPLIT_MAX * hd + d;
+        float o = 0.f;
+        for (int j = 0; j < ns; j++) o += __ldcg(p + (u64)j * hd) * e[g][j];
+        return o / L[g];
+    };
+    float* o = out + (u64)r * cols + (u64)h0 * hd;
+    if (!q0 && !qk) {
+        for (int c = threadIdx.x; c < n; c += blockDim.x) o[c] = one(c);
+        return;
+    }
+    for (int c0 = 0; c0 < n; c0 += 4 * blockDim.x) {
+        int c = c0 + 4 * threadIdx.x;
+        float4 f = make_float4(one(c), one(c + 1), one(c + 2), one(c + 3));
+        *(float4*)(o + c) = f;
+        u64 qo = (u64)r * n_pad, dof = (u64)r * (n_pad / 32);
+        act_q8x4(f, h0 * hd + c, q0 ? q0 + qo : q0, d0 + dof, qk ? qk + qo : qk, dk + dof);
+    }
+}
+
 // attn_split over F16 caches with a split's keys staged in shared memory: the same splits, the
 // same outputs for attn_combine, the same online softmax per DEC_C keys, but a block brings DEC_C
 // keys' K and V rows of its KV head into shared memory with cp.async, all their loads in flight at
@@ -348,7 +406,9 @@ extern "C" __global__ void attn_split_q8_0(Step s, const float* q, float* po, fl
 #define DEC_HD 256
 extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const float* q, float* po, float* pml, const int* sidx,
                                                                int cols, int hd, int n_head, int n_kv, float scale, int window,
-                                                               int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+                                                               int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, int* cnt,
+                                                               float* out, int ocols, int n_pad, signed char* q0, float* d0,
+                                                               signed char* qk, float* dk) {
     pdl_trigger();
     __shared__ __align__(16) u16 ks[2][DEC_C * DEC_HD];
     __shared__ __align__(16) u16 vs[2][DEC_C * DEC_HD];
@@ -436,6 +496,8 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const flo
         __syncthreads();
     }
     split_store<NV>(acc, ms, ls, po, pml, idx, n_head, h0, j, G, hd);
+    // (cnt null: attn_combine merges them.)
+    if (cnt) merge_last(po, pml, cnt, r, idx, kh, (nk + len - 1) / len, G, hd, n_head, n_kv, ocols, out, n_pad, q0, d0, qk, dk);
 }
 
 // Value d of head h of row r (its splits at sidx[r] ≥ 0), the splits merged in split order.

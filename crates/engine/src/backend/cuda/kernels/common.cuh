@@ -173,8 +173,9 @@ __device__ void act_q8(float v, int k, signed char* q0, float* d0, signed char* 
 
 // act_q8 for four consecutive values per thread: v holds elements k .. k + 3 of a row (k a multiple
 // of 4; 0 past n), held by thread (k % 256) / 4 of 64 consecutive threads of the block (two whole
-// warps: one unit); every thread of the block calls it together. The same numbers as act_q8.
-__device__ void act_q8x4(float4 v, int k, signed char* q0, float* d0, signed char* qk, float* dk) {
+// warps: one unit); every thread of the block calls it together. The same numbers as act_q8. A
+// unit whose threads pass `on` false takes part in the barriers and writes nothing.
+__device__ void act_q8x4(float4 v, int k, signed char* q0, float* d0, signed char* qk, float* dk, bool on = true) {
     __shared__ float s_max[32];
     __shared__ int s_idx[32];
     __shared__ float s_val[16];
@@ -191,8 +192,8 @@ __device__ void act_q8x4(float4 v, int k, signed char* q0, float* d0, signed cha
         u32 packed = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++) packed |= ((u32)(u8)(signed char)__float2int_rn(vv[i] * id)) << (8 * i);
-        *(u32*)(q0 + pos) = packed;
-        if ((lane & 7) == 0) d0[k >> 5] = h2f(f2h(d));
+        if (on) *(u32*)(q0 + pos) = packed;
+        if (on && (lane & 7) == 0) d0[k >> 5] = h2f(f2h(d));
     }
     if (qk) {
         // The unit's first value of largest magnitude: (magnitude, index in the unit), ties to the
@@ -227,8 +228,8 @@ __device__ void act_q8x4(float4 v, int k, signed char* q0, float* d0, signed cha
             for (int i = 0; i < 4; i++) packed |= ((u32)(u8)(signed char)min(__float2int_rn(iscale * vv[i]), 127)) << (8 * i);
             d = 1.f / iscale;
         }
-        *(u32*)(qk + pos) = packed;
-        if ((threadIdx.x & 63) < 8) dk[((k & ~255) >> 5) + (threadIdx.x & 63)] = d;
+        if (on) *(u32*)(qk + pos) = packed;
+        if (on && (threadIdx.x & 63) < 8) dk[((k & ~255) >> 5) + (threadIdx.x & 63)] = d;
     }
 }
 
@@ -238,4 +239,114 @@ __device__ __forceinline__ void rope_pair(float* x, int a, int b, float2 c) {
     float x0v = x[a], x1v = x[b];
     x[a] = fmaf(x0v, c.x, -(x1v * c.y));
     x[b] = fmaf(x0v, c.y, x1v * c.x);
+}
+
+// ---- Mixture-of-experts routing on the device (kernels/mmq.cu moe_route; the router's product
+// and routing in one launch, matmul.cu): one warp per row of router logits (n_expert ≤ 1024) -> the
+// k experts' ids and weights, as the CPU's (model/blocks.rs route; llama-graph.cpp build_moe_ffn).
+// R values a lane (n_expert ≤ 32·R), in registers: lane l holds experts l, l + 32, ... The logits
+// are read through the L2 (another block of the launch may have written them). One warp of the
+// block calls it at a time (its shared memory is the block's).
+template <int R>
+__device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+    __shared__ __align__(16) float p[32 * R];
+    __shared__ float sel[64];
+    __shared__ int sid[64];
+    int lane = threadIdx.x & 31;
+    float v[R];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int i = lane + 32 * r;
+        v[r] = i < ne ? __ldcg(x + i) : -INFINITY;
+        mx = fmaxf(mx, v[r]);
+    }
+    mx = warp_max(mx);
+    if (softmax_first) {
+        // ggml's soft_max: exp(x - max), summed in double in order, times 1/sum.
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int i = lane + 32 * r;
+            if (i < ne) p[i] = v[r] = expf(v[r] - mx);
+        }
+        __syncwarp();
+        if (lane == 0) {
+            double s = 0.0;
+            int i = 0;
+#pragma unroll 8
+            for (; i + 4 <= ne; i += 4) {
+                float4 q = *(const float4*)(p + i);
+                s += (double)q.x;
+                s += (double)q.y;
+                s += (double)q.z;
+                s += (double)q.w;
+            }
+            for (; i < ne; i++) s += (double)p[i];
+            sel[63] = (float)(1.0 / s);
+        }
+        __syncwarp();
+        float inv = sel[63];
+#pragma unroll
+        for (int r = 0; r < R; r++) v[r] *= inv;
+        __syncwarp();
+    }
+    // The k largest, one a round: each lane's best not yet taken (its experts in id order, so a
+    // tie keeps the lower id), then the warp's (ties to the lower id); its lane marks it taken.
+    u32 taken = 0;
+    for (int j = 0; j < k; j++) {
+        float best = 0.f;
+        int at = -1;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int i = lane + 32 * r;
+            if (i < ne && !((taken >> r) & 1) && (at < 0 || v[r] > best)) { best = v[r]; at = i; }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float bv = __shfl_xor_sync(0xffffffffu, best, o);
+            int bi = __shfl_xor_sync(0xffffffffu, at, o);
+            if (bi >= 0 && (at < 0 || bv > best || (bv == best && bi < at))) { best = bv; at = bi; }
+        }
+        if (at >= 0 && (at & 31) == lane) taken |= 1u << (at >> 5);
+        if (lane == 0) { sel[j] = best; sid[j] = at; }
+    }
+    __syncwarp();
+    if (lane == 0) {
+        if (!softmax_first) {
+            float m = sel[0];
+            for (int j = 1; j < k; j++) m = fmaxf(m, sel[j]);
+            double s = 0.0;
+            for (int j = 0; j < k; j++) { sel[j] = expf(sel[j] - m); s += (double)sel[j]; }
+            float inv = (float)(1.0 / s);
+            for (int j = 0; j < k; j++) sel[j] *= inv;
+        }
+        if (normalize) {
+            // The sum clamped to the smallest normal f16 (llama-graph.cpp), added in order.
+            float s = 0.f;
+            for (int j = 0; j < k; j++) s += sel[j];
+            s = fmaxf(s, 6.103515625e-5f);
+            for (int j = 0; j < k; j++) sel[j] /= s;
+        }
+    }
+    __syncwarp();
+    if (lane < k) { ids[lane] = sid[lane]; ws[lane] = sel[lane]; }
+    if (lane + 32 < k) { ids[lane + 32] = sid[lane + 32]; ws[lane + 32] = sel[lane + 32]; }
+}
+
+// moe_route_t of rows 0 .. t (n_expert ne ≤ 1024) by warp 0 of the block.
+__device__ __forceinline__ void moe_route_rows(const float* logits, int t, int ne, int k, int softmax_first, int normalize,
+                                               int* ids, float* ws) {
+    if (threadIdx.x >= 32) return;
+    for (int row = 0; row < t; row++) {
+        const float* x = logits + (u64)row * ne;
+        int* id = ids + row * k;
+        float* w = ws + row * k;
+        if (ne <= 32) moe_route_t<1>(x, ne, k, softmax_first, normalize, id, w);
+        else if (ne <= 64) moe_route_t<2>(x, ne, k, softmax_first, normalize, id, w);
+        else if (ne <= 128) moe_route_t<4>(x, ne, k, softmax_first, normalize, id, w);
+        else if (ne <= 256) moe_route_t<8>(x, ne, k, softmax_first, normalize, id, w);
+        else if (ne <= 512) moe_route_t<16>(x, ne, k, softmax_first, normalize, id, w);
+        else moe_route_t<32>(x, ne, k, softmax_first, normalize, id, w);
+        __syncwarp();
+    }
 }

@@ -24,10 +24,16 @@ __device__ __forceinline__ void ld8(const float* p, float a[8]) {
 }
 
 // Eight activations at x: as they are, or (NORM) times the norm's weights g, their squares added
-// to ss (in order).
-template <bool NORM>
-__device__ __forceinline__ void act8(const float* x, const float g[8], float a[8], float& ss) {
+// to ss (in order); (ADD) x + y's first, the sum's squares and products.
+template <bool NORM, bool ADD = false>
+__device__ __forceinline__ void act8(const float* x, const float g[8], float a[8], float& ss, const float* y = nullptr) {
     ld8(x, a);
+    if (ADD) {
+        float b[8];
+        ld8(y, b);
+#pragma unroll
+        for (int i = 0; i < 8; i++) a[i] = __fadd_rn(a[i], b[i]);
+    }
     if (NORM) {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -82,9 +88,9 @@ __device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane,
 // norm times g (the norm's weights; its 1 / rms applied to the sums at the end, from the squares
 // the row's warps add up on the way, so no kernel writes the norm); NW = 2, a warp multiplies row
 // o of W0 (gate) and of W1 (up) and writes their gated activation.
-template <int TY, int R, bool NORM, int NW>
+template <int TY, int R, bool NORM, int NW, bool ADD = false>
 __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const float* x, float* out, int n, int m,
-                      int t, int wpr, const float* g, float eps, int op) {
+                      int t, int wpr, const float* g, float eps, int op, const float* y = nullptr) {
     constexpr int C = (NW + (NORM ? 1 : 0)) * R;
     __shared__ float red[4 * C];
     pdl_trigger();
@@ -124,6 +130,7 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
                 for (int r = 0; r < R; r++) {
                     if (r >= t) break;
                     float a = x[(u64)r * n + j];
+                    if (ADD) a = __fadd_rn(a, y[(u64)r * n + j]);
                     if (NORM) {
                         ss[r] = __fmaf_rn(a, a, ss[r]);
                         a = __fmul_rn(a, gj);
@@ -141,7 +148,7 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
                     for (int r = 0; r < R; r++) {
                         if (r >= t) break;
                         float a[8];
-                        act8<NORM>(x + (u64)r * n + j + S * u, gv, a, ss[r]);
+                        act8<NORM, ADD>(x + (u64)r * n + j + S * u, gv, a, ss[r], y + (u64)r * n + j + S * u);
 #pragma unroll
                         for (int k = 0; k < NW; k++) v[k * R + r] = __fadd_rn(v[k * R + r], dot8(w[k][u], a));
                     }
@@ -164,7 +171,7 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
                 for (int r = 0; r < R; r++) {
                     if (r >= t) break;
                     float a[8];
-                    act8<NORM>(x + (u64)r * n + j, gv, a, ss[r]);
+                    act8<NORM, ADD>(x + (u64)r * n + j, gv, a, ss[r], y + (u64)r * n + j);
 #pragma unroll
                     for (int k = 0; k < NW; k++) v[k * R + r] = __fadd_rn(v[k * R + r], dot8(wv[k], a));
                 }
@@ -206,3 +213,47 @@ FOR_EACH_TYPE(MMV_ALL)
     }
 #define MMVF_ALL(TY) MMVF(mmv_##TY, TY, 1) MMVF(mmv_##TY, TY, 2) MMVF(mmv_##TY, TY, 4) MMVF(mmv_##TY, TY, 8)
 MMVF_ALL(TY_F32) MMVF_ALL(TY_F16) MMVF_ALL(TY_BF16)
+
+// The fused FFN input with the residual add before it: the norm of x + y (each sum rounded as
+// binary's add rounds it), then, by the last block to finish (counted in cnt, set back to 0 by
+// it; every block has read x by then), x += y for the t rows. (At most 128 registers a thread, as
+// the plain fused kernel: four blocks a multiprocessor.)
+#define MMVFA(NAME, TY, R) \
+    extern "C" __global__ void __launch_bounds__(128, 4) NAME##ga_##R(const u8* W, u64 rb, float* x, float* out, int n, int m, \
+        int t, int wpr, const float* g, float eps, const u8* W1, int op, const float* y, int* cnt) { \
+        __shared__ int last; \
+        mmv_t<TY, R, true, 2, true>(blockIdx.x, W, W1, rb, x, out, n, m, t, wpr, g, eps, op, y); \
+        __threadfence(); \
+        __syncthreads(); \
+        if (threadIdx.x == 0) { \
+            last = atomicAdd(cnt, 1) == (int)gridDim.x - 1; \
+            if (last) *cnt = 0; \
+        } \
+        __syncthreads(); \
+        if (!last) return; \
+        for (int i = threadIdx.x; i < t * n; i += blockDim.x) x[i] = __fadd_rn(x[i], y[i]); \
+    }
+#define MMVFA_ALL(TY) MMVFA(mmv_##TY, TY, 1) MMVFA(mmv_##TY, TY, 2) MMVFA(mmv_##TY, TY, 4) MMVFA(mmv_##TY, TY, 8)
+MMVFA_ALL(TY_F32) MMVFA_ALL(TY_F16) MMVFA_ALL(TY_BF16)
+
+// A MoE router's product (the float weights) and its routing in one launch: the products as
+// mmv_TY_R's, then the last block to finish (counted in cnt, which it sets back to 0) routes the t
+// rows of logits (moe_route's choice and weights: common.cuh moe_route_rows).
+#define MMVR(NAME, TY, R) \
+    extern "C" __global__ void NAME##r_##R(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr, \
+        int* cnt, int k, int softmax_first, int normalize, int* ids, float* ws) { \
+        __shared__ int last; \
+        mmv_t<TY, R, false, 1>(blockIdx.x, W, W, rb, x, out, n, m, t, wpr, 0, 0.f, 0); \
+        __threadfence(); \
+        __syncthreads(); \
+        if (threadIdx.x == 0) { \
+            last = atomicAdd(cnt, 1) == (int)gridDim.x - 1; \
+            if (last) *cnt = 0; \
+        } \
+        __syncthreads(); \
+        if (!last) return; \
+        __threadfence(); \
+        moe_route_rows(out, t, m, k, softmax_first, normalize, ids, ws); \
+    }
+#define MMVR_ALL(TY) MMVR(mmv_##TY, TY, 1) MMVR(mmv_##TY, TY, 2) MMVR(mmv_##TY, TY, 4) MMVR(mmv_##TY, TY, 8)
+MMVR_ALL(TY_F32) MMVR_ALL(TY_F16) MMVR_ALL(TY_BF16)

@@ -424,107 +424,13 @@ MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
 // step stays one graph). Routing as the CPU's (model/blocks.rs route; llama-graph.cpp
 // build_moe_ffn): one warp per row of router logits (n_expert ≤ 1024) -> the k experts' ids and
 // weights, in rank order (ties to the lower id).
-// R values a lane (n_expert ≤ 32·R), in registers: lane l holds experts l, l + 32, ...
-template <int R>
-__device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
-    __shared__ __align__(16) float p[32 * R];
-    __shared__ float sel[64];
-    __shared__ int sid[64];
-    int lane = threadIdx.x;
-    float v[R];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        int i = lane + 32 * r;
-        v[r] = i < ne ? x[i] : -INFINITY;
-        mx = fmaxf(mx, v[r]);
-    }
-    mx = warp_max(mx);
-    if (softmax_first) {
-        // ggml's soft_max: exp(x - max), summed in double in order, times 1/sum.
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            int i = lane + 32 * r;
-            if (i < ne) p[i] = v[r] = expf(v[r] - mx);
-        }
-        __syncwarp();
-        if (lane == 0) {
-            double s = 0.0;
-            int i = 0;
-#pragma unroll 8
-            for (; i + 4 <= ne; i += 4) {
-                float4 q = *(const float4*)(p + i);
-                s += (double)q.x;
-                s += (double)q.y;
-                s += (double)q.z;
-                s += (double)q.w;
-            }
-            for (; i < ne; i++) s += (double)p[i];
-            sel[63] = (float)(1.0 / s);
-        }
-        __syncwarp();
-        float inv = sel[63];
-#pragma unroll
-        for (int r = 0; r < R; r++) v[r] *= inv;
-        __syncwarp();
-    }
-    // The k largest, one a round: each lane's best not yet taken (its experts in id order, so a
-    // tie keeps the lower id), then the warp's (ties to the lower id); its lane marks it taken.
-    u32 taken = 0;
-    for (int j = 0; j < k; j++) {
-        float best = 0.f;
-        int at = -1;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            int i = lane + 32 * r;
-            if (i < ne && !((taken >> r) & 1) && (at < 0 || v[r] > best)) { best = v[r]; at = i; }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float bv = __shfl_xor_sync(0xffffffffu, best, o);
-            int bi = __shfl_xor_sync(0xffffffffu, at, o);
-            if (bi >= 0 && (at < 0 || bv > best || (bv == best && bi < at))) { best = bv; at = bi; }
-        }
-        if (at >= 0 && (at & 31) == lane) taken |= 1u << (at >> 5);
-        if (lane == 0) { sel[j] = best; sid[j] = at; }
-    }
-    __syncwarp();
-    if (lane == 0) {
-        if (!softmax_first) {
-            float m = sel[0];
-            for (int j = 1; j < k; j++) m = fmaxf(m, sel[j]);
-            double s = 0.0;
-            for (int j = 0; j < k; j++) { sel[j] = expf(sel[j] - m); s += (double)sel[j]; }
-            float inv = (float)(1.0 / s);
-            for (int j = 0; j < k; j++) sel[j] *= inv;
-        }
-        if (normalize) {
-            // The sum clamped to the smallest normal f16 (llama-graph.cpp), added in order.
-            float s = 0.f;
-            for (int j = 0; j < k; j++) s += sel[j];
-            s = fmaxf(s, 6.103515625e-5f);
-            for (int j = 0; j < k; j++) sel[j] /= s;
-        }
-    }
-    __syncwarp();
-    if (lane < k) { ids[lane] = sid[lane]; ws[lane] = sel[lane]; }
-    if (lane + 32 < k) { ids[lane + 32] = sid[lane + 32]; ws[lane + 32] = sel[lane + 32]; }
-}
-
+// (moe_route_t, the routing of one row: common.cuh.)
 extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
     // (Launched early: it waits for the router's product before reading the logits.)
     pdl_trigger();
     pdl_wait();
     int row = blockIdx.x;
-    const float* x = logits + (u64)row * ne;
-    ids += row * k;
-    ws += row * k;
-    if (ne <= 32) moe_route_t<1>(x, ne, k, softmax_first, normalize, ids, ws);
-    else if (ne <= 64) moe_route_t<2>(x, ne, k, softmax_first, normalize, ids, ws);
-    else if (ne <= 128) moe_route_t<4>(x, ne, k, softmax_first, normalize, ids, ws);
-    else if (ne <= 256) moe_route_t<8>(x, ne, k, softmax_first, normalize, ids, ws);
-    else if (ne <= 512) moe_route_t<16>(x, ne, k, softmax_first, normalize, ids, ws);
-    else moe_route_t<32>(x, ne, k, softmax_first, normalize, ids, ws);
+    moe_route_rows(logits + (u64)row * ne, 1, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
 }
 
 // The experts' products of a MoE step, every (row, slot) pair p on its own (as the dense
@@ -546,6 +452,55 @@ MMQ_MOE(mmq_moe_TY_Q8_0, TY_Q8_0, false)
 MMQ_MOE(mmq_moe_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
+
+// glu_q8 (ops.cu) of pair p's gate and up rows (m values each, a multiple of 4) by the last of the
+// pair's 2·tiles blocks to finish (counted in cnt[p], set back to 0 by it): act their gated
+// activation (op 2 SwiGLU, 3 GeGLU), also quantized for the down products (rows of n_pad values,
+// zeros past m; q0 / qk may be null). Every thread of the block calls it.
+__device__ __forceinline__ void moe_glu_last(int p, int tiles, int* cnt, const float* gate, const float* up, int m, float* act,
+                                             signed char* q0, float* d0, signed char* qk, float* dk, int n_pad, int op) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(cnt + p, 1) == 2 * tiles - 1;
+        if (last) cnt[p] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    u64 i0 = (u64)p * m, qo = (u64)p * n_pad, dof = (u64)p * (n_pad / 32);
+    for (int c0 = 0; c0 < n_pad; c0 += 4 * blockDim.x) {
+        int k = c0 + 4 * threadIdx.x;
+        float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (k < m) {
+            // (Through the L2: the other blocks of the launch wrote them.)
+            float4 a = __ldcg((const float4*)(gate + i0 + k)), b = __ldcg((const float4*)(up + i0 + k));
+            r = make_float4(glu1(a.x, b.x, op), glu1(a.y, b.y, op), glu1(a.z, b.z, op), glu1(a.w, b.w, op));
+            *(float4*)(act + i0 + k) = r;
+        }
+        act_q8x4(r, k, q0 ? q0 + qo : 0, q0 ? d0 + dof : 0, qk ? qk + qo : 0, qk ? dk + dof : 0, k < n_pad);
+    }
+}
+
+// mmq_moe_* of gate (T0, into o0) and up (T1, o1) then, by each pair's last block, their GLU and
+// its quantization for the down products (moe_glu_last): one launch instead of two.
+#define MMQ_MOE_GLU(NAME, TY, V) \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
+        int m, const u64* T0, float* o0, const u64* T1, float* o1, int* cnt, float* act, signed char* q0, float* d0, \
+        signed char* qk, float* dk, int ff_pad, int op) { \
+        int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div; \
+        const u64* T = blockIdx.y ? T1 : T0; \
+        float* o = blockIdx.y ? o1 : o0; \
+        mmq_t<TY, 1, V>(tile, 0, (const u8*)T[ids[p]], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1); \
+        moe_glu_last(p, tiles, cnt, o0, o1, m, act, q0, d0, qk, dk, ff_pad, op); \
+    }
+MMQ_MOE_GLU(mmq_moe_glu_TY_Q4_K, TY_Q4_K, false)
+MMQ_MOE_GLU(mmq_moe_glu_TY_Q6_K, TY_Q6_K, false)
+MMQ_MOE_GLU(mmq_moe_glu_TY_Q8_0, TY_Q8_0, false)
+MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q4_K, TY_Q4_K, true)
+MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q6_K, TY_Q6_K, true)
+MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q8_0, TY_Q8_0, true)
 
 // ---- Grouped MoE steps (prompts, wide batches: many pairs per expert), as llama.cpp's MMQ with
 // expert ids (ggml-cuda/mmq.cu) groups them: the pairs sorted by expert, each expert's run cut
