@@ -97,13 +97,13 @@ serve_pair() {
     $B/llama-server -m $m -ngl 99 -fa on -np $n -c $((n * 704)) --port 8081 > /tmp/ls.log 2>&1 &
     local srv=$!
     for i in $(seq 1 120); do curl -sf localhost:8081/health > /dev/null && break; sleep 1; done
-    python3 bench/cuda/serve_bench.py http://127.0.0.1:8081 $n 512 128 128256 | sed "s/^/llama-server -np $n: /" | tee -a $OUT/serve.txt
+    python3 bench/cuda/serve_bench.py http://127.0.0.1:8081 $n 512 128 128256 ${SERVE_TEMP:-0} | sed "s/^/llama-server -np $n temp ${SERVE_TEMP:-0}: /" | tee -a $OUT/serve.txt
     kill $srv; wait $srv
   fi
   $H serve -m $m --device cuda --parallel $n -c 704 --port 8082 "$@" > /tmp/hs.log 2>&1 &
   local srv=$!
   for i in $(seq 1 120); do curl -sf localhost:8082/readyz > /dev/null && break; sleep 1; done
-  python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 $n 512 128 128256 | sed "s/^/hf2q --parallel $n $* ${HF2Q_CUDA_GRAPHS:+graphs=$HF2Q_CUDA_GRAPHS}: /" | tee -a $OUT/serve.txt
+  python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 $n 512 128 128256 ${SERVE_TEMP:-0} | sed "s/^/hf2q --parallel $n $* temp ${SERVE_TEMP:-0} topk ${HF2Q_CUDA_TOPK:-0}: /" | tee -a $OUT/serve.txt
   kill $srv; wait $srv
   tail -n 3 /tmp/hs.log >> $OUT/serve-hf2q-log.txt
 }
@@ -208,12 +208,13 @@ decode_greedy_cuda() {  # fed greedy decoding on CUDA against step-by-step (engi
   HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy.txt | grep -E "test result|panicked|NOT RUN"
 }
 fresh_bf16() {
-  # fresh_bf16 [FILTER ...]: a fresh machine's first call: the carried binaries; llama-bench and the
+  # fresh_bf16 [FILTER ...]: a fresh machine's first call: the carried binaries; llama-bench (or
+  # LC_BUILD=bg_llama: with llama-server and llama-batched-bench) and the
   # models in the background (8B BF16 first, then Q4_K_M, Q8_0, then the 24-layer MoE); copy
   # bandwidth; the op tests (those matching); fixtures; decode_greedy on CUDA.
   unpack
   machine_info
-  bg_llama_bench
+  ${LC_BUILD:-bg_llama_bench}
   bg_make "bf16 q4_k_m q8_0" moe
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   op_tests "$@"
@@ -261,8 +262,9 @@ s9a)
   # Written 2026-12-04, ninth session, which had no device time left (carrying .dev: the build with
   # the four launch-saving variants, off by default: HF2Q_CUDA_ATTN_MERGE, _ROUTE_FUSE, _GLU_FUSE,
   # _ADD_FUSE=1; llama-src.tgz; fixtures): fresh_bf16 with every op test (they turn the variants
-  # on themselves), then the fixtures and decode_greedy with all four on.
-  fresh_bf16
+  # on themselves, and top_rows), then the fixtures and decode_greedy with all four on; llama-server
+  # built too (s9d).
+  LC_BUILD=bg_llama fresh_bf16
   export HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_ROUTE_FUSE=1 HF2Q_CUDA_GLU_FUSE=1 HF2Q_CUDA_ADD_FUSE=1
   fixtures $D/fixtures engine-tiny-fused
   HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy-fused.txt | grep -E "test result|panicked|NOT RUN"
@@ -283,6 +285,14 @@ s9b)
   greedy_ab $m X=1 "$all_on"
   (export $all_on; prof moe-fused 4 bench -m $m --device cuda -p 0 -n 16 -r 1)
   prof moe 4 bench -m $m --device cuda -p 0 -n 16 -r 1
+  ;;
+s9d)
+  # Serving on the 8B Q4_K_M at 16 and 64 streams, greedy, then sampled (temperature 0.8, top_k 40,
+  # seeded) with the logits' top found on the GPU (HF2Q_CUDA_TOPK=1) and on the host.
+  wait_builds
+  for n in 16 64; do serve_pair $n; done
+  export SERVE_TEMP=0.8
+  for n in 16 64; do serve_pair $n; HF2Q_CUDA_TOPK=1 SKIP_LLAMA=1 serve_pair $n; done
   ;;
 s9c)
   # Both tools on the four files; ENV=V arguments after the phase are exported first (the

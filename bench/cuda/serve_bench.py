@@ -1,8 +1,10 @@
 """Concurrent streaming clients against an OpenAI-compatible /v1/completions (hf2q serve or
-llama-server): N streams at once, each a 512-token prompt of token ids and 128 new tokens, greedy.
-Prints aggregate output tokens/s, time to first token (p50, p90) and inter-token latency (p50).
+llama-server): N streams at once, each a 512-token prompt of token ids and 128 new tokens, greedy
+(or sampled at TEMP, top_k 40, seeded per stream, ignoring end-of-sequence so every stream makes
+its NEW_TOKENS). Prints aggregate output tokens/s, time to first token (p50, p90) and inter-token
+latency (p50).
 
-usage: python3 bench/cuda/serve_bench.py URL N [PROMPT_TOKENS] [NEW_TOKENS] [VOCAB]
+usage: python3 bench/cuda/serve_bench.py URL N [PROMPT_TOKENS] [NEW_TOKENS] [VOCAB] [TEMP]
 Prompts differ per stream (no prefix-cache help); ids below VOCAB, seeded, the same for both servers.
 Needs aiohttp (on the GPU machine's image).
 """
@@ -14,12 +16,15 @@ url, n = sys.argv[1].rstrip("/"), int(sys.argv[2])
 p_tok = int(sys.argv[3]) if len(sys.argv) > 3 else 512
 g_tok = int(sys.argv[4]) if len(sys.argv) > 4 else 128
 vocab = int(sys.argv[5]) if len(sys.argv) > 5 else 32000
+temp = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
 
 
 async def one(session, i, out):
     rng = random.Random(1000 + i)
     body = {"prompt": [rng.randrange(100, vocab) for _ in range(p_tok)], "max_tokens": g_tok,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+            "temperature": temp, "stream": True, "stream_options": {"include_usage": True}}
+    if temp > 0:
+        body.update({"top_k": 40, "seed": i, "ignore_eos": True})
     t0 = time.perf_counter()
     stamps, usage = [], None
     async with session.post(f"{url}/v1/completions", json=body) as r:

@@ -314,6 +314,33 @@ impl Decoding {
             && p.frequency_penalty == 0.0
     }
 
+    /// What the next token needs of its logits row instead of the whole row
+    /// (`Sampler::needs`: a top-k cut, not greedy), when nothing else reads the row (no
+    /// logprobs, no grammar): then [`Decoding::step_top`] with the backend's answer
+    /// (`Model::logits_top`) gives what [`Decoding::step`] gives with the whole row.
+    pub fn top_needs(&self, row: usize) -> Option<crate::backend::TopAsk> {
+        if self.logprobs.is_some() || self.constraint.is_some() {
+            return None;
+        }
+        let (n, at) = self.sampler.needs()?;
+        Some(crate::backend::TopAsk { row, n, at })
+    }
+
+    /// `step_draft` from the answer to [`Decoding::top_needs`]'s ask.
+    pub fn step_top(
+        &mut self,
+        tokenizer: &Tokenizer,
+        ask: &crate::backend::TopAsk,
+        top: &crate::backend::Top,
+        draft: Option<u32>,
+    ) -> Step {
+        if self.tokens.len() >= self.max_tokens {
+            return self.finish(Finish::Length, None);
+        }
+        let tok = self.sampler.sample_top(&top.top, &ask.at, &top.at, top.cols, draft);
+        self.advance(tokenizer, tok, None)
+    }
+
     pub fn step(&mut self, tokenizer: &Tokenizer, logits: &mut [f32]) -> Step {
         self.step_draft(tokenizer, logits, None)
     }
@@ -635,12 +662,26 @@ pub fn generate<B: Backend>(
                 pos0,
                 logits: Logits::Last,
             }];
-            let l = m.model.forward(&mut session.scratch, &mut seq)?;
-            logits = l.into_iter().next().unwrap_or_default();
-            if margins {
-                debug_margin(d.tokens.len(), &logits);
+            match d.top_needs(0).filter(|_| !margins) {
+                // A top-k cut: what it needs of the row, found where the logits are.
+                Some(ask) => {
+                    m.model.forward_argmax(&mut session.scratch, &mut seq)?;
+                    let top = m.model.logits_top(&mut session.scratch, std::slice::from_ref(&ask))?;
+                    let top = top
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| EngineError::Backend("no logits row".into()))?;
+                    d.step_top(&m.tokenizer, &ask, &top, None)
+                }
+                None => {
+                    let l = m.model.forward(&mut session.scratch, &mut seq)?;
+                    logits = l.into_iter().next().unwrap_or_default();
+                    if margins {
+                        debug_margin(d.tokens.len(), &logits);
+                    }
+                    d.step(&m.tokenizer, &mut logits)
+                }
             }
-            d.step(&m.tokenizer, &mut logits)
         };
         session.tokens.push(tok);
         if let Some(Drafter::Mtp(dr)) = &mut drafter {

@@ -139,13 +139,20 @@ impl Sampler {
 
     /// Apply bias and penalties to `logits` in place (what every later step sees).
     pub fn apply_penalties(&self, logits: &mut [f32]) {
+        self.penalise(|t, f| {
+            if let Some(l) = logits.get_mut(t as usize) {
+                f(l)
+            }
+        });
+    }
+
+    /// Bias then penalties: `on(token, change)` applies each change to that token's value.
+    fn penalise(&self, mut on: impl FnMut(u32, &mut dyn FnMut(&mut f32))) {
         let p = &self.params;
         for &(t, b) in &p.logit_bias {
-            if let Some(l) = logits.get_mut(t as usize) {
-                *l += b;
-            }
+            on(t, &mut |l| *l += b);
         }
-        if p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {
+        if !self.penalties_on() {
             return;
         }
         let mut counts: HashMap<u32, u32> = HashMap::new();
@@ -154,14 +161,20 @@ impl Sampler {
         }
         // llama-sampler.cpp llama_sampler_penalties_apply
         for (&t, &c) in &counts {
-            let Some(l) = logits.get_mut(t as usize) else { continue };
-            if *l <= 0.0 {
-                *l *= p.repeat_penalty;
-            } else {
-                *l /= p.repeat_penalty;
-            }
-            *l -= c as f32 * p.frequency_penalty + if c > 0 { p.presence_penalty } else { 0.0 };
+            on(t, &mut |l| {
+                if *l <= 0.0 {
+                    *l *= p.repeat_penalty;
+                } else {
+                    *l /= p.repeat_penalty;
+                }
+                *l -= c as f32 * p.frequency_penalty + if c > 0 { p.presence_penalty } else { 0.0 };
+            });
         }
+    }
+
+    fn penalties_on(&self) -> bool {
+        let p = &self.params;
+        p.repeat_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
     }
 
     /// Choose the next token from raw logits.
@@ -170,12 +183,55 @@ impl Sampler {
         if self.params.temperature <= 0.0 {
             return argmax(logits);
         }
-        let (cand, probs) = self.distribution(logits);
-        if cand.is_empty() {
-            return 0;
+        self.pick(candidates(logits), None)
+    }
+
+    /// What [`Sampler::sample_top`] needs of a logits row instead of the whole row, when the
+    /// chain cuts to its top k (and is not greedy): the row's `n` largest raw values and the raw
+    /// values of `extra`, the tokens that bias and penalties change (sorted). The chain's top k
+    /// after them lies among those: a token outside both ranks below the n largest's k
+    /// unchanged ones.
+    pub fn needs(&self) -> Option<(usize, Vec<u32>)> {
+        let p = &self.params;
+        if p.temperature <= 0.0 || p.top_k == 0 {
+            return None;
         }
-        let r = self.rng.next_f64();
-        draw(&cand, &probs, r).unwrap_or_else(|| cand.last().map_or(0, |c| c.0))
+        let mut extra: Vec<u32> = p.logit_bias.iter().map(|b| b.0).collect();
+        if self.penalties_on() {
+            extra.extend(self.recent.iter().copied());
+        }
+        extra.sort_unstable();
+        extra.dedup();
+        Some((p.top_k + extra.len(), extra))
+    }
+
+    /// [`Sampler::sample`] (or, with `draft`, [`Sampler::sample_draft`]) from what
+    /// [`Sampler::needs`] asked for of a row of `vocab` logits: `top`, its largest raw values
+    /// with their tokens (the largest first, ties to the lower token, no NaN; fewer when the row
+    /// has fewer others), and `extra_values`, the raw values of the tokens it named. The same
+    /// token, the same draws as from the whole row.
+    pub fn sample_top(
+        &mut self,
+        top: &[(u32, f32)],
+        extra: &[u32],
+        extra_values: &[f32],
+        vocab: usize,
+        draft: Option<u32>,
+    ) -> u32 {
+        let mut vals: HashMap<u32, f32> = top.iter().copied().collect();
+        for (&t, &v) in extra.iter().zip(extra_values) {
+            if (t as usize) < vocab {
+                vals.insert(t, v);
+            }
+        }
+        self.penalise(|t, f| {
+            if let Some(l) = vals.get_mut(&t) {
+                f(l)
+            }
+        });
+        let mut cand: Vec<(u32, f32)> = vals.into_iter().filter(|(_, l)| !l.is_nan()).collect();
+        cand.sort_unstable_by_key(|c| c.0);
+        self.pick(cand, draft)
     }
 
     /// Choose the next token when `draft` was proposed for it (speculative decoding): greedy
@@ -189,10 +245,20 @@ impl Sampler {
         if self.params.temperature <= 0.0 {
             return argmax(logits);
         }
-        let (cand, mut probs) = self.distribution(logits);
+        self.pick(candidates(logits), Some(draft))
+    }
+
+    /// A token from the chain's distribution over `cand` (every token's value after the
+    /// penalties, NaN left out, in token order); with `draft`, by rejection sampling against it.
+    fn pick(&mut self, cand: Vec<(u32, f32)>, draft: Option<u32>) -> u32 {
+        let (cand, mut probs) = self.distribution(cand);
         if cand.is_empty() {
             return 0;
         }
+        let Some(draft) = draft else {
+            let r = self.rng.next_f64();
+            return draw(&cand, &probs, r).unwrap_or_else(|| cand.last().map_or(0, |c| c.0));
+        };
         let at = cand.iter().position(|c| c.0 == draft);
         if let Some(i) = at {
             let pd = probs[i] as f64;
@@ -213,16 +279,10 @@ impl Sampler {
         })
     }
 
-    /// The chain's candidates and their probabilities after the penalties: top-k, top-p and
-    /// min-p cut the tail, then the softmax at the temperature (llama.cpp's order).
-    fn distribution(&self, logits: &[f32]) -> (Vec<(u32, f32)>, Vec<f32>) {
+    /// The chain's candidates and their probabilities from `cand` (as `pick` takes them): top-k,
+    /// top-p and min-p cut the tail, then the softmax at the temperature (llama.cpp's order).
+    fn distribution(&self, mut cand: Vec<(u32, f32)>) -> (Vec<(u32, f32)>, Vec<f32>) {
         let p = &self.params;
-        let mut cand: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| !l.is_nan())
-            .map(|(i, &l)| (i as u32, l))
-            .collect();
         if cand.is_empty() {
             return (Vec::new(), Vec::new());
         }
@@ -253,6 +313,32 @@ impl Sampler {
         let probs = softmax(cand.iter().map(|c| c.1 / p.temperature));
         (cand, probs)
     }
+}
+
+/// Every token's value but NaN's, in token order.
+fn candidates(logits: &[f32]) -> Vec<(u32, f32)> {
+    logits
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.is_nan())
+        .map(|(i, &l)| (i as u32, l))
+        .collect()
+}
+
+/// A row's `n` largest values with their columns, the largest first, ties to the lower column, NaN
+/// left out (fewer when the row has fewer others): what [`Sampler::needs`] asks of a row.
+pub fn top_of(row: &[f32], n: usize) -> Vec<(u32, f32)> {
+    let mut cand = candidates(row);
+    let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if n < cand.len() {
+        if n == 0 {
+            return Vec::new();
+        }
+        cand.select_nth_unstable_by(n - 1, by_logit);
+        cand.truncate(n);
+    }
+    cand.sort_by(by_logit);
+    cand
 }
 
 /// The candidate whose cumulative probability first passes `r` (`None` when rounding leaves `r`
@@ -411,7 +497,7 @@ mod tests {
         };
         let want = {
             let s = Sampler::new(params.clone());
-            let (cand, probs) = s.distribution(&l);
+            let (cand, probs) = s.distribution(candidates(&l));
             let mut p = vec![0f64; l.len()];
             for (c, pr) in cand.iter().zip(&probs) {
                 p[c.0 as usize] = *pr as f64;
@@ -436,6 +522,73 @@ mod tests {
         // Greedy: the largest logit whatever the draft.
         let mut g = Sampler::new(SamplingParams::greedy());
         assert_eq!(g.sample_draft(&mut l.clone(), 4), 1);
+    }
+
+    /// `sample_top` from what `needs` asks of each row gives `sample`'s token from the whole row,
+    /// step after step (the same draws), with and without drafts: rows with NaN, ties and -inf,
+    /// bias on tokens in and past the row (one twice), penalties on recent tokens.
+    #[test]
+    fn top_of_a_row_samples_as_the_whole_row() {
+        let vocab = 300;
+        let mut rng = Rng::new(11);
+        for case in 0..60u64 {
+            let params = SamplingParams {
+                temperature: 0.3 + (case % 5) as f32 * 0.4,
+                top_k: 1 + (case as usize * 7) % 60,
+                top_p: if case % 3 == 0 { 1.0 } else { 0.9 },
+                min_p: if case % 4 == 0 { 0.0 } else { 0.05 },
+                repeat_penalty: if case % 2 == 0 { 1.0 } else { 1.3 },
+                penalty_last_n: 16,
+                presence_penalty: if case % 5 == 1 { 0.4 } else { 0.0 },
+                frequency_penalty: if case % 6 == 2 { -0.3 } else { 0.0 },
+                logit_bias: if case % 3 == 1 {
+                    vec![(7, 5.0), (299, -2.0), (7, 1.0), (5000, 3.0)]
+                } else {
+                    Vec::new()
+                },
+                seed: case,
+            };
+            let (mut whole, mut top) = (Sampler::new(params.clone()), Sampler::new(params));
+            for t in [3u32, 3, 50, 7] {
+                whole.accept(t);
+                top.accept(t);
+            }
+            for step in 0..40 {
+                let mut row: Vec<f32> = (0..vocab).map(|_| (rng.next_f64() * 8.0 - 4.0) as f32).collect();
+                // Ties, a NaN, -inf and a value every step repeats.
+                row[10] = row[11];
+                row[(step * 13) % vocab] = f32::NAN;
+                row[(step * 17 + 5) % vocab] = f32::NEG_INFINITY;
+                row[(step * 7 + 2) % vocab] = 2.5;
+                row[(step * 7 + 3) % vocab] = 2.5;
+                let (n, extra) = top.needs().expect("a top-k cut, not greedy");
+                let t = top_of(&row, n);
+                let ev: Vec<f32> = extra
+                    .iter()
+                    .map(|&e| row.get(e as usize).copied().unwrap_or(0.0))
+                    .collect();
+                let draft = (step % 3 == 0).then_some(t[step % t.len()].0);
+                let got = top.sample_top(&t, &extra, &ev, vocab, draft);
+                let want = match draft {
+                    Some(d) => whole.sample_draft(&mut row.clone(), d),
+                    None => whole.sample(&mut row.clone()),
+                };
+                assert_eq!(got, want, "case {case} step {step}");
+                whole.accept(want);
+                top.accept(got);
+            }
+        }
+        // Greedy and no top-k cut take the whole row.
+        assert!(Sampler::new(SamplingParams::greedy()).needs().is_none());
+        let all = SamplingParams {
+            top_k: 0,
+            ..Default::default()
+        };
+        assert!(Sampler::new(all).needs().is_none());
+        assert_eq!(
+            top_of(&[1.0, f32::NAN, 3.0, 3.0, -0.0, 0.0], 4),
+            vec![(2, 3.0), (3, 3.0), (0, 1.0), (5, 0.0)]
+        );
     }
 
     #[test]

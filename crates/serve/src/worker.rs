@@ -900,13 +900,41 @@ fn step<B: Backend>(
             return Vec::new();
         }
     };
+    // Sequences that sample with a top-k cut: what each needs of its logits row, asked of the
+    // backend at once (a GPU hands back those values, not the rows). The rows are counted as below.
+    let mut asks: Vec<(usize, engine::backend::TopAsk)> = Vec::new();
+    let mut row = 0;
+    for (fi, f) in feeds.iter().enumerate() {
+        let r0 = row;
+        row += if f.drafts > 0 {
+            f.tokens.len()
+        } else {
+            usize::from(f.wants)
+        };
+        let Some(a) = slots[f.slot].active.as_ref().filter(|_| f.wants && f.drafts == 0) else {
+            continue;
+        };
+        if let Some(ask) = Some(&a.decoding)
+            .filter(|d| !d.greedy_only())
+            .and_then(|d| d.top_needs(r0))
+        {
+            asks.push((fi, ask));
+        }
+    }
+    let only: Vec<engine::backend::TopAsk> = asks.iter().map(|(_, a)| a.clone()).collect();
+    // (On an error each of these sequences reads its whole row below, which reports it.)
+    let tops = if only.is_empty() {
+        Vec::new()
+    } else {
+        m.model.logits_top(scratch, &only).unwrap_or_default()
+    };
     let mut finished = Vec::new();
     // The step's logits rows, in feed order; its token rows (whose hidden states an MTP drafter
     // pairs with the tokens after them), and the prompt rows to pair once every row is read.
     let mut row = 0;
     let mut trow = 0;
     let mut mtp_prompt: Vec<(usize, usize, usize, Vec<u32>)> = Vec::new();
-    for f in feeds {
+    for (fi, f) in feeds.into_iter().enumerate() {
         let s = &mut slots[f.slot];
         let r0 = row;
         let t0 = trow;
@@ -984,6 +1012,12 @@ fn step<B: Backend>(
             Ok(vec![a
                 .decoding
                 .step_token(&m.tokenizer, out.get(r0).copied().unwrap_or(0))])
+        } else if let Some((ask, top)) = asks
+            .iter()
+            .position(|(i, _)| *i == fi)
+            .and_then(|k| Some((&asks[k].1, tops.get(k)?)))
+        {
+            Ok(vec![a.decoding.step_top(&m.tokenizer, ask, top, None)])
         } else {
             m.model
                 .logits_row(scratch, r0)

@@ -89,6 +89,54 @@ pub const FED: u32 = 0x8000_0000;
 
 /// Greedy tokens computed on the device and not yet read ([`Backend::argmax_rows_defer`]): the
 /// host reads them with [`Backend::deferred_ids`], after it has enqueued the step that takes them.
+/// What a sampler with a top-k cut asks of one logits row instead of the whole row
+/// (`Backend::top_of_rows`, `sampler::Sampler::needs`): its `n` largest values and its values at
+/// the columns `at`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopAsk {
+    pub row: usize,
+    pub n: usize,
+    pub at: Vec<u32>,
+}
+
+/// The answer to a [`TopAsk`]: (column, value) of the row's `n` largest values, the largest first,
+/// ties to the lower column, NaN left out (`sampler::top_of`), its values at `at` (0 past the
+/// row) and its length.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Top {
+    pub top: Vec<(u32, f32)>,
+    pub at: Vec<f32>,
+    pub cols: usize,
+}
+
+/// `Backend::top_of_rows` on the host: the asked rows read (the whole buffer at once for several
+/// asks), each one's top found there.
+pub fn top_of_rows_on_host<B: Backend + ?Sized>(b: &B, x: &B::Buf, asks: &[TopAsk]) -> Vec<Top> {
+    let cols = b.shape(x).1;
+    let all = (asks.len() > 1).then(|| b.read(x));
+    asks.iter()
+        .map(|a| {
+            let one;
+            let row: &[f32] = match &all {
+                Some(v) => &v[a.row * cols..(a.row + 1) * cols],
+                None => {
+                    one = b.read_rows(x, a.row, 1);
+                    &one
+                }
+            };
+            Top {
+                top: crate::sampler::top_of(row, a.n),
+                at: a
+                    .at
+                    .iter()
+                    .map(|&c| row.get(c as usize).copied().unwrap_or(0.0))
+                    .collect(),
+                cols: row.len(),
+            }
+        })
+        .collect()
+}
+
 #[derive(Debug)]
 pub struct Deferred {
     /// The ids, where the backend had them at once.
@@ -579,6 +627,11 @@ pub trait Backend: Send + Sync + 'static {
     fn read_rows(&self, x: &Self::Buf, r0: usize, rows: usize) -> Vec<f32> {
         let cols = self.shape(x).1;
         self.read(x)[r0 * cols..(r0 + rows) * cols].to_vec()
+    }
+    /// What each [`TopAsk`] asks of a row of `x`, found where the buffer is (a GPU hands back the
+    /// values asked for instead of the rows); the default reads each row.
+    fn top_of_rows(&self, x: &Self::Buf, asks: &[TopAsk]) -> Vec<Top> {
+        top_of_rows_on_host(self, x, asks)
     }
     /// The index of each row's first largest value (`sampler::argmax`), found where the buffer is
     /// (a GPU hands back a token id per row instead of the row).

@@ -158,6 +158,9 @@ pub trait Model<B: Backend>: Send + Sync {
     fn forward_argmax(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Vec<u32>>;
     /// Row `i` of the logits of the scratch's last step.
     fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>>;
+    /// What each ask wants of a logits row of the scratch's last step (`Backend::top_of_rows`:
+    /// a sampler's top-k cut, found where the logits are).
+    fn logits_top(&self, s: &mut Scratch, asks: &[crate::backend::TopAsk]) -> Result<Vec<crate::backend::Top>>;
     /// `forward_argmax` whose ids the host reads later (`Backend::deferred_ids`), after it has
     /// enqueued the step that takes them as [`FED`] tokens ([`decode_greedy`]).
     fn forward_argmax_defer(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Deferred> {
@@ -237,6 +240,24 @@ pub(crate) fn step_as<B: Backend, T: StepBufs<B>, O: Send>(
 pub(crate) fn logits_row<B: Backend, T: StepBufs<B>>(b: &B, s: &mut Scratch, i: usize) -> Result<Vec<f32>> {
     let bufs = s.get::<T>()?;
     b.run(|| bufs.head().row(b, i))
+}
+
+/// What each ask wants of a logits row of the scratch's last step (`Model::logits_top`).
+pub(crate) fn logits_top<B: Backend, T: StepBufs<B>>(
+    b: &B,
+    s: &mut Scratch,
+    asks: &[crate::backend::TopAsk],
+) -> Result<Vec<crate::backend::Top>> {
+    let bufs = s.get::<T>()?;
+    let logits = &bufs.head().logits;
+    let rows = b.shape(logits).0;
+    if let Some(a) = asks.iter().find(|a| a.row >= rows) {
+        return Err(EngineError::Input(format!(
+            "logits row {} of a step that made {rows}",
+            a.row
+        )));
+    }
+    Ok(b.run(|| b.top_of_rows(logits, asks)))
 }
 
 /// Checks every family makes before a step: the batch fits the scratch, each sequence its cache.

@@ -618,4 +618,8 @@ impl<B: Backend> Model<B> for Gemma<B> {
     fn logits_row(&self, s: &mut Scratch, i: usize) -> Result<Vec<f32>> {
         batch::logits_row::<B, Bufs<B>>(&*self.backend, s, i)
     }
+
+    fn logits_top(&self, s: &mut Scratch, asks: &[crate::backend::TopAsk]) -> Result<Vec<crate::backend::Top>> {
+        batch::logits_top::<B, Bufs<B>>(&*self.backend, s, asks)
+    }
 }

@@ -186,6 +186,10 @@ impl<B: Backend> Model<B> for Llama<B> {
         batch::logits_row::<B, Bufs<B>>(&*self.backend, s, i)
     }
 
+    fn logits_top(&self, s: &mut Scratch, asks: &[crate::backend::TopAsk]) -> Result<Vec<crate::backend::Top>> {
+        batch::logits_top::<B, Bufs<B>>(&*self.backend, s, asks)
+    }
+
     fn forward_argmax_defer(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<crate::backend::Deferred> {
         let run = |t: &mut Bufs<B>, q: &mut [SeqStep<'_, B>]| self.forward_inner(t, q);
         let empty = || crate::backend::Deferred::ready(Vec::new());

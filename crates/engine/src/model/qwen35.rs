@@ -726,6 +726,10 @@ impl<B: Backend> Model<B> for Qwen35<B> {
         batch::logits_row::<B, Bufs<B>>(&*self.backend, s, i)
     }
 
+    fn logits_top(&self, s: &mut Scratch, asks: &[crate::backend::TopAsk]) -> Result<Vec<crate::backend::Top>> {
+        batch::logits_top::<B, Bufs<B>>(&*self.backend, s, asks)
+    }
+
     fn mtp_layers(&self) -> usize {
         usize::from(self.mtp.is_some())
     }

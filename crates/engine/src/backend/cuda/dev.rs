@@ -138,6 +138,8 @@ pub struct Dev {
     pub(super) scratch: Mutex<(HalfScratch, HalfScratch)>,
     /// Activation rows quantized for the integer tensor-core kernels (grow-only).
     pub(super) q8: Mutex<Option<CudaSlice<u8>>>,
+    /// `top_rows`' values, columns and values at the asked columns (grow-only).
+    pub(super) top_out: Mutex<Option<CudaSlice<f32>>>,
     /// `argmax_rows`' chunk maxima and indices and its output (grow-only).
     pub(super) argmax: Mutex<Option<CudaSlice<u32>>>,
     /// Split-K attention's partial outputs, maxima and sums (grow-only).
@@ -303,6 +305,7 @@ impl Dev {
             glu_cnt: Mutex::new(None),
             add_cnt: Mutex::new(None),
             argmax: Mutex::new(None),
+            top_out: Mutex::new(None),
             seq: std::sync::atomic::AtomicU64::new(0),
             prof: super::prof::Prof::from_env(),
             step_times: super::prof::StepTimes::from_env(),
@@ -796,6 +799,7 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "quantize_act",
                 "argmax_part",
                 "argmax_rows",
+                "top_rows",
                 "moe_route",
                 "moe_group",
                 "gather_act",

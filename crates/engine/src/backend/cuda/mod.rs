@@ -23,7 +23,9 @@ pub use kv::{CudaKv, GpuPage};
 use dev::{blocks, Dev, StepArgs, A};
 use mmq::{mmq_fits, mmq_on, MMQ_MOE_NT, MMQ_NT, MMQ_TYPES};
 
-use super::{AttnLayer, Backend, Deferred, DeltaNetLayer, KvType, Norm, QkNorm, Rope, StepPlan, WeightSource, FED};
+use super::{
+    AttnLayer, Backend, Deferred, DeltaNetLayer, KvType, Norm, QkNorm, Rope, StepPlan, Top, TopAsk, WeightSource, FED,
+};
 use crate::model::blocks::Glu;
 use crate::{EngineError, Result};
 use cudarc::driver::CudaSlice;
@@ -105,6 +107,9 @@ pub struct Cuda {
     /// Which launch-saving variants (`Fused`) are on: `with_fused`, or each one's variable
     /// (`Fused::var`) set to 1. Off by default: not yet measured on a GPU.
     fuse: [bool; 4],
+    /// `Backend::top_of_rows` on the GPU (`top_rows`: the values asked for cross to the host,
+    /// not the rows): `HF2Q_CUDA_TOPK=1` or `with_tops`. Off by default: not yet run on a GPU.
+    tops: bool,
     /// Launches so far that did another's work too (`Fused`; for the op tests).
     fused: [std::sync::atomic::AtomicUsize; 4],
     /// Most warps per output row of the matrix-vector kernels (`warps_per_row`):
@@ -178,6 +183,7 @@ impl Cuda {
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
             fuse: Fused::ALL.map(|k| std::env::var(k.var()).is_ok_and(|v| v == "1")),
+            tops: std::env::var("HF2Q_CUDA_TOPK").is_ok_and(|v| v == "1"),
             fused: Default::default(),
             wpr_cap: std::env::var("HF2Q_CUDA_WPR")
                 .ok()
@@ -198,6 +204,84 @@ impl Cuda {
     pub fn with_attn_dec(mut self, on: bool) -> Cuda {
         self.attn_dec = on;
         self
+    }
+
+    /// `Backend::top_of_rows` on the GPU or on the host.
+    pub fn with_tops(mut self, on: bool) -> Cuda {
+        self.tops = on;
+        self
+    }
+
+    /// `top_of_rows` on the GPU (`kernels/mmq.cu` top_rows): one block per ask, the asks' values
+    /// read back in one copy and each ask's top sorted as `sampler::top_of` orders it.
+    fn top_rows(&self, x: &CudaBuf, asks: &[TopAsk]) -> Vec<Top> {
+        let kmax = asks.iter().map(|a| a.n).max().unwrap_or(0).max(1);
+        let (mut table, mut at): (Vec<i32>, Vec<i32>) = (Vec::new(), Vec::new());
+        for a in asks {
+            assert!(a.row < x.rows, "top_of_rows: row {} of {}", a.row, x.rows);
+            table.extend([
+                a.row as i32,
+                a.n.min(i32::MAX as usize) as i32,
+                at.len() as i32,
+                a.at.len() as i32,
+            ]);
+            // (Columns past i32 are past any row: the kernel gives 0 for them.)
+            at.extend(a.at.iter().map(|&c| c.min(i32::MAX as u32) as i32));
+        }
+        let n_at = at.len();
+        if at.is_empty() {
+            at.push(0);
+        }
+        let (table, at_ptr) = (self.dev.upload(&table), self.dev.upload(&at));
+        let slots = asks.len() * kmax;
+        let words = 2 * slots + n_at;
+        let out = self.grown(
+            &self.dev.top_out,
+            words,
+            words.next_power_of_two(),
+            "the logits' top values",
+        );
+        self.dev.launch(
+            "top_rows",
+            (asks.len() as u32, 1),
+            1024,
+            &[
+                A::P(x.ptr),
+                A::I(x.cols as i32),
+                A::P(table),
+                A::P(at_ptr),
+                A::I(kmax as i32),
+                A::P(out),
+                A::P(out + 4 * slots as u64),
+                A::P(out + 8 * slots as u64),
+            ],
+        );
+        let words32: Vec<u32> = self.dev.read_with(out, 4 * words, |bytes| {
+            bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        });
+        let (vals, rest) = words32.split_at(slots);
+        let (ids, at_vals) = rest.split_at(slots);
+        let mut at0 = 0;
+        asks.iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let mut top: Vec<(u32, f32)> = (0..kmax)
+                    .map(|j| (ids[i * kmax + j] as i32, f32::from_bits(vals[i * kmax + j])))
+                    .filter(|&(c, _)| c >= 0)
+                    .map(|(c, v)| (c as u32, v))
+                    .collect();
+                top.sort_by(|p, q| q.1.total_cmp(&p.1).then(p.0.cmp(&q.0)));
+                let at = at_vals[at0..at0 + a.at.len()]
+                    .iter()
+                    .map(|&b| f32::from_bits(b))
+                    .collect();
+                at0 += a.at.len();
+                Top { top, at, cols: x.cols }
+            })
+            .collect()
     }
 
     /// A launch-saving variant on or off.
@@ -1022,6 +1106,13 @@ impl Backend for Cuda {
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect()
         })
+    }
+
+    fn top_of_rows(&self, x: &CudaBuf, asks: &[TopAsk]) -> Vec<Top> {
+        if !self.tops || asks.is_empty() || x.cols == 0 {
+            return crate::backend::top_of_rows_on_host(self, x, asks);
+        }
+        self.top_rows(x, asks)
     }
 
     fn argmax_rows(&self, x: &CudaBuf) -> Vec<u32> {

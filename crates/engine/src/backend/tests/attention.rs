@@ -294,9 +294,11 @@ pub fn attention<B: Backend>(b: &B) {
 
 /// A step of decode rows alone (one row of each of five sequences, from the first position to past
 /// 2,048 keys) over F16 caches, its output multiplied by a Q8_0 and a Q4_K matrix in the same run
-/// (on CUDA the integer products take the activations the attention quantized). Layers whose query
-/// heads per KV head hold 512 values (8 heads of 128, 2 KV heads) and 256 (8 of 64, 4 KV heads).
-/// Returns (what, values) per output, for comparing one backend's variants.
+/// and launch (on CUDA the integer products take both flavours of the activations the attention
+/// quantized), twice (the second run's outputs must equal the first's: on CUDA the merge's
+/// counters are back at 0). Layers whose query heads per KV head hold 512 values (8 heads of 128,
+/// 2 KV heads) and 128 (8 of 64, 4 KV heads). Returns (what, values) per output, for comparing
+/// one backend's variants.
 pub fn attention_decode_step<B: Backend>(b: &B) -> Vec<(String, Vec<f32>)> {
     let mut outs = Vec::new();
     let seqs = [(0usize, 1usize), (15, 1), (16, 1), (300, 1), (2100, 1)];
@@ -332,16 +334,27 @@ pub fn attention_decode_step<B: Backend>(b: &B) -> Vec<(String, Vec<f32>)> {
         };
         let refs: Vec<&B::Kv> = kvs.iter().collect();
         let step = b.begin_step(plan(&seqs), &refs).unwrap();
-        let (mut out, mut ya, mut yc) = (b.alloc(rows, cols), b.alloc(rows, 48), b.alloc(rows, 40));
-        b.run(|| {
-            b.attention(&q, &step, &refs, &a, &mut out);
-            b.matmul(&wa, &out, &mut ya);
-            b.matmul(&wc, &out, &mut yc);
-        });
         let what = format!("{n_head} heads of {hd}, {n_kv} KV heads");
-        outs.push((format!("{what}: attention"), b.read(&out)));
-        outs.push((format!("{what}: Q8_0 product"), b.read(&ya)));
-        outs.push((format!("{what}: Q4_K product"), b.read(&yc)));
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let (mut out, mut ya, mut yc) = (b.alloc(rows, cols), b.alloc(rows, 48), b.alloc(rows, 40));
+            b.run(|| {
+                b.attention(&q, &step, &refs, &a, &mut out);
+                b.matmul_many(&[&wa, &wc], &out, &mut [&mut ya, &mut yc]);
+            });
+            runs.push([
+                (format!("{what}: attention"), b.read(&out)),
+                (format!("{what}: Q8_0 product"), b.read(&ya)),
+                (format!("{what}: Q4_K product"), b.read(&yc)),
+            ]);
+        }
+        let second = runs.pop().expect("two runs");
+        let first = runs.pop().expect("two runs");
+        for ((w, a), (_, c)) in first.iter().zip(&second) {
+            let same = a.iter().zip(c).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{w}: the second run differs from the first");
+        }
+        outs.extend(first);
     }
     outs
 }

@@ -10,7 +10,9 @@ use gguf::GgmlType;
 use std::sync::Arc;
 
 mod attention;
+mod sample;
 pub use attention::{attention, attention_decode_step, rope, rope_store_kv};
+pub use sample::top_rows;
 
 /// Deterministic values in (-1, 1), different per seed.
 pub fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -986,6 +988,10 @@ mod cpu {
         super::rows(&cpu());
     }
     #[test]
+    fn top_rows() {
+        super::top_rows(&cpu());
+    }
+    #[test]
     fn attention() {
         super::attention(&cpu());
     }
@@ -1348,6 +1354,13 @@ mod cuda {
         }
     }
     #[test]
+    fn top_rows() {
+        // The kernel (`top_rows`) against the rows read whole.
+        if let Some(b) = cuda("top_rows") {
+            super::top_rows(&b.with_tops(true));
+        }
+    }
+    #[test]
     fn attention() {
         if let Some(b) = cuda("attention") {
             // Decode rows of F16 caches through attn_dec_f16 (the default) and attn_split_f16.
@@ -1376,9 +1389,9 @@ mod cuda {
                     bad.map(|i| w[i])
                 );
             }
-            // Merged in the first layer's shape (512 values of query heads per KV head), not in
-            // the second's (256: attn_combine_q8 quantizes it).
-            assert_eq!((on.fused(Fused::AttnMerge), off.fused(Fused::AttnMerge)), (1, 0));
+            // Merged in the first layer's shape (512 values of query heads per KV head; two
+            // runs), not in the second's (128: attn_combine_q8 quantizes it).
+            assert_eq!((on.fused(Fused::AttnMerge), off.fused(Fused::AttnMerge)), (2, 0));
         }
     }
     #[test]

@@ -216,8 +216,9 @@ MMVF_ALL(TY_F32) MMVF_ALL(TY_F16) MMVF_ALL(TY_BF16)
 
 // The fused FFN input with the residual add before it: the norm of x + y (each sum rounded as
 // binary's add rounds it), then, by the last block to finish (counted in cnt, set back to 0 by
-// it; every block has read x by then), x += y for the t rows. (At most 128 registers a thread, as
-// the plain fused kernel: four blocks a multiprocessor.)
+// it; every block has read x by then), x += y for the t rows, four values a thread at a time where
+// n allows. (At most 128 registers a thread, which the plain fused kernel's ptxas counts come to
+// without a bound: four blocks a multiprocessor.)
 #define MMVFA(NAME, TY, R) \
     extern "C" __global__ void __launch_bounds__(128, 4) NAME##ga_##R(const u8* W, u64 rb, float* x, float* out, int n, int m, \
         int t, int wpr, const float* g, float eps, const u8* W1, int op, const float* y, int* cnt) { \
@@ -231,7 +232,17 @@ MMVF_ALL(TY_F32) MMVF_ALL(TY_F16) MMVF_ALL(TY_BF16)
         } \
         __syncthreads(); \
         if (!last) return; \
-        for (int i = threadIdx.x; i < t * n; i += blockDim.x) x[i] = __fadd_rn(x[i], y[i]); \
+        if ((n & 3) == 0) { \
+            float4* x4 = (float4*)x; \
+            const float4* y4 = (const float4*)y; \
+            _Pragma("unroll 4") \
+            for (int i = threadIdx.x; i < t * n / 4; i += blockDim.x) { \
+                float4 a = x4[i], b = y4[i]; \
+                x4[i] = make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w)); \
+            } \
+        } else { \
+            for (int i = threadIdx.x; i < t * n; i += blockDim.x) x[i] = __fadd_rn(x[i], y[i]); \
+        } \
     }
 #define MMVFA_ALL(TY) MMVFA(mmv_##TY, TY, 1) MMVFA(mmv_##TY, TY, 2) MMVFA(mmv_##TY, TY, 4) MMVFA(mmv_##TY, TY, 8)
 MMVFA_ALL(TY_F32) MMVFA_ALL(TY_F16) MMVFA_ALL(TY_BF16)

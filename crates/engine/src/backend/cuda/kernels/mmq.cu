@@ -454,7 +454,8 @@ MMQ_MOE(mmq_moe_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
 
 // glu_q8 (ops.cu) of pair p's gate and up rows (m values each, a multiple of 4) by the last of the
-// pair's 2·tiles blocks to finish (counted in cnt[p], set back to 0 by it): act their gated
+// pair's gridDim.y · tiles blocks (its gate's and up's) to finish (counted in cnt[p], set back to
+// 0 by it): act their gated
 // activation (op 2 SwiGLU, 3 GeGLU), also quantized for the down products (rows of n_pad values,
 // zeros past m; q0 / qk may be null). Every thread of the block calls it.
 __device__ __forceinline__ void moe_glu_last(int p, int tiles, int* cnt, const float* gate, const float* up, int m, float* act,
@@ -463,7 +464,7 @@ __device__ __forceinline__ void moe_glu_last(int p, int tiles, int* cnt, const f
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        last = atomicAdd(cnt + p, 1) == 2 * tiles - 1;
+        last = atomicAdd(cnt + p, 1) == (int)gridDim.y * tiles - 1;
         if (last) cnt[p] = 0;
     }
     __syncthreads();
@@ -635,6 +636,104 @@ extern "C" __global__ void argmax_rows(const float* pv, const int* pi, int chunk
         if (i >= 0) best_of(best, at, v, i);
     }
     if (threadIdx.x == 0) out[blockIdx.x] = at < 0 ? 0 : (u32)at;
+}
+
+// ---- What a sampler with a top-k cut needs of a logits row (Backend::top_of_rows,
+// sampler::top_of): the row's n largest values with their columns (ties to the lower column, NaN
+// left out) and its values at some columns. One block of 1024 threads per ask: asks[b] = (row, n,
+// first of its columns in `at`, their count); out_v / out_i hold kmax slots per ask (the n
+// found, in no order — the host sorts them — then column -1), at_v the values at `at` (0 past the
+// row). The n-th largest is found by radix selection on an order-keeping integer key (four passes
+// of 8 bits, a histogram each), then the values above it are written, and of those equal to it
+// the first in column order (a block-wide count over the row in order).
+// Key of v: larger for larger v, -0 below +0 (as total order), 0 for NaN (left out).
+__device__ __forceinline__ u32 top_key(float v) {
+    u32 b = __float_as_uint(v);
+    if (v != v) return 0u;
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+extern "C" __global__ void __launch_bounds__(1024) top_rows(const float* x, int n, const int4* asks, const int* at, int kmax,
+                                                            float* out_v, int* out_i, float* at_v) {
+    __shared__ u32 hist[256];
+    __shared__ u32 s_digit, s_left, s_count;
+    __shared__ u32 s_warp[32];
+    int4 a = asks[blockIdx.x];
+    const float* r = x + (u64)a.x * n;
+    int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    float* ov = out_v + (u64)blockIdx.x * kmax;
+    int* oi = out_i + (u64)blockIdx.x * kmax;
+    for (int j = tid; j < a.w; j += blockDim.x) {
+        int c = at[a.z + j];
+        at_v[a.z + j] = c >= 0 && c < n ? r[c] : 0.f;
+    }
+    for (int j = tid; j < kmax; j += blockDim.x) oi[j] = -1;
+    // The key prefix of the wanted value so far (its top bits), and how many of those keys with
+    // this prefix are still wanted.
+    u32 prefix = 0, mask = 0, left = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        for (int i = tid; i < n; i += blockDim.x) {
+            u32 k = top_key(r[i]);
+            if (k != 0 && (k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            if (shift == 24) {
+                // Every non-NaN value counted once: how many can be had.
+                u32 valid = 0;
+                for (int d = 0; d < 256; d++) valid += hist[d];
+                left = min((u32)max(a.y, 0), valid);
+            }
+            u32 acc = 0;
+            int d = 255;
+            if (left > 0) {
+                for (; d > 0 && acc + hist[d] < left; d--) acc += hist[d];
+            }
+            s_digit = (u32)d;
+            s_left = left - acc;
+            s_count = left;
+        }
+        __syncthreads();
+        if (s_count == 0) return;
+        prefix |= s_digit << shift;
+        mask |= 255u << shift;
+        left = s_left;
+        __syncthreads();
+    }
+    // prefix: the key of the wanted n-th largest; left: how many of the values equal to it are in.
+    if (tid == 0) s_count = 0;
+    __syncthreads();
+    for (int i = tid; i < n; i += blockDim.x) {
+        float v = r[i];
+        if (top_key(v) > prefix) {
+            u32 slot = atomicAdd(&s_count, 1u);
+            ov[slot] = v;
+            oi[slot] = i;
+        }
+    }
+    __syncthreads();
+    u32 base = s_count, taken = 0;
+    for (int i0 = 0; i0 < n && taken < left; i0 += blockDim.x) {
+        int i = i0 + tid;
+        float v = i < n ? r[i] : 0.f;
+        bool hit = i < n && top_key(v) == prefix;
+        u32 bits = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0) s_warp[w] = __popc(bits);
+        __syncthreads();
+        u32 before = 0, total = 0;
+        for (int k = 0; k < (int)(blockDim.x >> 5); k++) {
+            if (k < w) before += s_warp[k];
+            total += s_warp[k];
+        }
+        u32 pos = taken + before + __popc(bits & ((1u << lane) - 1u));
+        if (hit && pos < left) {
+            ov[base + pos] = v;
+            oi[base + pos] = i;
+        }
+        taken += total;
+        __syncthreads();
+    }
 }
 
 // ---- The tiled layout, made on the device from the GGUF rows (`src`, m rows of `rb` bytes):
