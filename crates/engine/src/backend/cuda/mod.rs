@@ -17,6 +17,7 @@ mod moe;
 mod products;
 mod prof;
 mod recurrent;
+mod sample;
 
 pub use kv::{CudaKv, GpuPage};
 
@@ -210,78 +211,6 @@ impl Cuda {
     pub fn with_tops(mut self, on: bool) -> Cuda {
         self.tops = on;
         self
-    }
-
-    /// `top_of_rows` on the GPU (`kernels/mmq.cu` top_rows): one block per ask, the asks' values
-    /// read back in one copy and each ask's top sorted as `sampler::top_of` orders it.
-    fn top_rows(&self, x: &CudaBuf, asks: &[TopAsk]) -> Vec<Top> {
-        let kmax = asks.iter().map(|a| a.n).max().unwrap_or(0).max(1);
-        let (mut table, mut at): (Vec<i32>, Vec<i32>) = (Vec::new(), Vec::new());
-        for a in asks {
-            assert!(a.row < x.rows, "top_of_rows: row {} of {}", a.row, x.rows);
-            table.extend([
-                a.row as i32,
-                a.n.min(i32::MAX as usize) as i32,
-                at.len() as i32,
-                a.at.len() as i32,
-            ]);
-            // (Columns past i32 are past any row: the kernel gives 0 for them.)
-            at.extend(a.at.iter().map(|&c| c.min(i32::MAX as u32) as i32));
-        }
-        let n_at = at.len();
-        if at.is_empty() {
-            at.push(0);
-        }
-        let (table, at_ptr) = (self.dev.upload(&table), self.dev.upload(&at));
-        let slots = asks.len() * kmax;
-        let words = 2 * slots + n_at;
-        let out = self.grown(
-            &self.dev.top_out,
-            words,
-            words.next_power_of_two(),
-            "the logits' top values",
-        );
-        self.dev.launch(
-            "top_rows",
-            (asks.len() as u32, 1),
-            1024,
-            &[
-                A::P(x.ptr),
-                A::I(x.cols as i32),
-                A::P(table),
-                A::P(at_ptr),
-                A::I(kmax as i32),
-                A::P(out),
-                A::P(out + 4 * slots as u64),
-                A::P(out + 8 * slots as u64),
-            ],
-        );
-        let words32: Vec<u32> = self.dev.read_with(out, 4 * words, |bytes| {
-            bytes
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
-        });
-        let (vals, rest) = words32.split_at(slots);
-        let (ids, at_vals) = rest.split_at(slots);
-        let mut at0 = 0;
-        asks.iter()
-            .enumerate()
-            .map(|(i, a)| {
-                let mut top: Vec<(u32, f32)> = (0..kmax)
-                    .map(|j| (ids[i * kmax + j] as i32, f32::from_bits(vals[i * kmax + j])))
-                    .filter(|&(c, _)| c >= 0)
-                    .map(|(c, v)| (c as u32, v))
-                    .collect();
-                top.sort_by(|p, q| q.1.total_cmp(&p.1).then(p.0.cmp(&q.0)));
-                let at = at_vals[at0..at0 + a.at.len()]
-                    .iter()
-                    .map(|&b| f32::from_bits(b))
-                    .collect();
-                at0 += a.at.len();
-                Top { top, at, cols: x.cols }
-            })
-            .collect()
     }
 
     /// A launch-saving variant on or off.
