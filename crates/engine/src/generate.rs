@@ -314,15 +314,16 @@ impl Decoding {
             && p.frequency_penalty == 0.0
     }
 
-    /// What the next token needs of its logits row instead of the whole row
-    /// (`Sampler::needs`: a top-k cut, not greedy), when nothing else reads the row (no
-    /// logprobs, no grammar): then [`Decoding::step_top`] with the backend's answer
-    /// (`Model::logits_top`) gives what [`Decoding::step`] gives with the whole row.
-    pub fn top_needs(&self, row: usize) -> Option<crate::backend::TopAsk> {
+    /// What the next token needs of its logits row (`row` of the step's, `vocab` long) instead
+    /// of the whole row (`Sampler::needs`: a top-k cut, not greedy), when nothing else reads the
+    /// row (no logprobs, no grammar) and the cut leaves out some of it: then
+    /// [`Decoding::step_top`] with the backend's answer (`Model::logits_top`) gives what
+    /// [`Decoding::step`] gives with the whole row.
+    pub fn top_needs(&self, row: usize, vocab: usize) -> Option<crate::backend::TopAsk> {
         if self.logprobs.is_some() || self.constraint.is_some() {
             return None;
         }
-        let (n, at) = self.sampler.needs()?;
+        let (n, at) = self.sampler.needs().filter(|(n, _)| *n < vocab)?;
         Some(crate::backend::TopAsk { row, n, at })
     }
 
@@ -662,12 +663,14 @@ pub fn generate<B: Backend>(
                 pos0,
                 logits: Logits::Last,
             }];
-            match d.top_needs(0).filter(|_| !margins) {
-                // A top-k cut: what it needs of the row, found where the logits are.
+            match d.top_needs(0, m.tokenizer.n_vocab()).filter(|_| !margins) {
+                // A top-k cut: what it needs of the row, found where the logits are (the argmax,
+                // not waited for, read after).
                 Some(ask) => {
-                    m.model.forward_argmax(&mut session.scratch, &mut seq)?;
-                    let top = m.model.logits_top(&mut session.scratch, std::slice::from_ref(&ask))?;
-                    let top = top
+                    let dfr = m.model.forward_argmax_defer(&mut session.scratch, &mut seq)?;
+                    let top = m.model.logits_top(&mut session.scratch, std::slice::from_ref(&ask));
+                    m.model.backend().deferred_ids(dfr);
+                    let top = top?
                         .into_iter()
                         .next()
                         .ok_or_else(|| EngineError::Backend("no logits row".into()))?;

@@ -202,7 +202,7 @@ impl Sampler {
         }
         extra.sort_unstable();
         extra.dedup();
-        Some((p.top_k + extra.len(), extra))
+        Some((p.top_k.saturating_add(extra.len()), extra))
     }
 
     /// [`Sampler::sample`] (or, with `draft`, [`Sampler::sample_draft`]) from what
@@ -218,6 +218,11 @@ impl Sampler {
         vocab: usize,
         draft: Option<u32>,
     ) -> u32 {
+        debug_assert_eq!(
+            extra.len(),
+            extra_values.len(),
+            "sample_top: a value for each extra token"
+        );
         let mut vals: HashMap<u32, f32> = top.iter().copied().collect();
         for (&t, &v) in extra.iter().zip(extra_values) {
             if (t as usize) < vocab {
@@ -537,14 +542,14 @@ mod tests {
                 top_k: 1 + (case as usize * 7) % 60,
                 top_p: if case % 3 == 0 { 1.0 } else { 0.9 },
                 min_p: if case % 4 == 0 { 0.0 } else { 0.05 },
-                repeat_penalty: if case % 2 == 0 { 1.0 } else { 1.3 },
+                repeat_penalty: [1.0, 1.3, 1.0, 0.7][case as usize % 4],
                 penalty_last_n: 16,
                 presence_penalty: if case % 5 == 1 { 0.4 } else { 0.0 },
                 frequency_penalty: if case % 6 == 2 { -0.3 } else { 0.0 },
-                logit_bias: if case % 3 == 1 {
-                    vec![(7, 5.0), (299, -2.0), (7, 1.0), (5000, 3.0)]
-                } else {
-                    Vec::new()
+                logit_bias: match case % 6 {
+                    1 | 4 => vec![(7, 5.0), (299, -2.0), (7, 1.0), (5000, 3.0)],
+                    5 => vec![(9, f32::NEG_INFINITY), (12, f32::INFINITY)],
+                    _ => Vec::new(),
                 },
                 seed: case,
             };
@@ -577,6 +582,23 @@ mod tests {
                 whole.accept(want);
                 top.accept(got);
             }
+        }
+        // A cut past any vocabulary: every token asked for, no overflow.
+        let mut s = Sampler::new(SamplingParams {
+            top_k: usize::MAX,
+            logit_bias: vec![(3, 1.0)],
+            ..Default::default()
+        });
+        assert_eq!(s.needs().map(|n| n.0), Some(usize::MAX));
+        let row: Vec<f32> = (0..50).map(|i| (i % 7) as f32).collect();
+        let mut w = Sampler::new(SamplingParams {
+            top_k: usize::MAX,
+            logit_bias: vec![(3, 1.0)],
+            ..Default::default()
+        });
+        for _ in 0..20 {
+            let want = w.sample(&mut row.clone());
+            assert_eq!(s.sample_top(&top_of(&row, usize::MAX), &[3], &[row[3]], 50, None), want);
         }
         // Greedy and no top-k cut take the whole row.
         assert!(Sampler::new(SamplingParams::greedy()).needs().is_none());

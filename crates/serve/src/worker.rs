@@ -916,7 +916,7 @@ fn step<B: Backend>(
         };
         if let Some(ask) = Some(&a.decoding)
             .filter(|d| !d.greedy_only())
-            .and_then(|d| d.top_needs(r0))
+            .and_then(|d| d.top_needs(r0, m.tokenizer.n_vocab()))
         {
             asks.push((fi, ask));
         }

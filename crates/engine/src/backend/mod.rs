@@ -87,8 +87,6 @@ impl KvType {
 /// trip through the host; only where [`Backend::feeds_tokens`]).
 pub const FED: u32 = 0x8000_0000;
 
-/// Greedy tokens computed on the device and not yet read ([`Backend::argmax_rows_defer`]): the
-/// host reads them with [`Backend::deferred_ids`], after it has enqueued the step that takes them.
 /// What a sampler with a top-k cut asks of one logits row instead of the whole row
 /// (`Backend::top_of_rows`, `sampler::Sampler::needs`): its `n` largest values and its values at
 /// the columns `at`.
@@ -109,16 +107,19 @@ pub struct Top {
     pub cols: usize,
 }
 
-/// `Backend::top_of_rows` on the host: the asked rows read (the whole buffer at once for several
-/// asks), each one's top found there.
+/// `Backend::top_of_rows` on the host: the asked rows read (the span from the first to the last
+/// at once where it holds few others), each one's top found there.
 pub fn top_of_rows_on_host<B: Backend + ?Sized>(b: &B, x: &B::Buf, asks: &[TopAsk]) -> Vec<Top> {
     let cols = b.shape(x).1;
-    let all = (asks.len() > 1).then(|| b.read(x));
+    let (lo, hi) = asks
+        .iter()
+        .fold((usize::MAX, 0), |(l, h), a| (l.min(a.row), h.max(a.row + 1)));
+    let span = (asks.len() > 1 && hi - lo <= 2 * asks.len()).then(|| b.read_rows(x, lo, hi - lo));
     asks.iter()
         .map(|a| {
             let one;
-            let row: &[f32] = match &all {
-                Some(v) => &v[a.row * cols..(a.row + 1) * cols],
+            let row: &[f32] = match &span {
+                Some(v) => &v[(a.row - lo) * cols..(a.row - lo + 1) * cols],
                 None => {
                     one = b.read_rows(x, a.row, 1);
                     &one
@@ -137,6 +138,8 @@ pub fn top_of_rows_on_host<B: Backend + ?Sized>(b: &B, x: &B::Buf, asks: &[TopAs
         .collect()
 }
 
+/// Greedy tokens computed on the device and not yet read ([`Backend::argmax_rows_defer`]): the
+/// host reads them with [`Backend::deferred_ids`], after it has enqueued the step that takes them.
 #[derive(Debug)]
 pub struct Deferred {
     /// The ids, where the backend had them at once.

@@ -10,16 +10,13 @@ impl Cuda {
     /// `top_of_rows` on the GPU (`kernels/mmq.cu` top_rows): one block per ask, the asks' values
     /// read back in one copy and each ask's top sorted as `sampler::top_of` orders it.
     pub(super) fn top_rows(&self, x: &CudaBuf, asks: &[TopAsk]) -> Vec<Top> {
-        let kmax = asks.iter().map(|a| a.n).max().unwrap_or(0).max(1);
+        // (At most the row's length each: `top_of_rows` takes this path for asks of at most an
+        // eighth of it.)
+        let kmax = asks.iter().map(|a| a.n.min(x.cols)).max().unwrap_or(0).max(1);
         let (mut table, mut at): (Vec<i32>, Vec<i32>) = (Vec::new(), Vec::new());
         for a in asks {
             assert!(a.row < x.rows, "top_of_rows: row {} of {}", a.row, x.rows);
-            table.extend([
-                a.row as i32,
-                a.n.min(i32::MAX as usize) as i32,
-                at.len() as i32,
-                a.at.len() as i32,
-            ]);
+            table.extend([a.row as i32, a.n.min(kmax) as i32, at.len() as i32, a.at.len() as i32]);
             // (Columns past i32 are past any row: the kernel gives 0 for them.)
             at.extend(a.at.iter().map(|&c| c.min(i32::MAX as u32) as i32));
         }

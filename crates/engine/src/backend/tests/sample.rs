@@ -5,7 +5,9 @@ use super::*;
 /// `top_of_rows` gives what `sampler::top_of` finds in each row read whole, and the values at the
 /// asked columns: rows of 50,000 values (a vocabulary's width) with NaN, ±inf, -0 and +0, runs of
 /// equal values around the cut, a row of few non-NaN values, and asks of 1 to 300 values, one
-/// of none, with columns in and past the row. Exact (the same values, the same order).
+/// of none, with columns in and past the row. Exact (the same values, the same order). (A backend
+/// that keeps the default, the CPU, answers with the rows read whole: only the counts at the end
+/// say anything there.)
 pub fn top_rows<B: Backend>(b: &B) {
     use crate::backend::{top_of_rows_on_host, Top, TopAsk};
     let (rows, n) = (4, 50_000);

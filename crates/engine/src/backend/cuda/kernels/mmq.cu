@@ -673,9 +673,16 @@ extern "C" __global__ void __launch_bounds__(1024) top_rows(const float* x, int 
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
         __syncthreads();
-        for (int i = tid; i < n; i += blockDim.x) {
-            u32 k = top_key(r[i]);
-            if (k != 0 && (k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1u);
+        // (Most of a row's values share their top bytes: a warp adds its equal bins at once.)
+        for (int i0 = 0; i0 < n; i0 += blockDim.x) {
+            int i = i0 + tid;
+            u32 k = i < n ? top_key(r[i]) : 0u;
+            bool in = k != 0 && (k & mask) == prefix;
+            u32 bin = (k >> shift) & 255, act = __ballot_sync(0xffffffffu, in);
+            if (in) {
+                u32 same = __match_any_sync(act, bin);
+                if (lane == __ffs(same) - 1) atomicAdd(&hist[bin], __popc(same));
+            }
         }
         __syncthreads();
         if (tid == 0) {
