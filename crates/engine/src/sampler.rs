@@ -291,7 +291,6 @@ impl Sampler {
         if cand.is_empty() {
             return (Vec::new(), Vec::new());
         }
-        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && p.top_k < cand.len() {
             cand.select_nth_unstable_by(p.top_k - 1, by_logit);
             cand.truncate(p.top_k);
@@ -330,11 +329,16 @@ fn candidates(logits: &[f32]) -> Vec<(u32, f32)> {
         .collect()
 }
 
+/// The chain's order of (token, value) candidates: the larger value first (total order: -0 below
+/// +0), ties to the lower token.
+pub fn by_logit(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
 /// A row's `n` largest values with their columns, the largest first, ties to the lower column, NaN
 /// left out (fewer when the row has fewer others): what [`Sampler::needs`] asks of a row.
 pub fn top_of(row: &[f32], n: usize) -> Vec<(u32, f32)> {
     let mut cand = candidates(row);
-    let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     if n < cand.len() {
         if n == 0 {
             return Vec::new();

@@ -1165,31 +1165,6 @@ fn seeds_reproduce_and_stop_strings_stop() {
     assert_eq!(got[1], got[3], "seed 43 is reproducible too");
     assert_ne!(got[1], a, "another seed samples another text");
 
-    // With a top-k cut each step reads only the top of its logits row and the values of the
-    // biased and penalised tokens (`Backend::top_of_rows`, asked for the step's sequences at
-    // once); with logprobs it reads the whole row: the same draws, the same text, alone and
-    // beside each other in steps.
-    let topk = json!({"temperature": 0.9, "top_k": 20, "seed": 7, "max_tokens": 40,
-                      "presence_penalty": 0.8, "repetition_penalty": 1.2, "logit_bias": {"13": 3.0},
-                      "messages": [{"role": "user", "content": prompt}]});
-    let mut whole = topk.clone();
-    whole["logprobs"] = json!(true);
-    let t = reply(&s.json("POST", "/v1/chat/completions", topk.clone(), None).1).0;
-    assert_eq!(
-        reply(&s.json("POST", "/v1/chat/completions", whole.clone(), None).1).0,
-        t
-    );
-    let hs: Vec<_> = [&topk, &whole, &topk, &whole]
-        .into_iter()
-        .map(|req| {
-            let (s, req) = (s.clone(), req.clone());
-            std::thread::spawn(move || reply(&s.json("POST", "/v1/chat/completions", req, None).1).0)
-        })
-        .collect();
-    for h in hs {
-        assert_eq!(h.join().unwrap(), t, "top-k cut beside other requests");
-    }
-
     // Stop strings: the greedy golden reply cut before the stop string's first occurrence.
     let words: Vec<&str> = golden.split_whitespace().collect();
     let stop = format!(" {}", words[words.len() / 2]);

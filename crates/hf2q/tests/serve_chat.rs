@@ -311,3 +311,41 @@ fn llama_server_extensions() {
         "{err}"
     );
 }
+
+/// With a top-k cut (llama-server's `top_k`) each step reads only the top of its logits row and
+/// the values of the biased and penalised tokens (`Backend::top_of_rows`, asked for the step's
+/// sequences at once); with logprobs it reads the whole row: the same draws, the same text, alone
+/// and beside each other in steps.
+#[test]
+fn top_k_sampling_reads_what_the_chain_uses() {
+    let s = std::sync::Arc::new(Server::start(&["--parallel", "4"]));
+    let content = |r: &serde_json::Value| {
+        r["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let topk = json!({"temperature": 0.9, "top_k": 20, "seed": 7, "max_tokens": 40,
+                      "presence_penalty": 0.8, "repetition_penalty": 1.2, "logit_bias": {"13": 3.0},
+                      "messages": [{"role": "user", "content": "What is the capital of France?"}]});
+    let mut whole = topk.clone();
+    whole["logprobs"] = json!(true);
+    let (st, r) = s.json("POST", "/v1/chat/completions", topk.clone(), None);
+    assert_eq!(st, 200, "{r}");
+    let t = content(&r);
+    assert!(!t.is_empty(), "{r}");
+    assert_eq!(
+        content(&s.json("POST", "/v1/chat/completions", whole.clone(), None).1),
+        t
+    );
+    let hs: Vec<_> = [&topk, &whole, &topk, &whole]
+        .into_iter()
+        .map(|req| {
+            let (s, req) = (s.clone(), req.clone());
+            std::thread::spawn(move || content(&s.json("POST", "/v1/chat/completions", req, None).1))
+        })
+        .collect();
+    for h in hs {
+        assert_eq!(h.join().unwrap(), t, "top-k cut beside other requests");
+    }
+}

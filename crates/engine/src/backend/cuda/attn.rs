@@ -90,7 +90,7 @@ impl Cuda {
                     ]);
                     if q8 {
                         let act = self.act_scratch(q.rows, out.cols);
-                        tail[4..].copy_from_slice(&[A::P(act.q0), A::P(act.d0), A::P(act.qk), A::P(act.dk)]);
+                        tail[4..].copy_from_slice(&act.args());
                     }
                 }
                 args.extend(tail);

@@ -93,6 +93,25 @@ pub(super) struct ActScratch {
     pub(super) dk: u64,
 }
 
+impl ActScratch {
+    /// Both flavours of `count` values from `base` (256-byte aligned): the q8_0 values, the q8_K
+    /// values, then their scales.
+    pub(super) fn packed(base: u64, count: usize) -> ActScratch {
+        let d0 = base + 2 * count as u64;
+        ActScratch {
+            q0: base,
+            qk: base + count as u64,
+            d0,
+            dk: d0 + 4 * (count / 32) as u64,
+        }
+    }
+
+    /// The kernels' arguments `q0, d0, qk, dk`.
+    pub(super) fn args(self) -> [A; 4] {
+        [A::P(self.q0), A::P(self.d0), A::P(self.qk), A::P(self.dk)]
+    }
+}
+
 impl Cuda {
     /// `out = x · Wᵀ` for every row of `x` through the integer tensor-core kernels
     /// (`kernels/mmq.cu`), weights of one type up to three to a launch. The activations are
@@ -246,11 +265,6 @@ impl Cuda {
         let count = rows * n_pad;
         let need = 2 * count + 2 * 4 * (count / 32);
         let base = self.grown(&self.dev.q8, need, need.max(64 * 16384 * 9 / 4), "activation scratch");
-        ActScratch {
-            q0: base,
-            qk: base + count as u64,
-            d0: base + 2 * count as u64,
-            dk: base + 2 * count as u64 + 4 * (count / 32) as u64,
-        }
+        ActScratch::packed(base, count)
     }
 }

@@ -1195,29 +1195,32 @@ impl Cuda {
         size: usize,
         what: &str,
     ) -> u64 {
+        // SAFETY: written by the kernels that use it before any of them reads it.
+        self.grown_by(slot, need, what, || unsafe {
+            self.dev.stream.alloc::<T>(size.max(need))
+        })
+    }
+
+    /// `grown` for counters: a new buffer is zeroed (the kernels set each counter back to 0).
+    fn grown_zeroed(&self, slot: &Mutex<Option<CudaSlice<i32>>>, need: usize, what: &str) -> u64 {
+        let size = need.next_power_of_two().max(1024);
+        self.grown_by(slot, need, what, || self.dev.stream.alloc_zeros::<i32>(size))
+    }
+
+    /// The device address of the buffer in `slot`, replaced by `make`'s when shorter than `need`.
+    fn grown_by<T>(
+        &self,
+        slot: &Mutex<Option<CudaSlice<T>>>,
+        need: usize,
+        what: &str,
+        make: impl FnOnce() -> std::result::Result<CudaSlice<T>, cudarc::driver::DriverError>,
+    ) -> u64 {
         let mut buf = slot.lock().unwrap_or_else(|e| e.into_inner());
         if buf.as_ref().is_none_or(|b| b.len() < need) {
             // Launches recorded so far may read the old buffer: issue them before it is freed
             // (the free is ordered on the stream after them).
             self.dev.flush();
-            // SAFETY: written by the kernels that use it before any of them reads it.
-            *buf =
-                Some(unsafe { self.dev.stream.alloc::<T>(size.max(need)) }.unwrap_or_else(|e| self.dev.fail(what, e)));
-        }
-        self.dev.ptr(buf.as_ref().expect("allocated"))
-    }
-
-    /// `grown` for counters: a new buffer is zeroed (the kernels set each counter back to 0).
-    fn grown_zeroed(&self, slot: &Mutex<Option<CudaSlice<i32>>>, need: usize, what: &str) -> u64 {
-        let mut buf = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if buf.as_ref().is_none_or(|b| b.len() < need) {
-            self.dev.flush();
-            *buf = Some(
-                self.dev
-                    .stream
-                    .alloc_zeros::<i32>(need.next_power_of_two().max(1024))
-                    .unwrap_or_else(|e| self.dev.fail(what, e)),
-            );
+            *buf = Some(make().unwrap_or_else(|e| self.dev.fail(what, e)));
         }
         self.dev.ptr(buf.as_ref().expect("allocated"))
     }

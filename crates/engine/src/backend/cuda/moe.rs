@@ -247,19 +247,7 @@ impl Cuda {
             let k_flavour = g_ty != GgmlType::Q8_0 || u_ty != GgmlType::Q8_0;
             let q0_flavour = g_ty == GgmlType::Q8_0 || u_ty == GgmlType::Q8_0;
             let pick = |on: bool, p: u64| if on { p } else { 0 };
-            let sorted = {
-                let (q0, qk) = (
-                    base + 4 * sorted_at as u64,
-                    base + 4 * sorted_at as u64 + (pairs * n_pad) as u64,
-                );
-                let d0 = qk + (pairs * n_pad) as u64;
-                ActScratch {
-                    q0,
-                    qk,
-                    d0,
-                    dk: d0 + 4 * (pairs * n_pad / 32) as u64,
-                }
-            };
+            let sorted = ActScratch::packed(base + 4 * sorted_at as u64, pairs * n_pad);
             self.dev.launch(
                 "gather_act",
                 (pairs as u32, 1),
@@ -288,26 +276,11 @@ impl Cuda {
         };
         let act2 = if glu_fused {
             // The GLU of every pair, quantized for the down products, by the gate / up launch.
-            let q0 = base + 4 * glu_at as u64;
-            let qk = q0 + (pairs * ff_pad) as u64;
-            let d0 = qk + (pairs * ff_pad) as u64;
-            let act2 = ActScratch {
-                q0,
-                qk,
-                d0,
-                dk: d0 + 4 * (pairs * ff_pad / 32) as u64,
-            };
+            let act2 = ActScratch::packed(base + 4 * glu_at as u64, pairs * ff_pad);
             let cnt = self.grown_zeroed(&self.dev.glu_cnt, pairs, "MoE GLU counters");
-            let tail = [
-                A::P(cnt),
-                A::P(act_f),
-                A::P(act2.q0),
-                A::P(act2.d0),
-                A::P(act2.qk),
-                A::P(act2.dk),
-                A::I(ff_pad as i32),
-                A::I(op),
-            ];
+            let mut tail = vec![A::P(cnt), A::P(act_f)];
+            tail.extend(act2.args());
+            tail.extend([A::I(ff_pad as i32), A::I(op)]);
             expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)], false, &tail);
             self.count_fused(super::Fused::Glu);
             act2
@@ -321,23 +294,11 @@ impl Cuda {
             // The GLU of every pair, quantized for the down products (the scratch's first pairs
             // rows).
             let act2 = self.act_scratch(pairs, ff_pad);
-            self.dev.launch_early(
-                "glu_q8",
-                (pairs as u32, (ff_pad / 256) as u32),
-                64,
-                &[
-                    A::P(gate),
-                    A::P(up),
-                    A::P(act_f),
-                    A::P(act2.q0),
-                    A::P(act2.d0),
-                    A::P(act2.qk),
-                    A::P(act2.dk),
-                    A::I(n_ff as i32),
-                    A::I(ff_pad as i32),
-                    A::I(op),
-                ],
-            );
+            let mut args = vec![A::P(gate), A::P(up), A::P(act_f)];
+            args.extend(act2.args());
+            args.extend([A::I(n_ff as i32), A::I(ff_pad as i32), A::I(op)]);
+            self.dev
+                .launch_early("glu_q8", (pairs as u32, (ff_pad / 256) as u32), 64, &args);
             act2
         };
         bufs.slots.set_shape(pairs, n);

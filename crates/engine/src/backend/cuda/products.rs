@@ -109,8 +109,9 @@ impl Cuda {
     /// `x`'s runs for the fused FFN input's launches, or `None` where it does not fuse.
     fn glu_runs(&self, x: &CudaBuf, norm: Norm<'_, CudaWeight>, [gate, up]: [&CudaWeight; 2]) -> Option<Runs> {
         let pair = gate.dev_ty == up.dev_ty && gate.n_rows() == up.n_rows() && gate.row_bytes == up.row_bytes;
+        let types = ffn_fuse_on() && [gate, up].iter().all(|w| FUSED_TYPES.contains(&w.dev_ty));
         self.short_runs(x)
-            .filter(|_| pair && norm.w.dev_ty == GgmlType::F32 && self.fuses(&[gate, up], x))
+            .filter(|_| pair && types && norm.w.dev_ty == GgmlType::F32)
     }
 
     /// Whether `norm_glu_op` takes a residual add inside its launch: fused, its rows in one

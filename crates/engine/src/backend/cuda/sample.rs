@@ -65,7 +65,7 @@ impl Cuda {
                     .filter(|&(c, _)| c >= 0)
                     .map(|(c, v)| (c as u32, v))
                     .collect();
-                top.sort_by(|p, q| q.1.total_cmp(&p.1).then(p.0.cmp(&q.0)));
+                top.sort_by(crate::sampler::by_logit);
                 let at = at_vals[at0..at0 + a.at.len()]
                     .iter()
                     .map(|&b| f32::from_bits(b))

@@ -345,19 +345,8 @@ extern "C" __global__ void attn_split_q8_0(Step s, const float* q, float* po, fl
 __device__ __forceinline__ void merge_last(const float* po, const float* pml, int* cnt, int r, int idx, int kh, int ns,
                                            int G, int hd, int n_head, int n_kv, int cols, float* out, int n_pad,
                                            signed char* q0, float* d0, signed char* qk, float* dk) {
-    __shared__ int last;
     __shared__ float e[SPLIT_G][SPLIT_MAX], L[SPLIT_G];
-    // The split's stores visible to whichever block merges, before it is counted.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int* c = cnt + (u64)idx * n_kv + kh;
-        last = atomicAdd(c, 1) == ns - 1;
-        if (last) *c = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_to_finish(cnt + (u64)idx * n_kv + kh, ns)) return;
     int h0 = kh * G, n = G * hd, lane = threadIdx.x & 31;
     // (Through the L2: the other blocks of the grid wrote them.)
     for (int g = threadIdx.x >> 5; g < G; g += blockDim.x >> 5) {

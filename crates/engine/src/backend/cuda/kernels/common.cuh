@@ -99,6 +99,25 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// ---- One block of a launch doing the work that waits for all of them (a launch saved): whether
+// this block is the last of `blocks` to get here, counted in *cnt, which the last sets back to 0
+// for the next launch (or graph replay). What every block wrote before the call is visible to the
+// last one, which reads it through the L2 (__ldcg: not from a stale L1 line). Every thread of the
+// block calls it, once per launch.
+__device__ __forceinline__ bool last_to_finish(int* cnt, int blocks) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(cnt, 1) == blocks - 1;
+        if (last) *cnt = 0;
+    }
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    return true;
+}
+
 // ---- Asynchronous copies global -> shared (sm_80+): 16 bytes each (both addresses 16-byte
 // aligned), in groups committed and waited for in order.
 __device__ __forceinline__ u32 smem_addr(const void* p) {

@@ -222,16 +222,8 @@ MMVF_ALL(TY_F32) MMVF_ALL(TY_F16) MMVF_ALL(TY_BF16)
 #define MMVFA(NAME, TY, R) \
     extern "C" __global__ void __launch_bounds__(128, 4) NAME##ga_##R(const u8* W, u64 rb, float* x, float* out, int n, int m, \
         int t, int wpr, const float* g, float eps, const u8* W1, int op, const float* y, int* cnt) { \
-        __shared__ int last; \
         mmv_t<TY, R, true, 2, true>(blockIdx.x, W, W1, rb, x, out, n, m, t, wpr, g, eps, op, y); \
-        __threadfence(); \
-        __syncthreads(); \
-        if (threadIdx.x == 0) { \
-            last = atomicAdd(cnt, 1) == (int)gridDim.x - 1; \
-            if (last) *cnt = 0; \
-        } \
-        __syncthreads(); \
-        if (!last) return; \
+        if (!last_to_finish(cnt, gridDim.x)) return; \
         if ((n & 3) == 0) { \
             float4* x4 = (float4*)x; \
             const float4* y4 = (const float4*)y; \
@@ -253,17 +245,8 @@ MMVFA_ALL(TY_F32) MMVFA_ALL(TY_F16) MMVFA_ALL(TY_BF16)
 #define MMVR(NAME, TY, R) \
     extern "C" __global__ void NAME##r_##R(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr, \
         int* cnt, int k, int softmax_first, int normalize, int* ids, float* ws) { \
-        __shared__ int last; \
         mmv_t<TY, R, false, 1>(blockIdx.x, W, W, rb, x, out, n, m, t, wpr, 0, 0.f, 0); \
-        __threadfence(); \
-        __syncthreads(); \
-        if (threadIdx.x == 0) { \
-            last = atomicAdd(cnt, 1) == (int)gridDim.x - 1; \
-            if (last) *cnt = 0; \
-        } \
-        __syncthreads(); \
-        if (!last) return; \
-        __threadfence(); \
+        if (!last_to_finish(cnt, gridDim.x)) return; \
         moe_route_rows(out, t, m, k, softmax_first, normalize, ids, ws); \
     }
 #define MMVR_ALL(TY) MMVR(mmv_##TY, TY, 1) MMVR(mmv_##TY, TY, 2) MMVR(mmv_##TY, TY, 4) MMVR(mmv_##TY, TY, 8)

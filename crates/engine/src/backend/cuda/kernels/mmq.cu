@@ -438,13 +438,18 @@ extern "C" __global__ void moe_route(const float* logits, int ne, int k, int sof
 // row): grid (pairs · tiles, mats); pair p = blockIdx.x / tiles multiplies activation row p / div
 // by expert ids[p]'s weight of matrix blockIdx.y (T0 or T1: the experts' tiled weights'
 // addresses), into row p of o0 / o1 (m outputs each).
+template <int TY, bool V>
+__device__ __forceinline__ void mmq_pair(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, int m,
+                                         const u64* T0, float* o0, const u64* T1, float* o1) {
+    int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div;
+    const u64* T = blockIdx.y ? T1 : T0;
+    float* o = blockIdx.y ? o1 : o0;
+    mmq_t<TY, 1, V>(tile, 0, (const u8*)T[ids[p]], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1);
+}
 #define MMQ_MOE(NAME, TY, V) \
     extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
         int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
-        int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div; \
-        const u64* T = blockIdx.y ? T1 : T0; \
-        float* o = blockIdx.y ? o1 : o0; \
-        mmq_t<TY, 1, V>(tile, 0, (const u8*)T[ids[p]], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1); \
+        mmq_pair<TY, V>(qa, ad, n_pad, U, ids, div, m, T0, o0, T1, o1); \
     }
 MMQ_MOE(mmq_moe_TY_Q4_K, TY_Q4_K, false)
 MMQ_MOE(mmq_moe_TY_Q6_K, TY_Q6_K, false)
@@ -460,16 +465,7 @@ MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
 // zeros past m; q0 / qk may be null). Every thread of the block calls it.
 __device__ __forceinline__ void moe_glu_last(int p, int tiles, int* cnt, const float* gate, const float* up, int m, float* act,
                                              signed char* q0, float* d0, signed char* qk, float* dk, int n_pad, int op) {
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(cnt + p, 1) == (int)gridDim.y * tiles - 1;
-        if (last) cnt[p] = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_to_finish(cnt + p, gridDim.y * tiles)) return;
     u64 i0 = (u64)p * m, qo = (u64)p * n_pad, dof = (u64)p * (n_pad / 32);
     for (int c0 = 0; c0 < n_pad; c0 += 4 * blockDim.x) {
         int k = c0 + 4 * threadIdx.x;
@@ -490,11 +486,9 @@ __device__ __forceinline__ void moe_glu_last(int p, int tiles, int* cnt, const f
     extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
         int m, const u64* T0, float* o0, const u64* T1, float* o1, int* cnt, float* act, signed char* q0, float* d0, \
         signed char* qk, float* dk, int ff_pad, int op) { \
-        int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div; \
-        const u64* T = blockIdx.y ? T1 : T0; \
-        float* o = blockIdx.y ? o1 : o0; \
-        mmq_t<TY, 1, V>(tile, 0, (const u8*)T[ids[p]], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1); \
-        moe_glu_last(p, tiles, cnt, o0, o1, m, act, q0, d0, qk, dk, ff_pad, op); \
+        mmq_pair<TY, V>(qa, ad, n_pad, U, ids, div, m, T0, o0, T1, o1); \
+        int tiles = (m + 15) >> 4; \
+        moe_glu_last(blockIdx.x / tiles, tiles, cnt, o0, o1, m, act, q0, d0, qk, dk, ff_pad, op); \
     }
 MMQ_MOE_GLU(mmq_moe_glu_TY_Q4_K, TY_Q4_K, false)
 MMQ_MOE_GLU(mmq_moe_glu_TY_Q6_K, TY_Q6_K, false)
