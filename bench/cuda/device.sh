@@ -97,13 +97,13 @@ serve_pair() {
     $B/llama-server -m $m -ngl 99 -fa on -np $n -c $((n * 704)) --port 8081 > /tmp/ls.log 2>&1 &
     local srv=$!
     for i in $(seq 1 120); do curl -sf localhost:8081/health > /dev/null && break; sleep 1; done
-    python3 bench/cuda/serve_bench.py http://127.0.0.1:8081 $n 512 128 128256 ${SERVE_TEMP:-0} | sed "s/^/llama-server -np $n temp ${SERVE_TEMP:-0}: /" | tee -a $OUT/serve.txt
+    python3 bench/cuda/serve_bench.py http://127.0.0.1:8081 $n 512 128 128256 ${SERVE_TEMP:-0} ${SERVE_TOPK:-40} | sed "s/^/llama-server -np $n temp ${SERVE_TEMP:-0} top_k ${SERVE_TOPK:-40}: /" | tee -a $OUT/serve.txt
     kill $srv; wait $srv
   fi
   $H serve -m $m --device cuda --parallel $n -c 704 --port 8082 "$@" > /tmp/hs.log 2>&1 &
   local srv=$!
   for i in $(seq 1 120); do curl -sf localhost:8082/readyz > /dev/null && break; sleep 1; done
-  python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 $n 512 128 128256 ${SERVE_TEMP:-0} | sed "s/^/hf2q --parallel $n $* temp ${SERVE_TEMP:-0} topk ${HF2Q_CUDA_TOPK:-0}: /" | tee -a $OUT/serve.txt
+  python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 $n 512 128 128256 ${SERVE_TEMP:-0} ${SERVE_TOPK:-40} | sed "s/^/hf2q --parallel $n $* temp ${SERVE_TEMP:-0} top_k ${SERVE_TOPK:-40} HF2Q_CUDA_TOPK=${HF2Q_CUDA_TOPK:-0} HF2Q_CUDA_SAMPLE=${HF2Q_CUDA_SAMPLE:-0}: /" | tee -a $OUT/serve.txt
   kill $srv; wait $srv
   tail -n 3 /tmp/hs.log >> $OUT/serve-hf2q-log.txt
 }
@@ -293,6 +293,22 @@ s9d)
   for n in 16 64; do serve_pair $n; done
   export SERVE_TEMP=0.8
   for n in 16 64; do serve_pair $n; HF2Q_CUDA_TOPK=1 SKIP_LLAMA=1 serve_pair $n; done
+  ;;
+s10)
+  # Written 2026-12-05 (tenth session, no device time): sampling drawn on the GPU
+  # (HF2Q_CUDA_SAMPLE=1, kernels/sample.cu; off by default until run). Its op test, then serving
+  # sampled streams with the OpenAI defaults (temperature 1, no top-k / top-p / min-p cut: the
+  # whole vocabulary) and with top_k 40, drawn on the GPU and on the host, against llama-server;
+  # generate's tokens the same either way (seeded).
+  op_tests sample_rows
+  wait_builds
+  export SERVE_TEMP=1
+  for k in 0 40; do
+    for n in 16 64; do SERVE_TOPK=$k serve_pair $n; HF2Q_CUDA_SAMPLE=1 SKIP_LLAMA=1 SERVE_TOPK=$k serve_pair $n; done
+  done
+  for e in X=1 HF2Q_CUDA_SAMPLE=1; do
+    echo "$e $(env $e timeout 60 $H generate -m $W/l8b.q4_k_m.gguf --device cuda -p "The capital of France is" -n 48 --temp 1 --top-k 0 --top-p 1 --min-p 0 --seed 5 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
+  done
   ;;
 s9c)
   # Both tools on the four files; ENV=V arguments after the phase are exported first (the

@@ -1,10 +1,10 @@
 """Concurrent streaming clients against an OpenAI-compatible /v1/completions (hf2q serve or
 llama-server): N streams at once, each a 512-token prompt of token ids and 128 new tokens, greedy
-(or sampled at TEMP, top_k 40, seeded per stream, ignoring end-of-sequence so every stream makes
-its NEW_TOKENS). Prints aggregate output tokens/s, time to first token (p50, p90) and inter-token
+(or sampled at TEMP with top_k TOPK, 40 by default, 0 for none: the OpenAI default, seeded per
+stream, ignoring end-of-sequence so every stream makes its NEW_TOKENS). Prints aggregate output tokens/s, time to first token (p50, p90) and inter-token
 latency (p50).
 
-usage: python3 bench/cuda/serve_bench.py URL N [PROMPT_TOKENS] [NEW_TOKENS] [VOCAB] [TEMP]
+usage: python3 bench/cuda/serve_bench.py URL N [PROMPT_TOKENS] [NEW_TOKENS] [VOCAB] [TEMP] [TOPK]
 Prompts differ per stream (no prefix-cache help); ids below VOCAB, seeded, the same for both servers.
 Needs aiohttp (on the GPU machine's image).
 """
@@ -17,6 +17,7 @@ p_tok = int(sys.argv[3]) if len(sys.argv) > 3 else 512
 g_tok = int(sys.argv[4]) if len(sys.argv) > 4 else 128
 vocab = int(sys.argv[5]) if len(sys.argv) > 5 else 32000
 temp = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+top_k = int(sys.argv[7]) if len(sys.argv) > 7 else 40
 
 
 async def one(session, i, out):
@@ -24,7 +25,7 @@ async def one(session, i, out):
     body = {"prompt": [rng.randrange(100, vocab) for _ in range(p_tok)], "max_tokens": g_tok,
             "temperature": temp, "stream": True, "stream_options": {"include_usage": True}}
     if temp > 0:
-        body.update({"top_k": 40, "seed": i, "ignore_eos": True})
+        body.update({"top_k": top_k, "top_p": 1.0, "min_p": 0.0, "seed": i, "ignore_eos": True})
     t0 = time.perf_counter()
     stamps, usage = [], None
     async with session.post(f"{url}/v1/completions", json=body) as r:

@@ -327,6 +327,26 @@ impl Decoding {
         Some(crate::backend::TopAsk { row, n, at })
     }
 
+    /// What the next token asks of a backend that draws where the logits are
+    /// (`Model::logits_sample`; `row` of the step's), when nothing else reads the row (no
+    /// logprobs, no grammar) and it is not greedy. The draw's point is taken from the sampler's
+    /// RNG now: [`Decoding::step_sampled`] with the backend's token gives what
+    /// [`Decoding::step`] gives with the whole row.
+    pub fn sample_needs(&mut self, row: usize) -> Option<crate::backend::SampleAsk> {
+        if self.logprobs.is_some() || self.constraint.is_some() || self.tokens.len() >= self.max_tokens {
+            return None;
+        }
+        self.sampler.device_ask(row)
+    }
+
+    /// `step` from the token drawn for [`Decoding::sample_needs`]'s ask.
+    pub fn step_sampled(&mut self, tokenizer: &Tokenizer, tok: u32) -> Step {
+        if self.tokens.len() >= self.max_tokens {
+            return self.finish(Finish::Length, None);
+        }
+        self.advance(tokenizer, tok, None)
+    }
+
     /// `step_draft` from the answer to [`Decoding::top_needs`]'s ask.
     pub fn step_top(
         &mut self,
@@ -663,26 +683,41 @@ pub fn generate<B: Backend>(
                 pos0,
                 logits: Logits::Last,
             }];
-            match d.top_needs(0, m.tokenizer.n_vocab()).filter(|_| !margins) {
-                // A top-k cut: what it needs of the row, found where the logits are (the argmax,
-                // not waited for, read after).
-                Some(ask) => {
-                    let dfr = m.model.forward_argmax_defer(&mut session.scratch, &mut seq)?;
-                    let top = m.model.logits_top(&mut session.scratch, std::slice::from_ref(&ask));
-                    m.model.backend().deferred_ids(dfr);
-                    let top = top?
-                        .into_iter()
-                        .next()
-                        .ok_or_else(|| EngineError::Backend("no logits row".into()))?;
-                    d.step_top(&m.tokenizer, &ask, &top, None)
-                }
-                None => {
-                    let l = m.model.forward(&mut session.scratch, &mut seq)?;
-                    logits = l.into_iter().next().unwrap_or_default();
-                    if margins {
-                        debug_margin(d.tokens.len(), &logits);
+            let draws = m.model.samples_on_device() && !margins;
+            // (Asked only where it is used: the ask takes the draw from the sampler.)
+            if let Some(ask) = if draws { d.sample_needs(0) } else { None } {
+                // Drawn where the logits are: only the token crosses (the argmax, not waited
+                // for, read after).
+                let dfr = m.model.forward_argmax_defer(&mut session.scratch, &mut seq)?;
+                let got = m.model.logits_sample(&mut session.scratch, std::slice::from_ref(&ask));
+                m.model.backend().deferred_ids(dfr);
+                let got = got?
+                    .first()
+                    .copied()
+                    .ok_or_else(|| EngineError::Backend("no logits row".into()))?;
+                d.step_sampled(&m.tokenizer, got)
+            } else {
+                match d.top_needs(0, m.tokenizer.n_vocab()).filter(|_| !margins) {
+                    // A top-k cut: what it needs of the row, found where the logits are (the argmax,
+                    // not waited for, read after).
+                    Some(ask) => {
+                        let dfr = m.model.forward_argmax_defer(&mut session.scratch, &mut seq)?;
+                        let top = m.model.logits_top(&mut session.scratch, std::slice::from_ref(&ask));
+                        m.model.backend().deferred_ids(dfr);
+                        let top = top?
+                            .into_iter()
+                            .next()
+                            .ok_or_else(|| EngineError::Backend("no logits row".into()))?;
+                        d.step_top(&m.tokenizer, &ask, &top, None)
                     }
-                    d.step(&m.tokenizer, &mut logits)
+                    None => {
+                        let l = m.model.forward(&mut session.scratch, &mut seq)?;
+                        logits = l.into_iter().next().unwrap_or_default();
+                        if margins {
+                            debug_margin(d.tokens.len(), &logits);
+                        }
+                        d.step(&m.tokenizer, &mut logits)
+                    }
                 }
             }
         };

@@ -921,6 +921,37 @@ fn step<B: Backend>(
             asks.push((fi, ask));
         }
     }
+    // Where the backend draws on the device, a sampled sequence's token is drawn there (only the
+    // token crosses); its draw is taken from its sampler now.
+    let mut draws: Vec<(usize, engine::backend::SampleAsk)> = Vec::new();
+    if m.model.samples_on_device() {
+        let mut row = 0;
+        for (fi, f) in feeds.iter().enumerate() {
+            let r0 = row;
+            row += if f.drafts > 0 {
+                f.tokens.len()
+            } else {
+                usize::from(f.wants)
+            };
+            let Some(a) = slots[f.slot].active.as_mut().filter(|_| f.wants && f.drafts == 0) else {
+                continue;
+            };
+            if a.decoding.greedy_only() {
+                continue;
+            }
+            if let Some(ask) = a.decoding.sample_needs(r0) {
+                asks.retain(|(i, _)| *i != fi);
+                draws.push((fi, ask));
+            }
+        }
+    }
+    let sampled = if draws.is_empty() {
+        Vec::new()
+    } else {
+        let only: Vec<engine::backend::SampleAsk> = draws.iter().map(|(_, a)| a.clone()).collect();
+        // (On an error each of these sequences reads its whole row below, which reports it.)
+        m.model.logits_sample(scratch, &only).unwrap_or_default()
+    };
     let only: Vec<engine::backend::TopAsk> = asks.iter().map(|(_, a)| a.clone()).collect();
     // (On an error each of these sequences reads its whole row below, which reports it.)
     let tops = if only.is_empty() {
@@ -1012,6 +1043,8 @@ fn step<B: Backend>(
             Ok(vec![a
                 .decoding
                 .step_token(&m.tokenizer, out.get(r0).copied().unwrap_or(0))])
+        } else if let Some(&tok) = draws.iter().position(|(i, _)| *i == fi).and_then(|k| sampled.get(k)) {
+            Ok(vec![a.decoding.step_sampled(&m.tokenizer, tok)])
         } else if let Some((ask, top)) = asks
             .iter()
             .position(|(i, _)| *i == fi)

@@ -138,6 +138,15 @@ pub fn top_of_rows_on_host<B: Backend + ?Sized>(b: &B, x: &B::Buf, asks: &[TopAs
         .collect()
 }
 
+pub use crate::sampler::masses::SampleAsk;
+
+/// `Backend::sample_rows` on the host: each asked row read and drawn from.
+pub fn sample_rows_on_host<B: Backend + ?Sized>(b: &B, x: &B::Buf, asks: &[SampleAsk]) -> Vec<u32> {
+    asks.iter()
+        .map(|a| crate::sampler::masses::sample_row(&mut b.read_rows(x, a.row, 1), a))
+        .collect()
+}
+
 /// Greedy tokens computed on the device and not yet read ([`Backend::argmax_rows_defer`]): the
 /// host reads them with [`Backend::deferred_ids`], after it has enqueued the step that takes them.
 #[derive(Debug)]
@@ -635,6 +644,18 @@ pub trait Backend: Send + Sync + 'static {
     /// values asked for instead of the rows); the default reads each row.
     fn top_of_rows(&self, x: &Self::Buf, asks: &[TopAsk]) -> Vec<Top> {
         top_of_rows_on_host(self, x, asks)
+    }
+    /// A token for each [`SampleAsk`] drawn from its row of `x` (`sampler::masses`: bias and
+    /// penalties made to the row, the chain's cuts, the draw at the ask's point), where the buffer
+    /// is: a GPU hands back a token id per ask instead of the row. The same token as
+    /// `Sampler::sample` from the row. The default reads each row.
+    fn sample_rows(&self, x: &Self::Buf, asks: &[SampleAsk]) -> Vec<u32> {
+        sample_rows_on_host(self, x, asks)
+    }
+    /// Whether [`Backend::sample_rows`] draws where the logits are (then a sampled step's rows
+    /// need not cross to the host; the CPU's are there).
+    fn samples_on_device(&self) -> bool {
+        false
     }
     /// The index of each row's first largest value (`sampler::argmax`), found where the buffer is
     /// (a GPU hands back a token id per row instead of the row).

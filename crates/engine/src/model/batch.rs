@@ -161,6 +161,11 @@ pub trait Model<B: Backend>: Send + Sync {
     /// What each ask wants of a logits row of the scratch's last step (`Backend::top_of_rows`:
     /// a sampler's top-k cut, found where the logits are).
     fn logits_top(&self, s: &mut Scratch, asks: &[crate::backend::TopAsk]) -> Result<Vec<crate::backend::Top>>;
+    /// A token drawn for each ask from a logits row of the scratch's last step
+    /// (`Backend::sample_rows`: only the tokens cross from a GPU that draws).
+    fn logits_sample(&self, s: &mut Scratch, asks: &[crate::backend::SampleAsk]) -> Result<Vec<u32>>;
+    /// Whether `logits_sample` draws where the logits are (`Backend::samples_on_device`).
+    fn samples_on_device(&self) -> bool;
     /// `forward_argmax` whose ids the host reads later (`Backend::deferred_ids`), after it has
     /// enqueued the step that takes them as [`FED`] tokens ([`decode_greedy`]).
     fn forward_argmax_defer(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<Deferred> {
@@ -258,6 +263,25 @@ pub(crate) fn logits_top<B: Backend, T: StepBufs<B>>(
         )));
     }
     Ok(b.run(|| b.top_of_rows(logits, asks)))
+}
+
+/// A token drawn for each ask from a logits row of the scratch's last step
+/// (`Model::logits_sample`).
+pub(crate) fn logits_sample<B: Backend, T: StepBufs<B>>(
+    b: &B,
+    s: &mut Scratch,
+    asks: &[crate::backend::SampleAsk],
+) -> Result<Vec<u32>> {
+    let bufs = s.get::<T>()?;
+    let logits = &bufs.head().logits;
+    let rows = b.shape(logits).0;
+    if let Some(a) = asks.iter().find(|a| a.row >= rows) {
+        return Err(EngineError::Input(format!(
+            "logits row {} of a step that made {rows}",
+            a.row
+        )));
+    }
+    Ok(b.run(|| b.sample_rows(logits, asks)))
 }
 
 /// Checks every family makes before a step: the batch fits the scratch, each sequence its cache.

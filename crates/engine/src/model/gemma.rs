@@ -622,4 +622,12 @@ impl<B: Backend> Model<B> for Gemma<B> {
     fn logits_top(&self, s: &mut Scratch, asks: &[crate::backend::TopAsk]) -> Result<Vec<crate::backend::Top>> {
         batch::logits_top::<B, Bufs<B>>(&*self.backend, s, asks)
     }
+
+    fn logits_sample(&self, s: &mut Scratch, asks: &[crate::backend::SampleAsk]) -> Result<Vec<u32>> {
+        batch::logits_sample::<B, Bufs<B>>(&*self.backend, s, asks)
+    }
+
+    fn samples_on_device(&self) -> bool {
+        self.backend.samples_on_device()
+    }
 }

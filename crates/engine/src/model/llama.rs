@@ -190,6 +190,14 @@ impl<B: Backend> Model<B> for Llama<B> {
         batch::logits_top::<B, Bufs<B>>(&*self.backend, s, asks)
     }
 
+    fn logits_sample(&self, s: &mut Scratch, asks: &[crate::backend::SampleAsk]) -> Result<Vec<u32>> {
+        batch::logits_sample::<B, Bufs<B>>(&*self.backend, s, asks)
+    }
+
+    fn samples_on_device(&self) -> bool {
+        self.backend.samples_on_device()
+    }
+
     fn forward_argmax_defer(&self, s: &mut Scratch, seqs: &mut [SeqStep<'_, B>]) -> Result<crate::backend::Deferred> {
         let run = |t: &mut Bufs<B>, q: &mut [SeqStep<'_, B>]| self.forward_inner(t, q);
         let empty = || crate::backend::Deferred::ready(Vec::new());

@@ -730,6 +730,14 @@ impl<B: Backend> Model<B> for Qwen35<B> {
         batch::logits_top::<B, Bufs<B>>(&*self.backend, s, asks)
     }
 
+    fn logits_sample(&self, s: &mut Scratch, asks: &[crate::backend::SampleAsk]) -> Result<Vec<u32>> {
+        batch::logits_sample::<B, Bufs<B>>(&*self.backend, s, asks)
+    }
+
+    fn samples_on_device(&self) -> bool {
+        self.backend.samples_on_device()
+    }
+
     fn mtp_layers(&self) -> usize {
         usize::from(self.mtp.is_some())
     }

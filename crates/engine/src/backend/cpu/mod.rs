@@ -1227,6 +1227,17 @@ impl Backend for Cpu {
         x.view().to_vec()
     }
 
+    fn read_rows(&self, x: &CpuBuf, r0: usize, rows: usize) -> Vec<f32> {
+        let cols = self.shape(x).1;
+        x.view()[r0 * cols..(r0 + rows) * cols].to_vec()
+    }
+
+    /// The logits are here: a sampled token is drawn from the row where it lies
+    /// (`sample_rows_on_host`), as from the row read whole.
+    fn samples_on_device(&self) -> bool {
+        true
+    }
+
     fn write(&self, x: &mut CpuBuf, rows: usize, cols: usize, data: &[f32]) {
         assert_eq!(
             data.len(),

@@ -22,6 +22,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("mmq", include_str!("kernels/mmq.cu")),
     ("attention", include_str!("kernels/attention.cu")),
     ("recurrent", include_str!("kernels/recurrent.cu")),
+    ("sample", include_str!("kernels/sample.cu")),
 ];
 
 /// Where the CUDA toolkit's libraries usually are, for libraries not on the loader's path.

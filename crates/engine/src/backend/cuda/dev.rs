@@ -837,6 +837,7 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
         .iter()
         .map(|s| s.to_string())
         .collect(),
+        "sample" => vec!["sample_rows".to_string()],
         "recurrent" => [
             "ssm_conv",
             "ssm_conv_state",

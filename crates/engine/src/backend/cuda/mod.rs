@@ -111,6 +111,9 @@ pub struct Cuda {
     /// `Backend::top_of_rows` on the GPU (`top_rows`: the values asked for cross to the host,
     /// not the rows): `HF2Q_CUDA_TOPK=1` or `with_tops`. Off by default: not yet run on a GPU.
     tops: bool,
+    /// `Backend::sample_rows` on the GPU (`sample_rows`: only the tokens cross to the host):
+    /// `HF2Q_CUDA_SAMPLE=1` or `with_draws`. Off by default: not yet run on a GPU.
+    draws: bool,
     /// Launches so far that did another's work too (`Fused`; for the op tests).
     fused: [std::sync::atomic::AtomicUsize; 4],
     /// Most warps per output row of the matrix-vector kernels (`warps_per_row`):
@@ -185,6 +188,7 @@ impl Cuda {
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
             fuse: Fused::ALL.map(|k| std::env::var(k.var()).is_ok_and(|v| v == "1")),
             tops: std::env::var("HF2Q_CUDA_TOPK").is_ok_and(|v| v == "1"),
+            draws: std::env::var("HF2Q_CUDA_SAMPLE").is_ok_and(|v| v == "1"),
             fused: Default::default(),
             wpr_cap: std::env::var("HF2Q_CUDA_WPR")
                 .ok()
@@ -210,6 +214,12 @@ impl Cuda {
     /// `Backend::top_of_rows` on the GPU or on the host.
     pub fn with_tops(mut self, on: bool) -> Cuda {
         self.tops = on;
+        self
+    }
+
+    /// `Backend::sample_rows` on the GPU or on the host.
+    pub fn with_draws(mut self, on: bool) -> Cuda {
+        self.draws = on;
         self
     }
 
@@ -1043,6 +1053,17 @@ impl Backend for Cuda {
             return crate::backend::top_of_rows_on_host(self, x, asks);
         }
         self.top_rows(x, asks)
+    }
+
+    fn sample_rows(&self, x: &CudaBuf, asks: &[crate::backend::SampleAsk]) -> Vec<u32> {
+        if !self.draws || asks.is_empty() {
+            return crate::backend::sample_rows_on_host(self, x, asks);
+        }
+        self.sample_rows_dev(x, asks)
+    }
+
+    fn samples_on_device(&self) -> bool {
+        self.draws
     }
 
     fn argmax_rows(&self, x: &CudaBuf) -> Vec<u32> {

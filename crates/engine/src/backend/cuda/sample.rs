@@ -1,10 +1,11 @@
-//! What a sampler reads of the logits, found on the GPU (`Backend::top_of_rows`,
-//! `kernels/mmq.cu` top_rows): each ask's top values and its values at some columns cross to the
-//! host instead of the rows.
+//! What a sampler reads of the logits, found on the GPU: each ask's top values and its values at
+//! some columns (`Backend::top_of_rows`, `kernels/mmq.cu` top_rows), or the sampled token itself
+//! (`Backend::sample_rows`, `kernels/sample.cu` sample_rows), cross to the host instead of the
+//! rows.
 
 use super::dev::A;
 use super::{Cuda, CudaBuf};
-use crate::backend::{Top, TopAsk};
+use crate::backend::{SampleAsk, Top, TopAsk};
 
 impl Cuda {
     /// `top_of_rows` on the GPU (`kernels/mmq.cu` top_rows): one block per ask, the asks' values
@@ -74,5 +75,59 @@ impl Cuda {
                 Top { top, at, cols: x.cols }
             })
             .collect()
+    }
+
+    /// `sample_rows` on the GPU (`kernels/sample.cu`): one block per ask, the tokens read back
+    /// in one copy. The asks' rows are changed in place (bias, penalties), as the host's are.
+    pub(super) fn sample_rows_dev(&self, x: &CudaBuf, asks: &[SampleAsk]) -> Vec<u32> {
+        let (mut table, mut changes): (Vec<i32>, Vec<i32>) = (Vec::new(), Vec::new());
+        for a in asks {
+            assert!(a.row < x.rows, "sample_rows: row {} of {}", a.row, x.rows);
+            let c = &a.cuts;
+            let u = a.u.to_bits();
+            table.extend([
+                a.row as i32,
+                // (A cut past i32 keeps every token of any row.)
+                c.top_k.min(i32::MAX as usize) as i32,
+                (changes.len() / 4) as i32,
+                a.changes.len() as i32,
+                c.top_p.to_bits() as i32,
+                c.min_p_ln.is_some() as i32,
+                c.min_p_ln.unwrap_or(0.0).to_bits() as i32,
+                c.temperature.to_bits() as i32,
+                u as u32 as i32,
+                (u >> 32) as u32 as i32,
+            ]);
+            for ch in &a.changes {
+                changes.extend([
+                    ch.token as i32,
+                    ch.penalty as i32,
+                    ch.a.to_bits() as i32,
+                    ch.b.to_bits() as i32,
+                ]);
+            }
+        }
+        if changes.is_empty() {
+            changes.extend([0; 4]);
+        }
+        let (table, changes) = (self.dev.upload(&table), self.dev.upload(&changes));
+        let out = self.grown(
+            &self.dev.top_out,
+            asks.len(),
+            asks.len().next_power_of_two(),
+            "the sampled tokens",
+        );
+        self.dev.launch(
+            "sample_rows",
+            (asks.len() as u32, 1),
+            1024,
+            &[A::P(x.ptr), A::I(x.cols as i32), A::P(table), A::P(changes), A::P(out)],
+        );
+        self.dev.read_with(out, 4 * asks.len(), |bytes| {
+            bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 mod attention;
 mod sample;
 pub use attention::{attention, attention_decode_step, rope, rope_store_kv};
-pub use sample::top_rows;
+pub use sample::{sample_rows, top_rows};
 
 /// Deterministic values in (-1, 1), different per seed.
 pub fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -992,6 +992,10 @@ mod cpu {
         super::top_rows(&cpu());
     }
     #[test]
+    fn sample_rows() {
+        super::sample_rows(&cpu());
+    }
+    #[test]
     fn attention() {
         super::attention(&cpu());
     }
@@ -1358,6 +1362,13 @@ mod cuda {
         // The kernel (`top_rows`) against the rows read whole.
         if let Some(b) = cuda("top_rows") {
             super::top_rows(&b.with_tops(true));
+        }
+    }
+    #[test]
+    fn sample_rows() {
+        // The kernel (`sample_rows`) against the rows read whole.
+        if let Some(b) = cuda("sample_rows") {
+            super::sample_rows(&b.with_draws(true));
         }
     }
     #[test]

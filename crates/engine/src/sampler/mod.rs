@@ -1,8 +1,12 @@
 //! Token sampling with llama.cpp's default chain order (`common/sampling.cpp`,
 //! `src/llama-sampler.cpp`): logit bias → repetition/presence/frequency penalties → top-k →
-//! top-p → min-p → temperature → a draw from a seeded RNG. Temperature ≤ 0 is greedy.
+//! top-p → min-p → temperature → a draw from a seeded RNG. Temperature ≤ 0 is greedy. The cuts and
+//! the draw are in integer masses (`masses`): the same token on the host and the GPU, and no sort
+//! of the whole vocabulary when nothing cuts it short.
 
 use std::collections::{HashMap, VecDeque};
+
+pub mod masses;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -148,12 +152,18 @@ impl Sampler {
 
     /// Bias then penalties: `on(token, change)` applies each change to that token's value.
     fn penalise(&self, mut on: impl FnMut(u32, &mut dyn FnMut(&mut f32))) {
-        let p = &self.params;
-        for &(t, b) in &p.logit_bias {
-            on(t, &mut |l| *l += b);
+        for c in self.changes() {
+            on(c.token, &mut |l| *l = c.apply(*l));
         }
+    }
+
+    /// The changes that bias and penalties make to a row, in order (bias first).
+    pub fn changes(&self) -> Vec<masses::Change> {
+        use masses::Change;
+        let p = &self.params;
+        let mut out: Vec<Change> = p.logit_bias.iter().map(|&(token, b)| Change::add(token, b)).collect();
         if !self.penalties_on() {
-            return;
+            return out;
         }
         let mut counts: HashMap<u32, u32> = HashMap::new();
         for &t in &self.recent {
@@ -161,15 +171,26 @@ impl Sampler {
         }
         // llama-sampler.cpp llama_sampler_penalties_apply
         for (&t, &c) in &counts {
-            on(t, &mut |l| {
-                if *l <= 0.0 {
-                    *l *= p.repeat_penalty;
-                } else {
-                    *l /= p.repeat_penalty;
-                }
-                *l -= c as f32 * p.frequency_penalty + if c > 0 { p.presence_penalty } else { 0.0 };
-            });
+            let sub = c as f32 * p.frequency_penalty + if c > 0 { p.presence_penalty } else { 0.0 };
+            out.push(Change::penalty(t, p.repeat_penalty, sub));
         }
+        out
+    }
+
+    /// What a backend needs to draw this sampler's next token where the logits are (the GPU's
+    /// `sample_rows`; only the token comes back): the changes, the cuts and the draw's point,
+    /// taken from the RNG now. `None` when greedy. [`Sampler::sample`] from the row gives the
+    /// same token ([`masses::sample_row`]).
+    pub fn device_ask(&mut self, row: usize) -> Option<masses::SampleAsk> {
+        if self.params.temperature <= 0.0 {
+            return None;
+        }
+        Some(masses::SampleAsk {
+            row,
+            changes: self.changes(),
+            cuts: masses::Cuts::of(&self.params),
+            u: self.rng.next_f64(),
+        })
     }
 
     fn penalties_on(&self) -> bool {
@@ -254,79 +275,61 @@ impl Sampler {
     }
 
     /// A token from the chain's distribution over `cand` (every token's value after the
-    /// penalties, NaN left out, in token order); with `draft`, by rejection sampling against it.
+    /// penalties, NaN left out, in any order); with `draft`, by rejection sampling against it.
+    /// The cuts and the draw are in integer masses (`masses`), as the GPU's `sample_rows`.
     fn pick(&mut self, cand: Vec<(u32, f32)>, draft: Option<u32>) -> u32 {
-        let (cand, mut probs) = self.distribution(cand);
-        if cand.is_empty() {
+        let cuts = masses::Cuts::of(&self.params);
+        let mut r = cuts.rank(cand);
+        let keep = cuts.keep(&mut r);
+        let t = cuts.temperature;
+        let Some(draft) = draft else {
+            // (One draw a token, also from a row of NaN: as the GPU's, whose point is drawn first.)
+            let u = self.rng.next_f64();
+            return masses::draw(&mut r, keep, t, u, None).unwrap_or(0);
+        };
+        if keep == 0 {
             return 0;
         }
-        let Some(draft) = draft else {
-            let r = self.rng.next_f64();
-            return draw(&cand, &probs, r).unwrap_or_else(|| cand.last().map_or(0, |c| c.0));
-        };
-        let at = cand.iter().position(|c| c.0 == draft);
-        if let Some(i) = at {
-            let pd = probs[i] as f64;
-            if self.rng.next_f64() < pd {
+        if let Some(v) = r.kept(draft, keep) {
+            let m = r.max();
+            let (wd, total) = (masses::mass(v, m, t), r.total(keep, |v| masses::mass(v, m, t)));
+            if self.rng.next_f64() * (total as f64) < wd as f64 {
                 return draft;
             }
-            probs[i] = 0.0;
-            if pd >= 1.0 {
-                // Nothing else can be drawn (rounding put all the mass on the draft).
+            if wd >= total {
+                // Nothing else can be drawn (the draft holds all the mass).
                 return draft;
             }
         }
-        let total: f64 = probs.iter().map(|&p| p as f64).sum();
-        let r = self.rng.next_f64() * total;
-        draw(&cand, &probs, r).unwrap_or_else(|| {
-            let last = cand.iter().zip(&probs).rev().find(|(_, &p)| p > 0.0);
-            last.map_or(cand[0].0, |(c, _)| c.0)
-        })
+        let u = self.rng.next_f64();
+        masses::draw(&mut r, keep, t, u, Some(draft)).unwrap_or(draft)
     }
 
-    /// The chain's candidates and their probabilities from `cand` (as `pick` takes them): top-k,
-    /// top-p and min-p cut the tail, then the softmax at the temperature (llama.cpp's order).
-    fn distribution(&self, mut cand: Vec<(u32, f32)>) -> (Vec<(u32, f32)>, Vec<f32>) {
-        let p = &self.params;
-        if cand.is_empty() {
-            return (Vec::new(), Vec::new());
-        }
-        if p.top_k > 0 && p.top_k < cand.len() {
-            cand.select_nth_unstable_by(p.top_k - 1, by_logit);
-            cand.truncate(p.top_k);
-        }
-        cand.sort_by(by_logit);
-        if p.top_p < 1.0 {
-            let probs = softmax(cand.iter().map(|c| c.1));
-            let mut cum = 0f64;
-            let mut keep = cand.len();
-            for (i, pr) in probs.iter().enumerate() {
-                cum += *pr as f64;
-                if cum >= p.top_p as f64 {
-                    keep = i + 1;
-                    break;
-                }
-            }
-            cand.truncate(keep.max(1));
-        }
-        if p.min_p > 0.0 {
-            let threshold = cand[0].1 + p.min_p.ln();
-            let keep = cand.iter().take_while(|c| c.1 >= threshold).count();
-            cand.truncate(keep.max(1));
-        }
-        let probs = softmax(cand.iter().map(|c| c.1 / p.temperature));
-        (cand, probs)
+    /// The chain's candidates in order and their masses at the temperature (as `pick` draws
+    /// them).
+    #[cfg(test)]
+    fn distribution(&self, cand: Vec<(u32, f32)>) -> (Vec<(u32, f32)>, Vec<u64>) {
+        let cuts = masses::Cuts::of(&self.params);
+        let mut r = cuts.rank(cand);
+        let keep = cuts.keep(&mut r);
+        let kept: Vec<(u32, f32)> = (0..keep).map(|i| r.nth(i)).collect();
+        let m = kept.first().map_or(0.0, |c| c.1);
+        let w = kept.iter().map(|c| masses::mass(c.1, m, cuts.temperature)).collect();
+        (kept, w)
     }
 }
 
 /// Every token's value but NaN's, in token order.
 fn candidates(logits: &[f32]) -> Vec<(u32, f32)> {
-    logits
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| !l.is_nan())
-        .map(|(i, &l)| (i as u32, l))
-        .collect()
+    let mut cand = Vec::with_capacity(logits.len());
+    cand.extend(
+        logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.is_nan())
+            .map(|(i, &l)| (i as u32, l)),
+    );
+    cand
 }
 
 /// The chain's order of (token, value) candidates: the larger value first (total order: -0 below
@@ -350,19 +353,6 @@ pub fn top_of(row: &[f32], n: usize) -> Vec<(u32, f32)> {
     cand
 }
 
-/// The candidate whose cumulative probability first passes `r` (`None` when rounding leaves `r`
-/// past the sum).
-fn draw(cand: &[(u32, f32)], probs: &[f32], r: f64) -> Option<u32> {
-    let mut cum = 0f64;
-    for (c, pr) in cand.iter().zip(probs) {
-        cum += *pr as f64;
-        if r < cum {
-            return Some(c.0);
-        }
-    }
-    None
-}
-
 /// Index of the largest logit (the first of equals, as llama.cpp's greedy sampler).
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
@@ -372,13 +362,6 @@ pub fn argmax(logits: &[f32]) -> u32 {
         }
     }
     best as u32
-}
-
-fn softmax(logits: impl Iterator<Item = f32> + Clone) -> Vec<f32> {
-    let max = logits.clone().fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f32> = logits.map(|l| (l - max).exp()).collect();
-    let sum: f32 = e.iter().sum();
-    e.into_iter().map(|v| v / sum).collect()
 }
 
 /// Log-softmax of a whole row, in f64 for accuracy (perplexity, logprobs).
@@ -506,10 +489,11 @@ mod tests {
         };
         let want = {
             let s = Sampler::new(params.clone());
-            let (cand, probs) = s.distribution(candidates(&l));
+            let (cand, w) = s.distribution(candidates(&l));
+            let total: u64 = w.iter().sum();
             let mut p = vec![0f64; l.len()];
-            for (c, pr) in cand.iter().zip(&probs) {
-                p[c.0 as usize] = *pr as f64;
+            for (c, w) in cand.iter().zip(&w) {
+                p[c.0 as usize] = *w as f64 / total as f64;
             }
             p
         };
@@ -615,6 +599,54 @@ mod tests {
             top_of(&[1.0, f32::NAN, 3.0, 3.0, -0.0, 0.0], 4),
             vec![(2, 3.0), (3, 3.0), (0, 1.0), (5, 0.0)]
         );
+    }
+
+    /// What `device_ask` hands a backend draws `sample`'s token (`masses::sample_row`, the
+    /// GPU kernel's reference) step after step, penalties and bias included, rows of 300 and of
+    /// 20,000 (ranked in bins); a row of NaN gives 0 and takes a draw either way.
+    #[test]
+    fn device_asks_draw_as_sample() {
+        let mut rng = Rng::new(13);
+        for case in 0..40u64 {
+            let vocab = if case % 4 == 0 { 20_000 } else { 300 };
+            let params = SamplingParams {
+                temperature: 0.3 + (case % 5) as f32 * 0.4,
+                top_k: [0, 1, 40, 5000][case as usize % 4],
+                top_p: [1.0, 0.9, 0.5][case as usize % 3],
+                min_p: if case % 2 == 0 { 0.0 } else { 0.05 },
+                repeat_penalty: [1.0, 1.3, 1.0, 0.7][case as usize % 4],
+                presence_penalty: if case % 5 == 1 { 0.4 } else { 0.0 },
+                frequency_penalty: if case % 6 == 2 { -0.3 } else { 0.0 },
+                logit_bias: match case % 3 {
+                    1 => vec![(7, 5.0), (7, 1.0), (50_000, 3.0)],
+                    2 => vec![(9, f32::NEG_INFINITY), (12, f32::INFINITY)],
+                    _ => Vec::new(),
+                },
+                seed: case,
+                ..Default::default()
+            };
+            let (mut whole, mut dev) = (Sampler::new(params.clone()), Sampler::new(params));
+            for step in 0..30 {
+                let mut row: Vec<f32> = (0..vocab).map(|_| (rng.next_f64() * 12.0 - 6.0) as f32).collect();
+                row[10] = row[11];
+                row[(step * 13) % vocab] = f32::NAN;
+                row[(step * 7 + 2) % vocab] = 2.5;
+                row[(step * 7 + 3) % vocab] = 2.5;
+                let want = whole.sample(&mut row.clone());
+                let ask = dev.device_ask(0).expect("not greedy");
+                let got = masses::sample_row(&mut row, &ask);
+                assert_eq!(got, want, "case {case} step {step}");
+                whole.accept(want);
+                dev.accept(got);
+            }
+        }
+        let mut a = Sampler::new(SamplingParams::default());
+        let mut b = Sampler::new(SamplingParams::default());
+        let ask = a.device_ask(0).unwrap();
+        assert_eq!(masses::sample_row(&mut [f32::NAN; 4], &ask), 0);
+        assert_eq!(b.sample(&mut [f32::NAN; 4]), 0);
+        assert_eq!(a.device_ask(0).unwrap().u, b.device_ask(0).unwrap().u);
+        assert!(Sampler::new(SamplingParams::greedy()).device_ask(0).is_none());
     }
 
     #[test]
