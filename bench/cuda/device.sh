@@ -287,12 +287,12 @@ s9b)
   prof moe 4 bench -m $m --device cuda -p 0 -n 16 -r 1
   ;;
 s9d)
-  # Serving on the 8B Q4_K_M at 16 and 64 streams, greedy, then sampled (temperature 0.8, top_k 40,
-  # seeded) with the logits' top found on the GPU (HF2Q_CUDA_TOPK=1) and on the host.
+  # Serving on the 8B Q4_K_M at 16 and 64 streams, greedy (ENV=V arguments after the phase
+  # exported first: the variants that measured faster in s9b). Sampled serving: s10.
+  shift
+  for e in "$@"; do export "$e"; done
   wait_builds
   for n in 16 64; do serve_pair $n; done
-  export SERVE_TEMP=0.8
-  for n in 16 64; do serve_pair $n; HF2Q_CUDA_TOPK=1 SKIP_LLAMA=1 serve_pair $n; done
   ;;
 s10)
   # Written 2026-12-05 (tenth session, no device time): sampling drawn on the GPU
@@ -303,9 +303,12 @@ s10)
   op_tests sample_rows
   wait_builds
   export SERVE_TEMP=1
-  for k in 0 40; do
-    for n in 16 64; do SERVE_TOPK=$k serve_pair $n; HF2Q_CUDA_SAMPLE=1 SKIP_LLAMA=1 SERVE_TOPK=$k serve_pair $n; done
-  done
+  for n in 16 64; do SERVE_TOPK=0 serve_pair $n; HF2Q_CUDA_SAMPLE=1 SKIP_LLAMA=1 SERVE_TOPK=0 serve_pair $n; done
+  # top_k 40 at 64 streams: the rows read, the top read (HF2Q_CUDA_TOPK), the token drawn there.
+  export SERVE_TOPK=40
+  serve_pair 64
+  HF2Q_CUDA_TOPK=1 SKIP_LLAMA=1 serve_pair 64
+  HF2Q_CUDA_SAMPLE=1 SKIP_LLAMA=1 serve_pair 64
   for e in X=1 HF2Q_CUDA_SAMPLE=1; do
     echo "$e $(env $e timeout 60 $H generate -m $W/l8b.q4_k_m.gguf --device cuda -p "The capital of France is" -n 48 --temp 1 --top-k 0 --top-p 1 --min-p 0 --seed 5 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
   done
