@@ -648,7 +648,9 @@ pub trait Backend: Send + Sync + 'static {
     /// A token for each [`SampleAsk`] drawn from its row of `x` (`sampler::masses`: bias and
     /// penalties made to the row, the chain's cuts, the draw at the ask's point), where the buffer
     /// is: a GPU hands back a token id per ask instead of the row. The same token as
-    /// `Sampler::sample` from the row. The default reads each row.
+    /// `Sampler::sample` from the row. The asks name distinct rows, which may be left changed
+    /// (a GPU makes the changes in place); read them before, not after. The default reads each
+    /// row.
     fn sample_rows(&self, x: &Self::Buf, asks: &[SampleAsk]) -> Vec<u32> {
         sample_rows_on_host(self, x, asks)
     }

@@ -37,7 +37,7 @@ pub fn exp_mass(x: f32) -> u64 {
     let k = (x * f(INV_LN2) + 0.5).floor();
     let r = (x - k * f(LN2_HI)) - k * f(LN2_LO);
     let p = 1.0 + r * (1.0 + r * (0.5 + r * (f(C3) + r * (f(C4) + r * (f(C5) + r * f(C6))))));
-    // 2^k, k in [-44, 1]: a normal number.
+    // 2^k, k in [-43, 0]: a normal number.
     let e = p * f(((127 + k as i32) as u32) << 23);
     (e * 1_099_511_627_776.0) as u64
 }

@@ -78,8 +78,17 @@ impl Cuda {
     }
 
     /// `sample_rows` on the GPU (`kernels/sample.cu`): one block per ask, the tokens read back
-    /// in one copy. The asks' rows are changed in place (bias, penalties), as the host's are.
+    /// in one copy. The asks' rows are left changed (bias, penalties: each block changes its row
+    /// before it reads it, so no two asks may name one row).
     pub(super) fn sample_rows_dev(&self, x: &CudaBuf, asks: &[SampleAsk]) -> Vec<u32> {
+        debug_assert!(
+            {
+                let mut rows: Vec<usize> = asks.iter().map(|a| a.row).collect();
+                rows.sort_unstable();
+                rows.windows(2).all(|w| w[0] != w[1])
+            },
+            "sample_rows: two asks of one row"
+        );
         let (mut table, mut changes): (Vec<i32>, Vec<i32>) = (Vec::new(), Vec::new());
         for a in asks {
             assert!(a.row < x.rows, "sample_rows: row {} of {}", a.row, x.rows);
