@@ -900,9 +900,13 @@ fn step<B: Backend>(
             return Vec::new();
         }
     };
-    // Sequences that sample with a top-k cut: what each needs of its logits row, asked of the
-    // backend at once (a GPU hands back those values, not the rows). The rows are counted as below.
+    // Sampled sequences, asked of the backend at once: where it draws on the device, the token
+    // drawn there (only the token crosses; the draw is taken from the sampler now); else, with a
+    // top-k cut, what the cut needs of the row (a GPU hands back those values, not the rows). The
+    // rows are counted as below.
+    let on_device = m.model.samples_on_device();
     let mut asks: Vec<(usize, engine::backend::TopAsk)> = Vec::new();
+    let mut draws: Vec<(usize, engine::backend::SampleAsk)> = Vec::new();
     let mut row = 0;
     for (fi, f) in feeds.iter().enumerate() {
         let r0 = row;
@@ -911,38 +915,17 @@ fn step<B: Backend>(
         } else {
             usize::from(f.wants)
         };
-        let Some(a) = slots[f.slot].active.as_ref().filter(|_| f.wants && f.drafts == 0) else {
+        let Some(a) = slots[f.slot].active.as_mut().filter(|_| f.wants && f.drafts == 0) else {
             continue;
         };
-        if let Some(ask) = Some(&a.decoding)
-            .filter(|d| !d.greedy_only())
-            .and_then(|d| d.top_needs(r0, m.tokenizer.n_vocab()))
-        {
-            asks.push((fi, ask));
+        let d = &mut a.decoding;
+        if d.greedy_only() {
+            continue;
         }
-    }
-    // Where the backend draws on the device, a sampled sequence's token is drawn there (only the
-    // token crosses); its draw is taken from its sampler now.
-    let mut draws: Vec<(usize, engine::backend::SampleAsk)> = Vec::new();
-    if m.model.samples_on_device() {
-        let mut row = 0;
-        for (fi, f) in feeds.iter().enumerate() {
-            let r0 = row;
-            row += if f.drafts > 0 {
-                f.tokens.len()
-            } else {
-                usize::from(f.wants)
-            };
-            let Some(a) = slots[f.slot].active.as_mut().filter(|_| f.wants && f.drafts == 0) else {
-                continue;
-            };
-            if a.decoding.greedy_only() {
-                continue;
-            }
-            if let Some(ask) = a.decoding.sample_needs(r0) {
-                asks.retain(|(i, _)| *i != fi);
-                draws.push((fi, ask));
-            }
+        if let Some(ask) = if on_device { d.sample_needs(r0) } else { None } {
+            draws.push((fi, ask));
+        } else if let Some(ask) = d.top_needs(r0, m.tokenizer.n_vocab()) {
+            asks.push((fi, ask));
         }
     }
     let sampled = if draws.is_empty() {

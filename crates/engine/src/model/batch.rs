@@ -247,21 +247,27 @@ pub(crate) fn logits_row<B: Backend, T: StepBufs<B>>(b: &B, s: &mut Scratch, i: 
     b.run(|| bufs.head().row(b, i))
 }
 
+/// The logits of the scratch's last step, when it made each of `rows`.
+fn logits_with<'a, B: Backend, T: StepBufs<B>>(
+    b: &B,
+    s: &'a mut Scratch,
+    mut rows: impl Iterator<Item = usize>,
+) -> Result<&'a B::Buf> {
+    let logits = &s.get::<T>()?.head().logits;
+    let made = b.shape(logits).0;
+    match rows.find(|&r| r >= made) {
+        Some(r) => Err(EngineError::Input(format!("logits row {r} of a step that made {made}"))),
+        None => Ok(logits),
+    }
+}
+
 /// What each ask wants of a logits row of the scratch's last step (`Model::logits_top`).
 pub(crate) fn logits_top<B: Backend, T: StepBufs<B>>(
     b: &B,
     s: &mut Scratch,
     asks: &[crate::backend::TopAsk],
 ) -> Result<Vec<crate::backend::Top>> {
-    let bufs = s.get::<T>()?;
-    let logits = &bufs.head().logits;
-    let rows = b.shape(logits).0;
-    if let Some(a) = asks.iter().find(|a| a.row >= rows) {
-        return Err(EngineError::Input(format!(
-            "logits row {} of a step that made {rows}",
-            a.row
-        )));
-    }
+    let logits = logits_with::<B, T>(b, s, asks.iter().map(|a| a.row))?;
     Ok(b.run(|| b.top_of_rows(logits, asks)))
 }
 
@@ -272,15 +278,7 @@ pub(crate) fn logits_sample<B: Backend, T: StepBufs<B>>(
     s: &mut Scratch,
     asks: &[crate::backend::SampleAsk],
 ) -> Result<Vec<u32>> {
-    let bufs = s.get::<T>()?;
-    let logits = &bufs.head().logits;
-    let rows = b.shape(logits).0;
-    if let Some(a) = asks.iter().find(|a| a.row >= rows) {
-        return Err(EngineError::Input(format!(
-            "logits row {} of a step that made {rows}",
-            a.row
-        )));
-    }
+    let logits = logits_with::<B, T>(b, s, asks.iter().map(|a| a.row))?;
     Ok(b.run(|| b.sample_rows(logits, asks)))
 }
 
