@@ -185,6 +185,24 @@ op_tests() {  # op_tests [FILTER ...]: the CUDA op tests (all, or those matching
 fixtures() {  # fixtures DIR NAME: the engine fixtures in DIR on CUDA, to NAME.txt
   HF2Q_FIXTURES=$1 timeout 200 /tmp/bin/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/$2.txt | grep -E "NOT RUN|test result|panicked|q8_0|over" | head -60
 }
+chosen() {
+  # The launch-saving variants that measured faster than the defaults (X=1) in s9b's A/B
+  # (/tmp/ab-s9b.txt), as ENV=V words: a variant is chosen when its median tg128 alone beats the
+  # defaults' by more than 0.3 % (about twice tgp's spread) on every file it was measured on.
+  python3 - /tmp/ab-s9b.txt <<'PY'
+import re, sys, statistics
+ts = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(\S+) (.*?) plain .*tg128 \| ([0-9.]+)", line)
+    if m: ts.setdefault((m.group(1), m.group(2)), []).append(float(m.group(3)))
+out = []
+for v in ["HF2Q_CUDA_ATTN_MERGE=1", "HF2Q_CUDA_ADD_FUSE=1", "HF2Q_CUDA_ROUTE_FUSE=1", "HF2Q_CUDA_GLU_FUSE=1"]:
+    r = [statistics.median(x) / statistics.median(ts[(t, "X=1")]) for (t, s), x in ts.items() if s == v and (t, "X=1") in ts]
+    print(v, ["%.4f" % q for q in r], file=sys.stderr)
+    if r and min(r) > 1.003: out.append(v)
+print(" ".join(out) or "X=1")
+PY
+}
 greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under each setting
   local m=$1; shift
   for e in "$@"; do
@@ -285,11 +303,14 @@ s9b)
   greedy_ab $m X=1 "$all_on"
   (export $all_on; prof moe-fused 4 bench -m $m --device cuda -p 0 -n 16 -r 1)
   prof moe 4 bench -m $m --device cuda -p 0 -n 16 -r 1
+  cp $OUT/ab.txt /tmp/ab-s9b.txt
+  echo "chosen: $(chosen)" | tee $OUT/chosen.txt
   ;;
 s9d)
   # Serving on the 8B Q4_K_M at 16 and 64 streams, greedy (ENV=V arguments after the phase
-  # exported first: the variants that measured faster in s9b). Sampled serving: s10.
+  # exported first, or `auto`: the variants that measured faster in s9b). Sampled serving: s10.
   shift
+  [ "${1:-}" = auto ] && set -- $(chosen)
   for e in "$@"; do export "$e"; done
   wait_builds
   for n in 16 64; do serve_pair $n; done
@@ -315,8 +336,9 @@ s10)
   ;;
 s9c)
   # Both tools on the four files; ENV=V arguments after the phase are exported first (the
-  # variants that measured faster in s9b).
+  # variants that measured faster in s9b; `auto`: chosen from s9b's ab.txt).
   shift
+  [ "${1:-}" = auto ] && set -- $(chosen)
   for e in "$@"; do export "$e"; done
   env | grep HF2Q_ | tee $OUT/chosen.txt
   bench_four
