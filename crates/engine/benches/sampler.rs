@@ -2,6 +2,9 @@
 //! 0.95, and llama.cpp's defaults (top-k 40, top-p 0.95, min-p 0.05), at SmolLM2's and Llama 3's
 //! vocabularies: the chain in integer masses (`Sampler::sample`) against the chain it replaced
 //! (a sort of the whole row and f32 softmaxes, kept here as `sorted_chain`).
+//! Then a step's draws for 16 streams at 128,256: the CPU backend's `sample_rows` and
+//! `sample_rows_on_host` (a GPU's rows read back), both drawing the rows in parallel, against the
+//! same draws one row after another.
 //! `cargo bench -p engine --bench sampler`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -105,5 +108,49 @@ fn chains(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, chains);
+fn step_draws(c: &mut Criterion) {
+    use engine::backend::{cpu::Cpu, Backend, SampleAsk};
+    use engine::sampler::masses::{sample_row, Cuts};
+    let mut g = c.benchmark_group("step_draws");
+    g.sample_size(20);
+    let (streams, vocab) = (16usize, 128_256usize);
+    let cpu = Cpu::new(0).expect("cpu backend");
+    let mut rng = Rng::new(3);
+    let data: Vec<f32> = (0..streams * vocab)
+        .map(|_| (rng.next_f64() + rng.next_f64() + rng.next_f64() - 1.5) as f32 * 4.0)
+        .collect();
+    let mut x = cpu.alloc(streams, vocab);
+    cpu.write(&mut x, streams, vocab, &data);
+    let p = SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        ..Default::default()
+    };
+    let asks: Vec<SampleAsk> = (0..streams)
+        .map(|row| SampleAsk {
+            row,
+            changes: Vec::new(),
+            cuts: Cuts::of(&p),
+            u: rng.next_f64(),
+        })
+        .collect();
+    g.bench_function("openai_default/16x128256/cpu_sample_rows", |b| {
+        b.iter(|| cpu.sample_rows(&x, &asks))
+    });
+    g.bench_function("openai_default/16x128256/sample_rows_on_host", |b| {
+        b.iter(|| engine::backend::sample_rows_on_host(&cpu, &x, &asks))
+    });
+    g.bench_function("openai_default/16x128256/one_by_one", |b| {
+        b.iter(|| {
+            asks.iter()
+                .map(|a| sample_row(&mut cpu.read_rows(&x, a.row, 1), a))
+                .collect::<Vec<u32>>()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, chains, step_draws);
 criterion_main!(benches);

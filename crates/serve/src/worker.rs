@@ -901,9 +901,10 @@ fn step<B: Backend>(
         }
     };
     // Sampled sequences, asked of the backend at once: where it draws on the device, the token
-    // drawn there (only the token crosses; the draw is taken from the sampler now); else, with a
-    // top-k cut, what the cut needs of the row (a GPU hands back those values, not the rows). The
-    // rows are counted as below.
+    // drawn there (only the token crosses; the draw is taken from the sampler now). Else, with a
+    // top-k cut, what the cut needs of the row (a GPU hands back those values, not the rows);
+    // without one, the draw too, made on the host from the rows read (`sample_rows_on_host`,
+    // the rows in parallel). The rows are counted as below.
     let on_device = m.model.samples_on_device();
     let mut asks: Vec<(usize, engine::backend::TopAsk)> = Vec::new();
     let mut draws: Vec<(usize, engine::backend::SampleAsk)> = Vec::new();
@@ -922,9 +923,12 @@ fn step<B: Backend>(
         if d.greedy_only() {
             continue;
         }
-        if let Some(ask) = if on_device { d.sample_needs(r0) } else { None } {
+        let vocab = m.tokenizer.n_vocab();
+        if let Some(ask) = (!on_device).then(|| d.top_needs(r0, vocab)).flatten() {
+            asks.push((fi, ask));
+        } else if let Some(ask) = d.sample_needs(r0) {
             draws.push((fi, ask));
-        } else if let Some(ask) = d.top_needs(r0, m.tokenizer.n_vocab()) {
+        } else if let Some(ask) = on_device.then(|| d.top_needs(r0, vocab)).flatten() {
             asks.push((fi, ask));
         }
     }

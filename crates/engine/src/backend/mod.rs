@@ -13,6 +13,7 @@ pub mod tests;
 
 use crate::model::blocks::Glu;
 use gguf::GgmlType;
+use rayon::prelude::*;
 
 /// Where a weight tensor's bytes come from (a GGUF tensor, usually memory-mapped).
 pub struct WeightSource<'a> {
@@ -107,24 +108,49 @@ pub struct Top {
     pub cols: usize,
 }
 
-/// `Backend::top_of_rows` on the host: the asked rows read (the span from the first to the last
-/// at once where it holds few others), each one's top found there.
+/// The asked rows read to the host: the span from the first to the last at once where it holds
+/// few others (row r at chunk r − lo), else row by row (ask i's row at chunk i).
+struct HostRows {
+    data: Vec<f32>,
+    cols: usize,
+    lo: Option<usize>,
+}
+
+impl HostRows {
+    fn read<B: Backend + ?Sized>(b: &B, x: &B::Buf, rows: &[usize]) -> HostRows {
+        let cols = b.shape(x).1;
+        let (lo, hi) = rows.iter().fold((usize::MAX, 0), |(l, h), &r| (l.min(r), h.max(r + 1)));
+        if rows.len() > 1 && hi - lo <= 2 * rows.len() {
+            HostRows {
+                data: b.read_rows(x, lo, hi - lo),
+                cols,
+                lo: Some(lo),
+            }
+        } else {
+            HostRows {
+                data: rows.iter().flat_map(|&r| b.read_rows(x, r, 1)).collect(),
+                cols,
+                lo: None,
+            }
+        }
+    }
+
+    /// The chunk that holds ask `i`'s row `row`.
+    fn chunk(&self, i: usize, row: usize) -> usize {
+        self.lo.map_or(i, |lo| row - lo)
+    }
+}
+
+/// `Backend::top_of_rows` on the host: the asked rows read ([`HostRows`]), each one's top found
+/// there, the rows in parallel.
 pub fn top_of_rows_on_host<B: Backend + ?Sized>(b: &B, x: &B::Buf, asks: &[TopAsk]) -> Vec<Top> {
-    let cols = b.shape(x).1;
-    let (lo, hi) = asks
-        .iter()
-        .fold((usize::MAX, 0), |(l, h), a| (l.min(a.row), h.max(a.row + 1)));
-    let span = (asks.len() > 1 && hi - lo <= 2 * asks.len()).then(|| b.read_rows(x, lo, hi - lo));
-    asks.iter()
-        .map(|a| {
-            let one;
-            let row: &[f32] = match &span {
-                Some(v) => &v[(a.row - lo) * cols..(a.row - lo + 1) * cols],
-                None => {
-                    one = b.read_rows(x, a.row, 1);
-                    &one
-                }
-            };
+    let rows: Vec<usize> = asks.iter().map(|a| a.row).collect();
+    let h = HostRows::read(b, x, &rows);
+    asks.par_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let c = h.chunk(i, a.row);
+            let row = &h.data[c * h.cols..(c + 1) * h.cols];
             Top {
                 top: crate::sampler::top_of(row, a.n),
                 at: a
@@ -140,11 +166,32 @@ pub fn top_of_rows_on_host<B: Backend + ?Sized>(b: &B, x: &B::Buf, asks: &[TopAs
 
 pub use crate::sampler::masses::SampleAsk;
 
-/// `Backend::sample_rows` on the host: each asked row read and drawn from.
+/// `Backend::sample_rows` on the host: the asked rows (distinct) read ([`HostRows`]) and drawn
+/// from where they were read, the rows in parallel (each draw depends on its row and ask alone).
 pub fn sample_rows_on_host<B: Backend + ?Sized>(b: &B, x: &B::Buf, asks: &[SampleAsk]) -> Vec<u32> {
-    asks.iter()
-        .map(|a| crate::sampler::masses::sample_row(&mut b.read_rows(x, a.row, 1), a))
-        .collect()
+    let rows: Vec<usize> = asks.iter().map(|a| a.row).collect();
+    let mut h = HostRows::read(b, x, &rows);
+    let cols = h.cols.max(1);
+    let mut owner = vec![None; h.data.len() / cols];
+    for (i, a) in asks.iter().enumerate() {
+        debug_assert!(
+            owner[h.chunk(i, a.row)].is_none(),
+            "sample_rows: row {} asked twice",
+            a.row
+        );
+        owner[h.chunk(i, a.row)] = Some(i);
+    }
+    let drawn: Vec<(usize, u32)> = h
+        .data
+        .par_chunks_mut(cols)
+        .zip(owner)
+        .filter_map(|(row, o)| o.map(|i| (i, crate::sampler::masses::sample_row(row, &asks[i]))))
+        .collect();
+    let mut out = vec![0; asks.len()];
+    for (i, t) in drawn {
+        out[i] = t;
+    }
+    out
 }
 
 /// Greedy tokens computed on the device and not yet read ([`Backend::argmax_rows_defer`]): the

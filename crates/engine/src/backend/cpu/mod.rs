@@ -1238,6 +1238,23 @@ impl Backend for Cpu {
         true
     }
 
+    /// Each asked row copied and drawn from on this backend's threads, the rows in parallel (as
+    /// `sample_rows_on_host`, without reading them through one buffer first).
+    fn sample_rows(&self, x: &CpuBuf, asks: &[crate::backend::SampleAsk]) -> Vec<u32> {
+        let cols = self.shape(x).1;
+        let v = x.view();
+        self.pool.install(|| {
+            asks.par_iter()
+                .map(|a| crate::sampler::masses::sample_row(&mut v[a.row * cols..(a.row + 1) * cols].to_vec(), a))
+                .collect()
+        })
+    }
+
+    /// `top_of_rows_on_host` on this backend's threads.
+    fn top_of_rows(&self, x: &CpuBuf, asks: &[crate::backend::TopAsk]) -> Vec<crate::backend::Top> {
+        self.pool.install(|| crate::backend::top_of_rows_on_host(self, x, asks))
+    }
+
     fn write(&self, x: &mut CpuBuf, rows: usize, cols: usize, data: &[f32]) {
         assert_eq!(
             data.len(),
