@@ -29,6 +29,12 @@
 #            llama-bench on the three 8B files. s3 (carrying .dev/stashB): serving at 16 and 64
 #            streams against llama-server, then SmolLM2's goldens with logit margins
 #            (golden_margins.py) and perplexity on the CPU and CUDA.
+#   s9a, s9b, s9c, s11, s10, s9d: the chain written for the next session with device time, issued
+#            as one batch (a machine is given back 30 s after a call): s9a carries .dev; s9b .dev1 (SmolLM2's first
+#            half); `s9c auto` .dev2 (its second half); s11 the goldens (hf2q's and llama.cpp's CUDA
+#            against their CPUs); s10 sampled serving; `s9d auto` greedy serving with the variants.
+#            When a call gets no machine (2026-12-05: ~3 minutes of device time spent), each later
+#            call for ~10 minutes is refused at 15 s of device time each.
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -78,7 +84,8 @@ wait_builds() {
   tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|Maximum resident" /tmp/mk.log > $OUT/make.txt
 }
 stash() {
-  # (From .dev, or from .dev1 / .dev2 when a call carries a half alone.)
+  # (From .dev, or from .dev1 / .dev2 when a call carries a half alone; SmolLM2 in two halves made
+  # here: `split -n 2 FILE smol.part.` into .dev1/stashA and .dev2/stashB.)
   mkdir -p /tmp/stash && for d in $D/stashA $D/stashB $PWD/.dev1/stashA $PWD/.dev2/stashB; do [ -d $d ] && cp $d/* /tmp/stash/; done; ls /tmp/stash
 }
 batched() {
@@ -291,6 +298,8 @@ s9a)
 s9b)
   # Each variant on against the defaults (X=1: all off), alone and all four, on the 8B BF16, the
   # 8B Q4_K_M and the MoE; greedy tokens the same with and without; per-kernel launches.
+  # (Carrying .dev1/stashA, SmolLM2's first half, for s11.)
+  stash
   all_on="HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_ADD_FUSE=1 HF2Q_CUDA_ROUTE_FUSE=1 HF2Q_CUDA_GLU_FUSE=1"
   wait_for bf16-END
   ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_ADD_FUSE=1 "$all_on"
@@ -338,10 +347,32 @@ s9c)
   # Both tools on the four files; ENV=V arguments after the phase are exported first (the
   # variants that measured faster in s9b; `auto`: chosen from s9b's ab.txt).
   shift
+  # (Carrying .dev2/stashB, SmolLM2's second half, for s11.)
+  stash
   [ "${1:-}" = auto ] && set -- $(chosen)
   for e in "$@"; do export "$e"; done
   env | grep HF2Q_ | tee $OUT/chosen.txt
   bench_four
+  ;;
+s11)
+  # Written 2026-12-05 (eleventh session, no device time). SmolLM2 (its halves carried by s9b and
+  # s9c, in /tmp/stash): greedy chat goldens on CUDA against the CPU with logit margins where they
+  # part, for hf2q and then for llama.cpp itself (llama-server -fa on, -ngl 99 against -ngl 0: how
+  # far the peer's own CUDA parts from its CPU on the same replies); perplexity on both backends.
+  M=/tmp/smollm2 && mkdir -p $M
+  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
+  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
+  for q in Q8_0 Q4_K_M; do
+    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
+  done
+  timeout 150 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 12
+  wait_builds
+  GM_SERVER=llama timeout 150 python3 bench/cuda/golden_margins.py /tmp/lc/b/bin/llama-server $M 2>&1 | tee $OUT/smollm2-goldens-llama.txt | tail -n 12
+  for q in Q8_0 Q4_1; do
+    for dev in cpu cuda; do
+      echo "$q $dev: $(timeout 60 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
+    done
+  done
   ;;
 s8a)
   # 2026-12-04, eighth session (carrying .dev: the build with the fused float-weight products;

@@ -3,6 +3,8 @@
 usage: python3 bench/cuda/golden_margins.py HF2Q MODEL_DIR   (MODEL_DIR holds SmolLM2-135M-Instruct.{Q4_1,Q8_0,Q4_K_M}.gguf)
        GM_DEVICES=A,B (default cpu,cuda) picks the two servers' devices, GM_ENV_A / GM_ENV_B add
        variables to the first's / second's environment, GM_THREADS their threads (4)
+       GM_SERVER=llama: HF2Q is llama.cpp's llama-server instead, `-fa on -np 1`, a device cpu as
+       `-ngl 0` and cuda as `-ngl 99` (the peer's own CUDA against its own CPU on the same goldens)
 
 For each quantization, `hf2q serve` runs on the CPU and on CUDA side by side; each golden prompt is
 sent to both as a chat completion (temperature 0, 64 tokens, logprobs with the top 5). Where the two
@@ -26,10 +28,21 @@ def post(port, prompt):
     return c["message"]["content"], c["logprobs"]["content"]
 
 
+llama = os.environ.get("GM_SERVER") == "llama"
+
+
+def command(model, dev, port):
+    threads = os.environ.get("GM_THREADS", "4")
+    if llama:
+        return [hf2q, "-m", model, "--port", str(port), "-np", "1", "-fa", "on", "-c", "2048", "-t", threads,
+                "-ngl", "99" if dev.startswith("cuda") else "0"]
+    return [hf2q, "serve", "-m", model, "--device", dev, "--port", str(port), "--parallel", "1", "-t", threads]
+
+
 def wait(port):
     for _ in range(240):
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2)
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/{'health' if llama else 'readyz'}", timeout=2)
             return
         except Exception:
             time.sleep(0.5)
@@ -43,9 +56,8 @@ for quant in ("Q4_1", "Q8_0", "Q4_K_M"):
     # (GM_DEVICES=cpu,cpu GM_ENV_B=HF2Q_CPU_ATTN_F32=1: the CPU with and without ggml's f16 attention
     # rounding; GM_ENV_A=HF2Q_CPU_ATTN_F32=1: CUDA against the CPU attending in f32).
     env_of = lambda var: dict(os.environ, **dict(kv.split("=", 1) for kv in os.environ.get(var, "").split()))
-    procs = [subprocess.Popen([hf2q, "serve", "-m", model, "--device", dev, "--port", str(port), "--parallel", "1",
-                               "-t", os.environ.get("GM_THREADS", "4")], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env=env)
+    procs = [subprocess.Popen(command(model, dev, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=env)
              for dev, port, env in zip(os.environ.get("GM_DEVICES", "cpu,cuda").split(","), (8090, 8091),
                                        (env_of("GM_ENV_A"), env_of("GM_ENV_B")))]
     try:
@@ -75,4 +87,4 @@ for quant in ("Q4_1", "Q8_0", "Q4_K_M"):
         for p in procs:
             p.terminate()
             p.wait()
-print(f"SmolLM2 greedy chat replies, CUDA equal to the CPU: {same} of {total}")
+print(f"SmolLM2 greedy chat replies{' (llama-server)' if llama else ''}, CUDA equal to the CPU: {same} of {total}")
