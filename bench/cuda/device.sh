@@ -88,6 +88,22 @@ stash() {
   # here: `split -n 2 FILE smol.part.` into .dev1/stashA and .dev2/stashB.)
   mkdir -p /tmp/stash && for d in $D/stashA $D/stashB $PWD/.dev1/stashA $PWD/.dev2/stashB; do [ -d $d ] && cp $d/* /tmp/stash/; done; ls /tmp/stash
 }
+smol_models() {
+  # SmolLM2 Q4_1 from its halves in /tmp/stash (`stash`) to M=/tmp/smollm2, and its Q8_0 / Q4_K_M.
+  M=/tmp/smollm2 && mkdir -p $M
+  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
+  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
+  for q in Q8_0 Q4_K_M; do
+    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
+  done
+}
+smol_ppl() {  # smol_ppl TIMEOUT: perplexity of SmolLM2 Q8_0 and Q4_1 (smol_models) on the CPU and CUDA
+  for q in Q8_0 Q4_1; do
+    for dev in cpu cuda; do
+      echo "$q $dev: $(timeout $1 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
+    done
+  done
+}
 batched() {
   # llama-batched-bench and hf2q bench --parallel on the 8B Q4_K_M (512-token prompts, 128 steps).
   m=$W/l8b.q4_k_m.gguf
@@ -359,20 +375,12 @@ s11)
   # s9c, in /tmp/stash): greedy chat goldens on CUDA against the CPU with logit margins where they
   # part, for hf2q and then for llama.cpp itself (llama-server -fa on, -ngl 99 against -ngl 0: how
   # far the peer's own CUDA parts from its CPU on the same replies); perplexity on both backends.
-  M=/tmp/smollm2 && mkdir -p $M
-  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
-  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
-  for q in Q8_0 Q4_K_M; do
-    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
-  done
+  stash
+  smol_models
   timeout 150 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 12
   wait_builds
   GM_SERVER=llama timeout 150 python3 bench/cuda/golden_margins.py /tmp/lc/b/bin/llama-server $M 2>&1 | tee $OUT/smollm2-goldens-llama.txt | tail -n 12
-  for q in Q8_0 Q4_1; do
-    for dev in cpu cuda; do
-      echo "$q $dev: $(timeout 60 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
-    done
-  done
+  smol_ppl 60
   ;;
 s8a)
   # 2026-12-04, eighth session (carrying .dev: the build with the fused float-weight products;
@@ -828,18 +836,9 @@ e3)
   # (Carrying .dev2/stashB.) SmolLM2's goldens with logit margins on CUDA against the CPU attending
   # in f32 (not ggml's f16 rounding); perplexity on both.
   stash
-  M=/tmp/smollm2 && mkdir -p $M
-  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
-  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
-  for q in Q8_0 Q4_K_M; do
-    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
-  done
+  smol_models
   GM_ENV_A=HF2Q_CPU_ATTN_F32=1 timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens-cpu-f32.txt | tail -n 4
-  for q in Q8_0 Q4_1; do
-    for dev in cpu cuda; do
-      echo "$q $dev: $(timeout 100 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
-    done
-  done
+  smol_ppl 100
   ;;
 e2)
   # Last call of the first chain: per-kernel GPU times of decode steps (HF2Q_CUDA_PROFILE) on the
@@ -965,21 +964,12 @@ d3)
   # Third call (carrying .dev/stashB, the second half): SmolLM2's goldens with logit margins and
   # perplexity on the CPU and CUDA; n-gram speculation on SmolLM2 Q8_0 on CUDA (bench/spec/run.py).
   stash
-  M=/tmp/smollm2 && mkdir -p $M
-  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
-  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
-  for q in Q8_0 Q4_K_M; do
-    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
-  done
+  smol_models
   DEVICE=cuda PYTHONUNBUFFERED=1 timeout 200 python3 bench/spec/run.py $H $M $OUT/spec-cuda.json 2>&1 | tee $OUT/spec-cuda.txt
   timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 4
   # CUDA against the CPU attending in f32 (bench/runs/2026-12-03-xeon-2c/attn-f32).
   GM_ENV_A=HF2Q_CPU_ATTN_F32=1 timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens-cpu-f32.txt | tail -n 1
-  for q in Q8_0 Q4_1; do
-    for dev in cpu cuda; do
-      echo "$q $dev: $(timeout 100 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
-    done
-  done
+  smol_ppl 100
   ;;
 c6)
   # 2026-12-03, third session, fourth machine (carrying .dev: bins.tar.xz of the final build, with
@@ -1158,18 +1148,9 @@ n3)
   # CPU and CUDA; the MoE against llama-bench (and with the device routing off, to compare); PDL on
   # to compare and per-kernel GPU times of decode steps on the 8B Q4_K_M.
   stash
-  M=/tmp/smollm2 && mkdir -p $M
-  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
-  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
-  for q in Q8_0 Q4_K_M; do
-    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
-  done
+  smol_models
   timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 12
-  for q in Q8_0 Q4_1; do
-    for dev in cpu cuda; do
-      echo "$q $dev: $(timeout 100 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
-    done
-  done
+  smol_ppl 100
   for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
   grep -E "make_model|Elapsed|moe layers" /tmp/mk.log | tail -n 3 | tee -a $OUT/make.txt
   bench_pair moe $W/moe.q4_k_m.gguf
@@ -1388,12 +1369,7 @@ s3)
   stash
   serve_pair 16
   serve_pair 64
-  M=/tmp/smollm2 && mkdir -p $M
-  cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
-  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
-  for q in Q8_0 Q4_K_M; do
-    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
-  done
+  smol_models
   python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt
   for q in Q8_0 Q4_1; do
     for dev in cpu cuda; do
