@@ -34,7 +34,10 @@
 #            half); `s9c auto` .dev2 (its second half); s11 the goldens (hf2q's and llama.cpp's CUDA
 #            against their CPUs); s10 sampled serving; `s9d auto` greedy serving with the variants.
 #            When a call gets no machine (2026-12-05: ~3 minutes of device time spent), each later
-#            call for ~10 minutes is refused at 15 s of device time each.
+#            call for ~10 minutes is refused at 15 s of device time each. (Run 2026-12-05 on an H100:
+#            bench/runs/2026-12-05-h100.)
+#   s12    : the build with the GPU's top-k and sampling on by default: their op tests and sampled
+#            serving against both off (carry .dev).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -126,7 +129,7 @@ serve_pair() {
   $H serve -m $m --device cuda --parallel $n -c 704 --port 8082 "$@" > /tmp/hs.log 2>&1 &
   local srv=$!
   for i in $(seq 1 120); do curl -sf localhost:8082/readyz > /dev/null && break; sleep 1; done
-  python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 $n 512 128 128256 ${SERVE_TEMP:-0} ${SERVE_TOPK:-40} | sed "s/^/hf2q --parallel $n $* temp ${SERVE_TEMP:-0} top_k ${SERVE_TOPK:-40} HF2Q_CUDA_TOPK=${HF2Q_CUDA_TOPK:-0} HF2Q_CUDA_SAMPLE=${HF2Q_CUDA_SAMPLE:-0}: /" | tee -a $OUT/serve.txt
+  python3 bench/cuda/serve_bench.py http://127.0.0.1:8082 $n 512 128 128256 ${SERVE_TEMP:-0} ${SERVE_TOPK:-40} | sed "s/^/hf2q --parallel $n $* temp ${SERVE_TEMP:-0} top_k ${SERVE_TOPK:-40} HF2Q_CUDA_TOPK=${HF2Q_CUDA_TOPK:-1} HF2Q_CUDA_SAMPLE=${HF2Q_CUDA_SAMPLE:-1}: /" | tee -a $OUT/serve.txt
   kill $srv; wait $srv
   tail -n 3 /tmp/hs.log >> $OUT/serve-hf2q-log.txt
 }
@@ -381,6 +384,29 @@ s11)
   wait_builds
   GM_SERVER=llama timeout 150 python3 bench/cuda/golden_margins.py /tmp/lc/b/bin/llama-server $M 2>&1 | tee $OUT/smollm2-goldens-llama.txt | tail -n 12
   smol_ppl 60
+  ;;
+s12)
+  # Written 2026-12-05 (twelfth session), carrying .dev (bins.tar.xz of the build with top_rows and
+  # sample_rows on by default; until 2026-12-05 HF2Q_CUDA_TOPK / _SAMPLE=1 turned them on, and the
+  # labels of serve_pair read 0 when unset): their op tests, then the 8B Q4_K_M and sampled serving
+  # at 16 and 64 streams (temperature 1, the whole vocabulary; top_k 40 at 64) with the defaults and
+  # with both off; generate's seeded tokens the same either way.
+  unpack
+  machine_info
+  bg_make q4_k_m
+  op_tests sample_rows top_rows
+  wait_for MAKE-END
+  grep -E "make_model|Elapsed" /tmp/mk.log > $OUT/make.txt
+  export SERVE_TEMP=1 SKIP_LLAMA=1
+  for n in 16 64; do
+    SERVE_TOPK=0 serve_pair $n
+    HF2Q_CUDA_SAMPLE=0 HF2Q_CUDA_TOPK=0 SERVE_TOPK=0 serve_pair $n
+  done
+  SERVE_TOPK=40 serve_pair 64
+  HF2Q_CUDA_SAMPLE=0 HF2Q_CUDA_TOPK=0 SERVE_TOPK=40 serve_pair 64
+  for e in X=1 HF2Q_CUDA_SAMPLE=0; do
+    echo "$e $(env $e timeout 60 $H generate -m $W/l8b.q4_k_m.gguf --device cuda -p "The capital of France is" -n 48 --temp 1 --top-k 0 --top-p 1 --min-p 0 --seed 5 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
+  done
   ;;
 s8a)
   # 2026-12-04, eighth session (carrying .dev: the build with the fused float-weight products;
