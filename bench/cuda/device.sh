@@ -38,6 +38,8 @@
 #            bench/runs/2026-12-05-h100.)
 #   s12    : the build with the GPU's top-k and sampling on by default: their op tests and sampled
 #            serving against both off (carry .dev).
+#   next H200 session: s9a (carry .dev), s13 (the MoE router at four warps a row; sampled serving
+#            with the new defaults against llama-server), `s9c` (both tools on the four files).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -384,6 +386,25 @@ s11)
   wait_builds
   GM_SERVER=llama timeout 150 python3 bench/cuda/golden_margins.py /tmp/lc/b/bin/llama-server $M 2>&1 | tee $OUT/smollm2-goldens-llama.txt | tail -n 12
   smol_ppl 60
+  ;;
+s13)
+  # Written 2026-12-05 (twelfth session) for the next H200 chain: `s9a` (carry .dev: the build with
+  # top_rows / sample_rows on by default; fresh machine, op tests, fixtures, models, llama.cpp), then
+  # s13, then `s9c` (both tools on the four files). The MoE's router product (128 rows of F32, the
+  # only float-weight product of a Q4_K_M MoE step) at up to four warps a row (HF2Q_CUDA_WPR=4)
+  # against one (the default since session 8, chosen on the 8B BF16); sampled serving at 16 and 64
+  # streams against llama-server with the new defaults (on the H100: bench/runs/2026-12-05-h100).
+  wait_for MOE-END
+  m=$W/moe.q4_k_m.gguf
+  ab moe $m X=1 HF2Q_CUDA_WPR=4
+  greedy_ab $m X=1 HF2Q_CUDA_WPR=4
+  wait_builds
+  export SERVE_TEMP=1
+  for n in 16 64; do SERVE_TOPK=0 serve_pair $n; done
+  SERVE_TOPK=40 serve_pair 64
+  for e in X=1 HF2Q_CUDA_SAMPLE=0; do
+    echo "$e $(env $e timeout 60 $H generate -m $W/l8b.q4_k_m.gguf --device cuda -p "The capital of France is" -n 48 --temp 1 --top-k 0 --top-p 1 --min-p 0 --seed 5 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
+  done
   ;;
 s12)
   # Written 2026-12-05 (twelfth session), carrying .dev (bins.tar.xz of the build with top_rows and
