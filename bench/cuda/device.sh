@@ -38,8 +38,10 @@
 #            bench/runs/2026-12-05-h100.)
 #   s12    : the build with the GPU's top-k and sampling on by default: their op tests and sampled
 #            serving against both off (carry .dev).
-#   next H200 session: s9a (carry .dev), s13 (the MoE router at four warps a row; sampled serving
-#            with the new defaults against llama-server), `s9c` (both tools on the four files).
+#   next H200 session: s9a (carry .dev), s13 (the MoE router at four warps a row; each MoE
+#            kernel's cost with launches overlapping, HF2Q_CUDA_TWICE; sampled serving with the new
+#            defaults against llama-server), s14 (the same costs on the 8B BF16; both tools on the
+#            four files).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -303,6 +305,15 @@ ab() {
   local tag=$1 m=$2; shift 2
   for i in 1 2; do for c in "$@"; do tgp $tag $m $c; done; done
 }
+twice() {
+  # twice TAG FILE NAME ...: tg128 (tgp) with every launch of kernel NAME recorded twice
+  # (HF2Q_CUDA_TWICE), one NAME after another, the defaults (X=1) first and last: a step's time
+  # with a kernel doubled, less the defaults', is what that kernel costs where launches overlap.
+  local tag=$1 m=$2; shift 2
+  tgp $tag $m X=1
+  for k in "$@"; do tgp $tag $m HF2Q_CUDA_TWICE=$k; done
+  tgp $tag $m X=1
+}
 case $phase in
 s9a)
   # Written 2026-12-04, ninth session, which had no device time left (carrying .dev: the build with
@@ -387,10 +398,18 @@ s11)
   GM_SERVER=llama timeout 150 python3 bench/cuda/golden_margins.py /tmp/lc/b/bin/llama-server $M 2>&1 | tee $OUT/smollm2-goldens-llama.txt | tail -n 12
   smol_ppl 60
   ;;
+s14)
+  # Written 2026-12-05 for the next H200 chain, after s13: what each of the 8B BF16 step's kernels
+  # costs with launches overlapping (`twice`), then both tools on the four files.
+  wait_for bf16-END
+  twice bf16 $W/l8b.bf16.gguf mmv_TY_BF16g_1 mmv_TY_BF16_1 mmv_TY_BF163_1 binary attn_dec_f16 rms_norm_q8 \
+    attn_combine_q8 rope_store_kv
+  bench_four
+  ;;
 s13)
   # Written 2026-12-05 (twelfth session) for the next H200 chain: `s9a` (carry .dev: the build with
   # top_rows / sample_rows on by default; fresh machine, op tests, fixtures, models, llama.cpp), then
-  # s13, then `s9c` (both tools on the four files). The MoE's router product (128 rows of F32, the
+  # s13, then s14. The MoE's router product (128 rows of F32, the
   # only float-weight product of a Q4_K_M MoE step) at up to four warps a row (HF2Q_CUDA_WPR=4)
   # against one (the default since session 8, chosen on the 8B BF16); sampled serving at 16 and 64
   # streams against llama-server with the new defaults (on the H100: bench/runs/2026-12-05-h100).
@@ -398,6 +417,10 @@ s13)
   m=$W/moe.q4_k_m.gguf
   ab moe $m X=1 HF2Q_CUDA_WPR=4
   greedy_ab $m X=1 HF2Q_CUDA_WPR=4
+  # What each of the MoE step's kernels costs with launches overlapping (names as the profile of
+  # bench/runs/2026-12-05-h100 call 2 prints them).
+  twice moe $m moe_route add_rms_norm_q8 attn_dec_f16 mmq_moe_v_TY_Q4_K mmq_moe_v_TY_Q6_K mmq_v5_TY_Q4_K \
+    mmq_v_TY_Q6_K rope_store_kv mmv_TY_F32_1 attn_combine_q8 glu_q8
   wait_builds
   export SERVE_TEMP=1
   for n in 16 64; do SERVE_TOPK=0 serve_pair $n; done

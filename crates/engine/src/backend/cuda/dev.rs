@@ -161,6 +161,11 @@ pub struct Dev {
     prof: Option<super::prof::Prof>,
     /// Per-replay timing (`HF2Q_CUDA_STEP_TIMES`).
     step_times: Option<super::prof::StepTimes>,
+    /// A kernel whose every launch is recorded twice (`HF2Q_CUDA_TWICE=NAME`, a name as the
+    /// profile prints it): a step's time with it against without is what that kernel costs where
+    /// launches overlap, which the event-timed profile cannot show. For timing only: a kernel that
+    /// updates its input in place gives other numbers when run twice.
+    twice: Option<String>,
     /// The host side of reads (`read_with`).
     pinned: Mutex<Pinned>,
     /// Deferred argmaxes and page-locked step uploads (`feed.rs`).
@@ -309,6 +314,7 @@ impl Dev {
             seq: std::sync::atomic::AtomicU64::new(0),
             prof: super::prof::Prof::from_env(),
             step_times: super::prof::StepTimes::from_env(),
+            twice: std::env::var("HF2Q_CUDA_TWICE").ok().filter(|v| !v.is_empty()),
             pinned: Mutex::new(Pinned {
                 host: PageLocked::null(),
                 len: 0,
@@ -498,8 +504,12 @@ impl Dev {
             args: args.to_vec(),
             early,
         };
+        let twice = self.twice.as_deref() == Some(name);
         let waiting = {
             let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
+            if twice {
+                rec.pending.push(l.clone());
+            }
             rec.pending.push(l);
             rec.pending.len()
         };
