@@ -187,12 +187,7 @@ t1|t2|t3)
   [ $phase = t1 ] && unpack $PWD/.dev1
   ls -la /tmp/stash
   if [ $phase = t3 ]; then
-    M=/tmp/smollm2 && mkdir -p $M
-    cat /tmp/stash/smol.part.* > $M/SmolLM2-135M-Instruct.Q4_1.gguf
-    sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
-    for q in Q8_0 Q4_K_M; do
-      $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
-    done
+    smol_models
     GM_ENV_A=HF2Q_CPU_ATTN_F32=1 timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens-cpu-f32.txt | tail -n 6
     for q in Q8_0 Q4_1; do
       echo "$q cuda: $(timeout 60 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device cuda -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
