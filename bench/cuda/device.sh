@@ -39,10 +39,10 @@
 #            bench/runs/2026-12-05-h100.)
 #   s12    : the build with the GPU's top-k and sampling on by default: their op tests and sampled
 #            serving against both off (carry .dev).
-#   next H200 session: s9a (carry .dev), s13 (the MoE router at four warps a row; each MoE
-#            kernel's cost with launches overlapping, HF2Q_CUDA_TWICE; sampled serving with the new
-#            defaults against llama-server), s14 (the same costs on the 8B BF16; both tools on the
-#            four files).
+#   next H200 session: s15 (carry .dev: a fresh machine, the op tests, the fixtures with the MoE's
+#            two new variants), s13 (the MoE variants' A/B; each MoE kernel's cost with launches
+#            overlapping, HF2Q_CUDA_TWICE), s14 (the same costs on the 8B BF16; sampled serving
+#            against llama-server; both tools on the four files with the variants chosen).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -217,17 +217,20 @@ fixtures() {  # fixtures DIR NAME: the engine fixtures in DIR on CUDA, to NAME.t
   HF2Q_FIXTURES=$1 timeout 200 /tmp/bin/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/$2.txt | grep -E "NOT RUN|test result|panicked|q8_0|over" | head -60
 }
 chosen() {
-  # The launch-saving variants that measured faster than the defaults (X=1) in s9b's A/B
-  # (/tmp/ab-s9b.txt), as ENV=V words: a variant is chosen when its median tg128 alone beats the
-  # defaults' by more than 0.3 % (about twice tgp's spread) on every file it was measured on.
-  python3 - /tmp/ab-s9b.txt <<'PY'
+  # chosen [FILE VARIANT ...]: the launch-saving variants that measured faster than the defaults
+  # (X=1) in an A/B (FILE; by default s9b's, /tmp/ab-s9b.txt, and its four variants), as ENV=V
+  # words: a variant is chosen when its median tg128 alone beats the defaults' by more than 0.3 %
+  # (about twice tgp's spread) on every file it was measured on.
+  local f=${1:-/tmp/ab-s9b.txt}
+  [ $# -gt 0 ] && shift
+  python3 - $f "${@:-HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_ADD_FUSE=1 HF2Q_CUDA_ROUTE_FUSE=1 HF2Q_CUDA_GLU_FUSE=1}" <<'PY'
 import re, sys, statistics
 ts = {}
 for line in open(sys.argv[1]):
     m = re.match(r"(\S+) (.*?) plain .*tg128 \| ([0-9.]+)", line)
     if m: ts.setdefault((m.group(1), m.group(2)), []).append(float(m.group(3)))
 out = []
-for v in ["HF2Q_CUDA_ATTN_MERGE=1", "HF2Q_CUDA_ADD_FUSE=1", "HF2Q_CUDA_ROUTE_FUSE=1", "HF2Q_CUDA_GLU_FUSE=1"]:
+for v in " ".join(sys.argv[2:]).split():
     r = [statistics.median(x) / statistics.median(ts[(t, "X=1")]) for (t, s), x in ts.items() if s == v and (t, "X=1") in ts]
     print(v, ["%.4f" % q for q in r], file=sys.stderr)
     if r and min(r) > 1.003: out.append(v)
@@ -399,36 +402,54 @@ s11)
   GM_SERVER=llama timeout 150 python3 bench/cuda/golden_margins.py /tmp/lc/b/bin/llama-server $M 2>&1 | tee $OUT/smollm2-goldens-llama.txt | tail -n 12
   smol_ppl 60
   ;;
+s15)
+  # Written 2026-12-05 (thirteenth session): the first call of the next H200 chain (carry .dev: the
+  # build with two more MoE variants, off by default, that save a launch a layer without a last
+  # block: HF2Q_CUDA_GLU_DOWN=1, the down products make their pair's GLU in every block, no
+  # glu_q8; HF2Q_CUDA_SUM_NORM=1, the MoE combine made by the next residual add and norm, no
+  # weighted_sum_rows). A fresh machine, every op test (the moe one runs both variants against
+  # the launches they replace, bit for bit), the fixtures and decode_greedy with the defaults,
+  # then with both on; llama.cpp with its server and the models in the background.
+  LC_BUILD=bg_llama fresh_bf16
+  export HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1
+  fixtures $D/fixtures engine-tiny-moe-variants
+  HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy-variants.txt | grep -E "test result|panicked|NOT RUN"
+  tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
+  ;;
+s13)
+  # After s15: the MoE's two new variants and the router's product at up to four warps a row
+  # (HF2Q_CUDA_WPR=4) against the defaults, tg128, alternating; the greedy tokens under each;
+  # then what each of the MoE step's kernels costs with launches overlapping (`twice`; names as
+  # the profile of bench/runs/2026-12-05-h100 call 2 prints them).
+  wait_for MOE-END
+  m=$W/moe.q4_k_m.gguf
+  both="HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1"
+  ab moe $m X=1 HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1 "$both" HF2Q_CUDA_WPR=4
+  greedy_ab $m X=1 "$both" HF2Q_CUDA_WPR=4
+  cp $OUT/ab.txt /tmp/ab-s13.txt
+  twice moe $m moe_route add_rms_norm_q8 attn_dec_f16 mmq_moe_v_TY_Q4_K mmq_moe_v_TY_Q6_K mmq_v5_TY_Q4_K \
+    mmq_v_TY_Q6_K rope_store_kv mmv_TY_F32_1 attn_combine_q8 glu_q8 weighted_sum_rows
+  ;;
 s14)
-  # Written 2026-12-05 for the next H200 chain, after s13: what each of the 8B BF16 step's kernels
-  # costs with launches overlapping (`twice`), then both tools on the four files.
+  # After s13: what each of the 8B BF16 step's kernels costs with launches overlapping (`twice`);
+  # sampled serving with the GPU's draws (the default) against llama-server at 16 and 64 streams
+  # and with top_k 40; both tools on the four files with the MoE variants that measured faster
+  # in s13 (`chosen`).
   wait_for bf16-END
   twice bf16 $W/l8b.bf16.gguf mmv_TY_BF16g_1 mmv_TY_BF16_1 mmv_TY_BF163_1 binary attn_dec_f16 rms_norm_q8 \
     attn_combine_q8 rope_store_kv
-  bench_four
-  ;;
-s13)
-  # Written 2026-12-05 (twelfth session) for the next H200 chain: `s9a` (carry .dev: the build with
-  # top_rows / sample_rows on by default; fresh machine, op tests, fixtures, models, llama.cpp), then
-  # s13, then s14. The MoE's router product (128 rows of F32, the
-  # only float-weight product of a Q4_K_M MoE step) at up to four warps a row (HF2Q_CUDA_WPR=4)
-  # against one (the default since session 8, chosen on the 8B BF16); sampled serving at 16 and 64
-  # streams against llama-server with the new defaults (on the H100: bench/runs/2026-12-05-h100).
-  wait_for MOE-END
-  m=$W/moe.q4_k_m.gguf
-  ab moe $m X=1 HF2Q_CUDA_WPR=4
-  greedy_ab $m X=1 HF2Q_CUDA_WPR=4
-  # What each of the MoE step's kernels costs with launches overlapping (names as the profile of
-  # bench/runs/2026-12-05-h100 call 2 prints them).
-  twice moe $m moe_route add_rms_norm_q8 attn_dec_f16 mmq_moe_v_TY_Q4_K mmq_moe_v_TY_Q6_K mmq_v5_TY_Q4_K \
-    mmq_v_TY_Q6_K rope_store_kv mmv_TY_F32_1 attn_combine_q8 glu_q8
   wait_builds
   export SERVE_TEMP=1
   for n in 16 64; do SERVE_TOPK=0 serve_pair $n; done
   SERVE_TOPK=40 serve_pair 64
+  unset SERVE_TEMP
   for e in X=1 HF2Q_CUDA_SAMPLE=0; do
     echo "$e $(env $e timeout 60 $H generate -m $W/l8b.q4_k_m.gguf --device cuda -p "The capital of France is" -n 48 --temp 1 --top-k 0 --top-p 1 --min-p 0 --seed 5 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
   done
+  c=$(chosen /tmp/ab-s13.txt HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1)
+  echo "chosen: $c" | tee $OUT/chosen.txt
+  for e in $c; do export "$e"; done
+  bench_four
   ;;
 s12)
   # Written 2026-12-05 (twelfth session), carrying .dev (bins.tar.xz of the build with top_rows and

@@ -490,6 +490,21 @@ impl Dev {
         self.record(name, grid, block, args, self.pdl);
     }
 
+    /// The arguments of the last launch recorded and not yet issued, taken back (it will not
+    /// run), where it is of kernel `name` and `keep` accepts its arguments: a launch that does
+    /// its work too is recorded in its place. Never while a kernel is recorded twice.
+    pub(super) fn take_last(&self, name: &str, keep: impl Fn(&[A]) -> bool) -> Option<Vec<A>> {
+        let f = *self.kernels.by_name.get(name)?;
+        if self.twice.is_some() {
+            return None;
+        }
+        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
+        match rec.pending.last() {
+            Some(l) if l.f == f && keep(&l.args) => rec.pending.pop().map(|l| l.args),
+            _ => None,
+        }
+    }
+
     fn record(&self, name: &str, grid: (u32, u32), block: u32, args: &[A], early: bool) {
         let f = *self
             .kernels
@@ -766,6 +781,7 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "rms_norm_q8",
                 "add_rms_norm",
                 "add_rms_norm_q8",
+                "add_ws_rms_norm_q8",
                 "glu_q8",
                 "head_rms_norm",
                 "layer_norm",
@@ -822,6 +838,8 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 v.push(format!("mmq_moe_v_{}", ty_name(t)));
                 v.push(format!("mmq_moe_glu_{}", ty_name(t)));
                 v.push(format!("mmq_moe_glu_v_{}", ty_name(t)));
+                v.push(format!("mmq_moe_gd_{}", ty_name(t)));
+                v.push(format!("mmq_moe_gd_v_{}", ty_name(t)));
                 v.push(format!("mmq_v_{}", ty_name(t)));
                 v.extend(MMQ_MOE_NT.iter().map(|k| format!("mmq_moe_g_{}_{k}", ty_name(t))));
                 v.push(format!("tile_{}", ty_name(t)));

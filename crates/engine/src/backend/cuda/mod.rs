@@ -108,8 +108,8 @@ pub struct Cuda {
     /// Which launch-saving variants (`Fused`) are on: `with_fused`, or each one's variable
     /// (`Fused::var`) set to 1. Off by default: each measured slower on an H100 (tg128, median of
     /// two: the MoE 0.94× / 0.99× / 0.98× for AttnMerge / Route / Glu, the 8B BF16 0.99× / 0.77×
-    /// for AttnMerge / Add; bench/runs/2026-12-05-h100, call 2).
-    fuse: [bool; 4],
+    /// for AttnMerge / Add; bench/runs/2026-12-05-h100, call 2). GluDown and SumNorm: not yet measured.
+    fuse: [bool; 6],
     /// `Backend::top_of_rows` on the GPU (`top_rows`: the values asked for cross to the host,
     /// not the rows); `HF2Q_CUDA_TOPK=0` or `with_tops(false)` reads the rows instead. On an
     /// H100, 64 streams of top_k 40: 1,528.6 against 1,033.0 tokens/s (2026-12-05-h100, call 5).
@@ -120,16 +120,17 @@ pub struct Cuda {
     /// 810.7 tokens/s, the same seeded tokens (2026-12-05-h100, call 5).
     draws: bool,
     /// Launches so far that did another's work too (`Fused`; for the op tests).
-    fused: [std::sync::atomic::AtomicUsize; 4],
+    fused: [std::sync::atomic::AtomicUsize; 6],
     /// Most warps per output row of the matrix-vector kernels (`warps_per_row`):
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
     /// against 219.2 at 2 and 218.9 at 4 (bench/runs/2026-12-04-h200/cuda-session8, call 7).
     wpr_cap: usize,
 }
 
-/// Launches that do another's work too, in the last of their blocks to finish (counted through
-/// a device counter that it sets back to 0), so that a decode step has fewer launches
-/// (`Cuda::with_fused`, `Cuda::fused`).
+/// Launches that do another's work too, so that a decode step has fewer launches
+/// (`Cuda::with_fused`, `Cuda::fused`): the first four in the last of their blocks to finish
+/// (counted through a device counter that it sets back to 0), `GluDown` and `SumNorm` in every
+/// block.
 #[derive(Clone, Copy, Debug)]
 pub enum Fused {
     /// Decode attention (`attn_dec_f16`) whose last block of each (row, KV head) merges the
@@ -141,10 +142,23 @@ pub enum Fused {
     Glu,
     /// The fused FFN input that also does the residual add before it (no `binary`).
     Add,
+    /// MoE down products whose blocks each make their pair's GLU, quantized, in shared memory
+    /// (no `glu_q8`; no counter: every block of a pair makes the same few hundred values).
+    GluDown,
+    /// A residual add and norm whose addend is the MoE combine recorded just before it: the
+    /// combine made in the norm's launch (no `weighted_sum_rows`; no counter).
+    SumNorm,
 }
 
 impl Fused {
-    pub const ALL: [Fused; 4] = [Fused::AttnMerge, Fused::Route, Fused::Glu, Fused::Add];
+    pub const ALL: [Fused; 6] = [
+        Fused::AttnMerge,
+        Fused::Route,
+        Fused::Glu,
+        Fused::Add,
+        Fused::GluDown,
+        Fused::SumNorm,
+    ];
 
     /// The environment variable that turns it on (`=1`).
     pub fn var(self) -> &'static str {
@@ -153,6 +167,8 @@ impl Fused {
             Fused::Route => "HF2Q_CUDA_ROUTE_FUSE",
             Fused::Glu => "HF2Q_CUDA_GLU_FUSE",
             Fused::Add => "HF2Q_CUDA_ADD_FUSE",
+            Fused::GluDown => "HF2Q_CUDA_GLU_DOWN",
+            Fused::SumNorm => "HF2Q_CUDA_SUM_NORM",
         }
     }
 }
@@ -1167,11 +1183,27 @@ impl Cuda {
         } else {
             args.extend([A::I(x.cols as i32), A::F(eps)]);
         }
-        let name = format!(
+        let mut name = format!(
             "{}rms_norm{}",
             if y.is_some() { "add_" } else { "" },
             if q8 { "_q8" } else { "" }
         );
+        // y the MoE combine recorded just before (`Fused::SumNorm`): made here instead.
+        if let Some(y) = y.filter(|_| q8 && self.fuse_on(Fused::SumNorm)) {
+            let (rows, cols) = (A::I(x.rows as i32), A::I(x.cols as i32));
+            let ws = self.dev.take_last("weighted_sum_rows", |a| {
+                a.len() == 7 && a[3] == A::P(y.ptr) && a[4] == rows && a[6] == cols
+            });
+            if let Some(ws) = ws {
+                // (src, pos, weights, sum, k_per) then x and the rest without y.
+                let mut fused = vec![ws[0], ws[1], ws[2], ws[3], ws[5]];
+                fused.push(args[0]);
+                fused.extend_from_slice(&args[2..]);
+                args = fused;
+                name = "add_ws_rms_norm_q8".into();
+                self.count_fused(Fused::SumNorm);
+            }
+        }
         // A thread per four values (16-byte loads), up to 1024: one row is one block (when
         // quantizing, 64 threads per unit of 256 values).
         let threads = if q8 {

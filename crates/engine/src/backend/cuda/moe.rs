@@ -15,6 +15,9 @@ use cudarc::driver::CudaSlice;
 use gguf::GgmlType;
 use std::sync::atomic::Ordering;
 
+/// The most values of a pair's GLU that `mmq_moe_gd_*` makes in shared memory (`GLU_MAX`, mmq.cu).
+const GLU_MAX: usize = 2048;
+
 /// The most (row, slot) pairs a step multiplies each on its own: each pair reads its expert's
 /// weights alone, which for one to a few decode rows is what the step reads anyway (their experts
 /// mostly differ); wider steps group the pairs by expert, so each expert's weights are read once
@@ -274,6 +277,12 @@ impl Cuda {
             Glu::Swiglu => 2,
             Glu::Geglu => 3,
         };
+        // The down products making each pair's GLU themselves (`Fused::GluDown`): no glu_q8.
+        let glu_down = !grouped
+            && !glu_fused
+            && ff_pad <= GLU_MAX
+            && super::mmq::mmq_v_on()
+            && self.fuse_on(super::Fused::GluDown);
         let act2 = if glu_fused {
             // The GLU of every pair, quantized for the down products, by the gate / up launch.
             let act2 = ActScratch::packed(base + 4 * glu_at as u64, pairs * ff_pad);
@@ -291,6 +300,29 @@ impl Cuda {
                 expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate)], false, &[]);
                 expert_mm(u_ty, act, n_pad, r.k, n_ff, &[(up_t, up)], false, &[]);
             }
+            if glu_down {
+                bufs.slots.set_shape(pairs, n);
+                let args = [
+                    A::P(gate),
+                    A::P(up),
+                    A::I(n_ff as i32),
+                    A::I(op),
+                    A::I(ff_pad as i32),
+                    A::I((ff_pad / 256) as i32),
+                    A::P(ids),
+                    A::I(n as i32),
+                    A::P(down_t),
+                    A::P(bufs.slots.ptr),
+                ];
+                let name = format!("mmq_moe_gd_v_{}", ty_name(d_ty));
+                if d_ty != GgmlType::Q8_0 || super::mmq::pdl_q8() {
+                    launch(&name, ((pairs * n.div_ceil(16)) as u32, 1), 128, &args);
+                } else {
+                    self.dev.launch(&name, ((pairs * n.div_ceil(16)) as u32, 1), 128, &args);
+                }
+                self.count_fused(super::Fused::GluDown);
+                return self.moe_sum(t, r.k, n, bufs, 0, ws, out);
+            }
             // The GLU of every pair, quantized for the down products (the scratch's first pairs
             // rows).
             let act2 = self.act_scratch(pairs, ff_pad);
@@ -303,22 +335,39 @@ impl Cuda {
         };
         bufs.slots.set_shape(pairs, n);
         expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)], true, &[]);
+        // Grouped, the slots are in sorted order: each pair's row found through its position.
+        self.moe_sum(t, r.k, n, bufs, if grouped { pos } else { 0 }, ws, out)
+    }
+
+    /// The weighted sum of each row's k slots (rows `pos[p]` of the slots where `pos` is not 0)
+    /// into `out` (t rows of n); true.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_sum(
+        &self,
+        t: usize,
+        k: usize,
+        n: usize,
+        bufs: &MoeBufs<Cuda>,
+        pos: u64,
+        ws: u64,
+        out: &mut CudaBuf,
+    ) -> bool {
         out.set_shape(t, n);
-        launch(
-            "weighted_sum_rows",
-            (t as u32, blocks(n as u64, 256)),
-            256,
-            &[
-                A::P(bufs.slots.ptr),
-                // Grouped, the slots are in sorted order: each pair's row found through its position.
-                A::P(if grouped { pos } else { 0 }),
-                A::P(ws),
-                A::P(out.ptr),
-                A::I(t as i32),
-                A::I(r.k as i32),
-                A::I(n as i32),
-            ],
-        );
+        let args = [
+            A::P(bufs.slots.ptr),
+            A::P(pos),
+            A::P(ws),
+            A::P(out.ptr),
+            A::I(t as i32),
+            A::I(k as i32),
+            A::I(n as i32),
+        ];
+        let grid = (t as u32, blocks(n as u64, 256));
+        if moe_early() {
+            self.dev.launch_early("weighted_sum_rows", grid, 256, &args);
+        } else {
+            self.dev.launch("weighted_sum_rows", grid, 256, &args);
+        }
         true
     }
 

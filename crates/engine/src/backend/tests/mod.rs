@@ -1140,12 +1140,15 @@ pub fn moe<B: Backend>(b: &B, seed: u64) -> (usize, Vec<Vec<f32>>) {
         softmax_first: true,
         normalize: true,
     };
-    let mut specs: Vec<(String, GgmlType, [usize; 2], Vec<f32>)> = vec![(
-        "router".into(),
-        GgmlType::F32,
-        [n, n_expert],
-        values(n * n_expert, 3 + 1000 * seed),
-    )];
+    let mut specs: Vec<(String, GgmlType, [usize; 2], Vec<f32>)> = vec![
+        (
+            "router".into(),
+            GgmlType::F32,
+            [n, n_expert],
+            values(n * n_expert, 3 + 1000 * seed),
+        ),
+        ("norm".into(), GgmlType::F32, [n, 1], values(n, 5 + 1000 * seed)),
+    ];
     for e in 0..n_expert {
         for (name, ty, shape, s0) in [
             ("gate", GgmlType::Q4_K, [n, n_ff], 100),
@@ -1166,6 +1169,7 @@ pub fn moe<B: Backend>(b: &B, seed: u64) -> (usize, Vec<Vec<f32>>) {
         .collect();
     let ws = Weights::new(&refs);
     let router = ws.load(b, "router", true);
+    let norm_w = ws.load(b, "norm", false);
     let experts: Vec<Ffn<B>> = (0..n_expert)
         .map(|e| Ffn {
             gate: ws.load(b, &format!("gate{e}"), true),
@@ -1200,13 +1204,24 @@ pub fn moe<B: Backend>(b: &B, seed: u64) -> (usize, Vec<Vec<f32>>) {
         b.run(|| moe_ffn_routed_on_host(b, &router, &experts, &r, Glu::Swiglu, &xb, &xb, &mut t, None, &mut out))
             .unwrap();
         let host = b.read(&out);
-        let on_device = b.run(|| b.moe_ffn_on_device(&router, &experts, &r, Glu::Swiglu, &xb, &xb, &mut t, &mut out));
+        // On the device, then the residual add and norm after a MoE FFN (which the combine may
+        // go into) and a product of the norm's (quantized) output.
+        let (mut resid, mut xn, mut prod) = (buf(b, rows, n, &x), b.alloc(rows, n), b.alloc(rows, n_ff));
+        let on_device = b.run(|| {
+            let on = b.moe_ffn_on_device(&router, &experts, &r, Glu::Swiglu, &xb, &xb, &mut t, &mut out);
+            if on {
+                b.add_rms_norm(&mut resid, &out, &norm_w, 1e-6, &mut xn);
+                b.matmul(&experts[0].gate, &xn, &mut prod);
+            }
+            on
+        });
         if on_device {
             device_steps += 1;
             // The same int8 products on both paths: a different rounding order in the GLU can move
             // a rare hidden value by one int8 step, |w_down| · step ≈ 5e-4 of a row's max here.
             let dev = b.read(&out);
             device_outs.push(dev.clone());
+            device_outs.extend([b.read(&resid), b.read(&xn), b.read(&prod)]);
             for (row, (d, h)) in dev.chunks(n).zip(host.chunks(n)).enumerate() {
                 let big = h.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
                 let hd: Vec<f64> = h.iter().map(|&v| v as f64).collect();
@@ -1450,6 +1465,26 @@ mod cuda {
             // The steps of 1, 2 and 5 rows routed by their router's product (F32) and their GLU
             // made by the gate / up launch; the others (grouped) through moe_route and glu_q8.
             assert_eq!((b.fused(Fused::Route), b.fused(Fused::Glu)), (6, 6));
+            // The GLU made by the down products' blocks instead (`mmq_moe_gd_*`), and the combine
+            // by the norm after it (`add_ws_rms_norm_q8`): the same bits.
+            let b = b
+                .with_fused(Fused::Route, false)
+                .with_fused(Fused::Glu, false)
+                .with_fused(Fused::GluDown, true)
+                .with_fused(Fused::SumNorm, true);
+            for (seed, (_, want)) in plain.iter().enumerate() {
+                let (steps, got) = super::moe(&b, seed as u64);
+                assert_eq!(steps, 6);
+                for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                    let same = g.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "seed {seed}, device output {i}: the down products' GLU or the norm's combine differs"
+                    );
+                }
+            }
+            // The steps of 1, 2 and 5 rows; the norm after every step (grouped ones too).
+            assert_eq!((b.fused(Fused::GluDown), b.fused(Fused::SumNorm)), (6, 12));
         }
     }
     #[test]

@@ -334,8 +334,19 @@ template <> struct MQ<TY_Q8_0> {
 // t; outputs past t or m are not written). W: the weight's tiled bytes, U units per row. ST: the
 // units each warp has in flight, plus one (the type's STAGES; more for one-row products of few
 // blocks, mmq_v5_*: the same sums, more of the weights in flight).
-template <int TY, int NT, bool V = false, int ST = MQ<TY>::STAGES>
-__device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa, const float* ad, int n_pad, float* out, int t) {
+// A one-row product's activations made by its own block from two rows of floats: their GLU (op
+// 2 SwiGLU, 3 GeGLU; m values, zeros up to n_pad ≤ GLU_MAX) quantized as glu_q8 quantizes it,
+// into shared memory, once the kernel ahead (which wrote them) has finished.
+struct GluIn {
+    const float* gate;
+    const float* up;
+    int m, op;
+};
+#define GLU_MAX 2048
+
+template <int TY, int NT, bool V = false, int ST = MQ<TY>::STAGES, bool G = false>
+__device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa, const float* ad, int n_pad, float* out, int t,
+                      GluIn gi = GluIn{}) {
     typedef MQ<TY> Q;
     Act x{qa, ad, n_pad, c0, t, (int)(threadIdx.x & 31) >> 2, (int)threadIdx.x & 3};
     __shared__ __align__(16) u8 smem[4 * ST * Q::UB];
@@ -361,6 +372,26 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
     // activations) is read from here on (programmatic dependent launch, common.cuh).
     pdl_wait();
     pdl_trigger();
+    if constexpr (G) {
+        // (The flavour of the weight's type: Q8_0's blocks of 32 with f16 scales, else the
+        // K-quants' units of 256.)
+        __shared__ __align__(16) i8 gq[GLU_MAX];
+        __shared__ float gd[GLU_MAX / 32];
+        const bool q0 = TY == TY_Q8_0;
+        for (int c = 0; c < n_pad; c += 4 * blockDim.x) {
+            int k = c + 4 * threadIdx.x;
+            float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (k < gi.m) {
+                // (Through the L2: the kernel ahead wrote them.)
+                float4 a = __ldcg((const float4*)(gi.gate + k)), b = __ldcg((const float4*)(gi.up + k));
+                r = make_float4(glu1(a.x, b.x, gi.op), glu1(a.y, b.y, gi.op), glu1(a.z, b.z, gi.op), glu1(a.w, b.w, gi.op));
+            }
+            act_q8x4(r, k, q0 ? gq : 0, q0 ? gd : 0, q0 ? 0 : gq, q0 ? 0 : gd, k < n_pad);
+        }
+        __syncthreads();
+        x.q = gq;
+        x.dp = gd;
+    }
     // Unit u sits in stage (u - u0) % ST.
     for (int u = u0; u < u1; u++) {
         int un = u + ST - 1;
@@ -457,6 +488,28 @@ MMQ_MOE(mmq_moe_TY_Q8_0, TY_Q8_0, false)
 MMQ_MOE(mmq_moe_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
+
+// The down products (mmq_moe_*, one matrix: T0 into o0) whose pair p's activations its blocks
+// make themselves from p's gate and up rows (GluIn: rows p of gate / up, m_ff values each;
+// n_pad ≤ GLU_MAX), instead of reading those of a glu_q8 launch: the same bits, a launch fewer.
+template <int TY, bool V>
+__device__ __forceinline__ void mmq_pair_glu(const float* gate, const float* up, int m_ff, int op, int n_pad, int U, const int* ids,
+                                             int m, const u64* T0, float* o0) {
+    int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+    GluIn gi{gate + (u64)p * m_ff, up + (u64)p * m_ff, m_ff, op};
+    mmq_t<TY, 1, V, MQ<TY>::STAGES, true>(tile, 0, (const u8*)T0[ids[p]], U, m, 0, 0, n_pad, o0 + (u64)p * m, 1, gi);
+}
+#define MMQ_MOE_GD(NAME, TY, V) \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const float* gate, const float* up, int m_ff, int op, int n_pad, int U, \
+        const int* ids, int m, const u64* T0, float* o0) { \
+        mmq_pair_glu<TY, V>(gate, up, m_ff, op, n_pad, U, ids, m, T0, o0); \
+    }
+MMQ_MOE_GD(mmq_moe_gd_TY_Q4_K, TY_Q4_K, false)
+MMQ_MOE_GD(mmq_moe_gd_TY_Q6_K, TY_Q6_K, false)
+MMQ_MOE_GD(mmq_moe_gd_TY_Q8_0, TY_Q8_0, false)
+MMQ_MOE_GD(mmq_moe_gd_v_TY_Q4_K, TY_Q4_K, true)
+MMQ_MOE_GD(mmq_moe_gd_v_TY_Q6_K, TY_Q6_K, true)
+MMQ_MOE_GD(mmq_moe_gd_v_TY_Q8_0, TY_Q8_0, true)
 
 // glu_q8 (ops.cu) of pair p's gate and up rows (m values each, a multiple of 4) by the last of the
 // pair's gridDim.y · tiles blocks (its gate's and up's) to finish (counted in cnt[p], set back to

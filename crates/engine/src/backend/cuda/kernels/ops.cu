@@ -5,9 +5,33 @@
 // products that multiply it next (common.cuh: act_q8x4, both flavours; q0/d0/qk/dk are row 0's,
 // rows n_pad values / n_pad / 32 scales apart); then n is a multiple of 4 and blockDim of 64, four
 // values a thread. The products run in the same order in every variant, so they agree bit for bit.
-template <bool ADD, bool Q8>
+// The MoE combine (weighted_sum_rows) of values 4i .. 4i + 3 of output row r: its k_per slots
+// (rows p = r·k_per + k of src, or pos[p]) times their weights w[p], summed in k order, each
+// product rounded before its sum (as the CPU's `+= y · w`).
+struct WSum {
+    const float* src;
+    const int* pos;
+    const float* w;
+    float* sum;  // where the combine is also written (the launch it replaces wrote it)
+    int k_per;
+};
+__device__ __forceinline__ float4 wsum4(const WSum& ws, int r, int n, int i) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int k = 0; k < ws.k_per; k++) {
+        int p = r * ws.k_per + k;
+        float4 v = *(const float4*)(ws.src + (u64)(ws.pos ? ws.pos[p] : p) * n + 4 * i);
+        float wk = ws.w[p];
+        float4 y = make_float4(__fmul_rn(v.x, wk), __fmul_rn(v.y, wk), __fmul_rn(v.z, wk), __fmul_rn(v.w, wk));
+        acc = k == 0 ? y : make_float4(__fadd_rn(acc.x, y.x), __fadd_rn(acc.y, y.y), __fadd_rn(acc.z, y.z), __fadd_rn(acc.w, y.w));
+    }
+    return acc;
+}
+
+// WS: y is the MoE combine of the slots of ws (wsum4), made here (n a multiple of 4).
+template <bool ADD, bool Q8, bool WS = false>
 __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out, signed char* q0, float* d0,
-                           signed char* qk, float* dk, int n, int n_pad, float eps) {
+                           signed char* qk, float* dk, int n, int n_pad, float eps, WSum ws = WSum{}) {
     pdl_trigger();
     // The weights of this thread's first four outputs (quantizing) loaded before waiting for the
     // kernel ahead (programmatic dependent launch), which writes x and y.
@@ -24,7 +48,13 @@ __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out,
         for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
             float4 v = x4[i];
             if (ADD) {
-                float4 b = y4[i];
+                float4 b;
+                if constexpr (WS) {
+                    b = wsum4(ws, blockIdx.x, n, i);
+                    *(float4*)(ws.sum + (u64)blockIdx.x * n + 4 * i) = b;
+                } else {
+                    b = y4[i];
+                }
                 v = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
                 x4[i] = v;
             }
@@ -70,6 +100,12 @@ extern "C" __global__ void add_rms_norm(float* x, const float* y, const float* w
 }
 extern "C" __global__ void add_rms_norm_q8(float* x, const float* y, const float* w, float* out, Q8_ARGS) {
     rms_norm_t<true, true>(x, y, w, out, q0, d0, qk, dk, n, n_pad, eps);
+}
+// add_rms_norm_q8 of y = the MoE combine of a step's slots (weighted_sum_rows' arguments first;
+// sum: its output, also written): one launch instead of two, the same bits.
+extern "C" __global__ void add_ws_rms_norm_q8(const float* src, const int* pos, const float* wk, float* sum, int k_per, float* x,
+                                              const float* w, float* out, Q8_ARGS) {
+    rms_norm_t<true, true, true>(x, x, w, out, q0, d0, qk, dk, n, n_pad, eps, WSum{src, pos, wk, sum, k_per});
 }
 
 // Each head of `hd` values normalised in place, times w when given. One warp per head.
@@ -173,11 +209,12 @@ extern "C" __global__ void weighted_sum_rows(const float* src, const int* pos, c
     int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (r >= t || c >= n) return;
     float acc = 0.f;
+    // (Each product rounded before its sum, as the CPU's and wsum4's.)
 #pragma unroll 8
     for (int k = 0; k < k_per; k++) {
         int p = r * k_per + k;
-        float y = src[(u64)(pos ? pos[p] : p) * n + c] * w[p];
-        acc = k == 0 ? y : acc + y;
+        float y = __fmul_rn(src[(u64)(pos ? pos[p] : p) * n + c], w[p]);
+        acc = k == 0 ? y : __fadd_rn(acc, y);
     }
     out[(u64)r * n + c] = acc;
 }
