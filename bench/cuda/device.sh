@@ -290,14 +290,15 @@ bench_four() {
   bench_pair moe $W/moe.q4_k_m.gguf
 }
 best_of() {
-  # best_of TAG FILE NONE CANDIDATE...: an `export` of the candidate (an ENV=V of `tg`'s lines for
-  # TAG in FILE) with the highest median tg128 tokens/s; NONE stands for X=1, the defaults.
+  # best_of TAG FILE NONE CANDIDATE...: an `export` of the candidate (the ENV=V words of `tg`'s or
+  # `tgp`'s lines for TAG in FILE) with the highest median tg128 tokens/s; NONE stands for X=1, the
+  # defaults.
   python3 - "$@" <<'PY'
 import re, sys, statistics
 tag, path, none, cands = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 ts = {}
 for line in open(path):
-    m = re.match(re.escape(tag) + r" (\S+) .*tg128 \| ([0-9.]+)", line)
+    m = re.match(re.escape(tag) + r" (.*?) (?:plain )?\|.*tg128 \| ([0-9.]+)", line)
     if m: ts.setdefault(m.group(1), []).append(float(m.group(2)))
 best = max(cands, key=lambda k: statistics.median(ts.get(k, [0])))
 print("export " + (none if best == "X=1" else best))
@@ -404,14 +405,15 @@ s11)
   ;;
 s15)
   # Written 2026-12-05 (thirteenth session): the first call of the next H200 chain (carry .dev: the
-  # build with two more MoE variants, off by default, that save a launch a layer without a last
+  # build with three more MoE variants, off by default, that save a launch a layer without a last
   # block: HF2Q_CUDA_GLU_DOWN=1, the down products make their pair's GLU in every block, no
   # glu_q8; HF2Q_CUDA_SUM_NORM=1, the MoE combine made by the next residual add and norm, no
-  # weighted_sum_rows). A fresh machine, every op test (the moe one runs both variants against
+  # weighted_sum_rows; HF2Q_CUDA_ROUTE_IN=1, the gate / up and down products' blocks route their
+  # pairs themselves, no moe_route). A fresh machine, every op test (the moe one runs both variants against
   # the launches they replace, bit for bit), the fixtures and decode_greedy with the defaults,
   # then with both on; llama.cpp with its server and the models in the background.
   LC_BUILD=bg_llama fresh_bf16
-  export HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1
+  export HF2Q_CUDA_ROUTE_IN=1 HF2Q_CUDA_SUM_NORM=1
   fixtures $D/fixtures engine-tiny-moe-variants
   HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy-variants.txt | grep -E "test result|panicked|NOT RUN"
   tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|END" /tmp/mk.log
@@ -424,8 +426,9 @@ s13)
   wait_for MOE-END
   m=$W/moe.q4_k_m.gguf
   both="HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1"
-  ab moe $m X=1 HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1 "$both" HF2Q_CUDA_WPR=4
-  greedy_ab $m X=1 "$both" HF2Q_CUDA_WPR=4
+  all3="HF2Q_CUDA_ROUTE_IN=1 HF2Q_CUDA_SUM_NORM=1"
+  ab moe $m X=1 HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1 HF2Q_CUDA_ROUTE_IN=1 "$both" "$all3" HF2Q_CUDA_WPR=4
+  greedy_ab $m X=1 "$both" "$all3" HF2Q_CUDA_WPR=4
   cp $OUT/ab.txt /tmp/ab-s13.txt
   twice moe $m moe_route add_rms_norm_q8 attn_dec_f16 mmq_moe_v_TY_Q4_K mmq_moe_v_TY_Q6_K mmq_v5_TY_Q4_K \
     mmq_v_TY_Q6_K rope_store_kv mmv_TY_F32_1 attn_combine_q8 glu_q8 weighted_sum_rows
@@ -446,9 +449,11 @@ s14)
   for e in X=1 HF2Q_CUDA_SAMPLE=0; do
     echo "$e $(env $e timeout 60 $H generate -m $W/l8b.q4_k_m.gguf --device cuda -p "The capital of France is" -n 48 --temp 1 --top-k 0 --top-p 1 --min-p 0 --seed 5 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
   done
-  c=$(chosen /tmp/ab-s13.txt HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1)
+  # The fastest of the MoE settings by median (all give the same bits: the moe op test).
+  c=$(best_of moe /tmp/ab-s13.txt X=1 X=1 HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1 HF2Q_CUDA_ROUTE_IN=1 \
+    "HF2Q_CUDA_GLU_DOWN=1 HF2Q_CUDA_SUM_NORM=1" "HF2Q_CUDA_ROUTE_IN=1 HF2Q_CUDA_SUM_NORM=1")
   echo "chosen: $c" | tee $OUT/chosen.txt
-  for e in $c; do export "$e"; done
+  eval "$c"
   bench_four
   ;;
 s12)

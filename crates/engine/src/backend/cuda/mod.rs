@@ -108,8 +108,9 @@ pub struct Cuda {
     /// Which launch-saving variants (`Fused`) are on: `with_fused`, or each one's variable
     /// (`Fused::var`) set to 1. Off by default: each measured slower on an H100 (tg128, median of
     /// two: the MoE 0.94× / 0.99× / 0.98× for AttnMerge / Route / Glu, the 8B BF16 0.99× / 0.77×
-    /// for AttnMerge / Add; bench/runs/2026-12-05-h100, call 2). GluDown and SumNorm: not yet measured.
-    fuse: [bool; 6],
+    /// for AttnMerge / Add; bench/runs/2026-12-05-h100, call 2). GluDown, SumNorm and RouteIn:
+    /// not yet measured.
+    fuse: [bool; 7],
     /// `Backend::top_of_rows` on the GPU (`top_rows`: the values asked for cross to the host,
     /// not the rows); `HF2Q_CUDA_TOPK=0` or `with_tops(false)` reads the rows instead. On an
     /// H100, 64 streams of top_k 40: 1,528.6 against 1,033.0 tokens/s (2026-12-05-h100, call 5).
@@ -120,7 +121,7 @@ pub struct Cuda {
     /// 810.7 tokens/s, the same seeded tokens (2026-12-05-h100, call 5).
     draws: bool,
     /// Launches so far that did another's work too (`Fused`; for the op tests).
-    fused: [std::sync::atomic::AtomicUsize; 6],
+    fused: [std::sync::atomic::AtomicUsize; 7],
     /// Most warps per output row of the matrix-vector kernels (`warps_per_row`):
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
     /// against 219.2 at 2 and 218.9 at 4 (bench/runs/2026-12-04-h200/cuda-session8, call 7).
@@ -129,8 +130,8 @@ pub struct Cuda {
 
 /// Launches that do another's work too, so that a decode step has fewer launches
 /// (`Cuda::with_fused`, `Cuda::fused`): the first four in the last of their blocks to finish
-/// (counted through a device counter that it sets back to 0), `GluDown` and `SumNorm` in every
-/// block.
+/// (counted through a device counter that it sets back to 0), `GluDown`, `SumNorm` and
+/// `RouteIn` in every block.
 #[derive(Clone, Copy, Debug)]
 pub enum Fused {
     /// Decode attention (`attn_dec_f16`) whose last block of each (row, KV head) merges the
@@ -148,16 +149,20 @@ pub enum Fused {
     /// A residual add and norm whose addend is the MoE combine recorded just before it: the
     /// combine made in the norm's launch (no `weighted_sum_rows`; no counter).
     SumNorm,
+    /// MoE gate / up and down products whose blocks route their pair's row themselves from the
+    /// router's logits (no `moe_route`; with the down products making the GLU, as `GluDown`).
+    RouteIn,
 }
 
 impl Fused {
-    pub const ALL: [Fused; 6] = [
+    pub const ALL: [Fused; 7] = [
         Fused::AttnMerge,
         Fused::Route,
         Fused::Glu,
         Fused::Add,
         Fused::GluDown,
         Fused::SumNorm,
+        Fused::RouteIn,
     ];
 
     /// The environment variable that turns it on (`=1`).
@@ -169,6 +174,7 @@ impl Fused {
             Fused::Add => "HF2Q_CUDA_ADD_FUSE",
             Fused::GluDown => "HF2Q_CUDA_GLU_DOWN",
             Fused::SumNorm => "HF2Q_CUDA_SUM_NORM",
+            Fused::RouteIn => "HF2Q_CUDA_ROUTE_IN",
         }
     }
 }

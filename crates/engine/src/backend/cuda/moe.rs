@@ -150,7 +150,18 @@ impl Cuda {
         };
         // The router's product, then the routing: in one launch where that is on (`Fused::Route`)
         // and the router's weights are of the matrix-vector kernels' fused types.
-        let routed = self.fuse_on(super::Fused::Route) && {
+        // Each block of the gate / up and down products routing its pair itself
+        // (`Fused::RouteIn`; one gate / up launch, the down products making the GLU): no
+        // moe_route.
+        let route_in = !grouped
+            && self.fuse_on(super::Fused::RouteIn)
+            && !self.fuse_on(super::Fused::Route)
+            && !self.fuse_on(super::Fused::Glu)
+            && r.n_expert <= 256
+            && g_ty == u_ty
+            && ff_pad <= GLU_MAX
+            && super::mmq::mmq_v_on();
+        let routed = !route_in && self.fuse_on(super::Fused::Route) && {
             let cnt = self.grown_zeroed(&self.dev.route_cnt, 1, "MoE routing counter");
             let route = Fuse::Route {
                 cnt,
@@ -162,7 +173,9 @@ impl Cuda {
             };
             self.router_routed(router, x_route, &mut bufs.router, route)
         };
-        if !routed {
+        if route_in {
+            self.products(&[router], x_route, &mut [&mut bufs.router]);
+        } else if !routed {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
             launch(
                 "moe_route",
@@ -278,11 +291,22 @@ impl Cuda {
             Glu::Geglu => 3,
         };
         // The down products making each pair's GLU themselves (`Fused::GluDown`): no glu_q8.
-        let glu_down = !grouped
-            && !glu_fused
-            && ff_pad <= GLU_MAX
-            && super::mmq::mmq_v_on()
-            && self.fuse_on(super::Fused::GluDown);
+        let glu_down = route_in
+            || (!grouped
+                && !glu_fused
+                && ff_pad <= GLU_MAX
+                && super::mmq::mmq_v_on()
+                && self.fuse_on(super::Fused::GluDown));
+        // The router's logits and routing for the launches that route their pairs (route_in).
+        let route_args = |logits: u64| {
+            [
+                A::P(logits),
+                A::I(r.n_expert as i32),
+                A::I(r.k as i32),
+                A::I(r.softmax_first as i32),
+                A::I(r.normalize as i32),
+            ]
+        };
         let act2 = if glu_fused {
             // The GLU of every pair, quantized for the down products, by the gate / up launch.
             let act2 = ActScratch::packed(base + 4 * glu_at as u64, pairs * ff_pad);
@@ -294,7 +318,17 @@ impl Cuda {
             self.count_fused(super::Fused::Glu);
             act2
         } else {
-            if g_ty == u_ty {
+            if route_in {
+                let (qa, ad) = flavour(g_ty, act);
+                let mut args = vec![A::P(qa), A::P(ad), A::I(n_pad as i32), A::I((n_pad / 256) as i32)];
+                args.extend(route_args(bufs.router.ptr));
+                args.extend([A::P(ids), A::P(ws), A::I(r.k as i32), A::I(n_ff as i32)]);
+                args.extend([A::P(gate_t), A::P(gate), A::P(up_t), A::P(up)]);
+                let grid = ((pairs * n_ff.div_ceil(16)) as u32, 2);
+                self.dev
+                    .launch(&format!("mmq_moe_r_v_{}", ty_name(g_ty)), grid, 128, &args);
+                self.count_fused(super::Fused::RouteIn);
+            } else if g_ty == u_ty {
                 expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)], false, &[]);
             } else {
                 expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate)], false, &[]);
@@ -314,6 +348,10 @@ impl Cuda {
                     A::P(down_t),
                     A::P(bufs.slots.ptr),
                 ];
+                let args: Vec<A> = args
+                    .into_iter()
+                    .chain(route_args(if route_in { bufs.router.ptr } else { 0 }))
+                    .collect();
                 let name = format!("mmq_moe_gd_v_{}", ty_name(d_ty));
                 if d_ty != GgmlType::Q8_0 || super::mmq::pdl_q8() {
                     launch(&name, ((pairs * n.div_ceil(16)) as u32, 1), 128, &args);

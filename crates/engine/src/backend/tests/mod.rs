@@ -1485,6 +1485,21 @@ mod cuda {
             }
             // The steps of 1, 2 and 5 rows; the norm after every step (grouped ones too).
             assert_eq!((b.fused(Fused::GluDown), b.fused(Fused::SumNorm)), (6, 12));
+            // Routed by the gate / up and down products' blocks themselves (no moe_route).
+            let b = b.with_fused(Fused::GluDown, false).with_fused(Fused::RouteIn, true);
+            for (seed, (_, want)) in plain.iter().enumerate() {
+                let (steps, got) = super::moe(&b, seed as u64);
+                assert_eq!(steps, 6);
+                for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                    let same = g.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "seed {seed}, device output {i}: the products' own routing differs"
+                    );
+                }
+            }
+            // (Their down products make the GLU too: counted again.)
+            assert_eq!((b.fused(Fused::RouteIn), b.fused(Fused::GluDown)), (6, 12));
         }
     }
     #[test]

@@ -489,20 +489,70 @@ MMQ_MOE(mmq_moe_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
 
+// Routing inside the experts' launches (no moe_route launch between the router's product and the
+// gate / up products): each block routes its pair's row itself from the router's logits, the
+// choice and weights of moe_route (moe_route_t<8>: n_expert ≤ 256, the same result as the
+// narrowest instance that fits). logits null: the pairs' experts are read from ids (routed
+// before).
+struct RouteIn {
+    const float* logits;
+    int ne, k, softmax_first, normalize;
+};
+// The expert of pair p (row p / k, slot p % k); with out_ids, the row's k ids and weights also
+// written to out_ids / out_ws (by one block per row). Every thread of the block calls it.
+__device__ __forceinline__ int route_in(const RouteIn& ri, int p, const int* ids, int* out_ids, float* out_ws) {
+    if (!ri.logits) return ids[p];
+    __shared__ int rid[64];
+    __shared__ float rw[64];
+    int r = p / ri.k;
+    if (threadIdx.x < 32) moe_route_t<8>(ri.logits + (u64)r * ri.ne, ri.ne, ri.k, ri.softmax_first, ri.normalize, rid, rw);
+    __syncthreads();
+    if (out_ids && (int)threadIdx.x < ri.k) {
+        out_ids[r * ri.k + threadIdx.x] = rid[threadIdx.x];
+        out_ws[r * ri.k + threadIdx.x] = rw[threadIdx.x];
+    }
+    return rid[p % ri.k];
+}
+
+// mmq_moe_* (gate and up) routing their pairs themselves (route_in); the blocks of each row's
+// first pair, first tile and first matrix write the row's ids and weights for the launches after.
+template <int TY, bool V>
+__device__ __forceinline__ void mmq_pair_route(const i8* qa, const float* ad, int n_pad, int U, RouteIn ri, int* ids, float* ws,
+                                               int div, int m, const u64* T0, float* o0, const u64* T1, float* o1) {
+    int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div;
+    bool writer = blockIdx.y == 0 && tile == 0 && p % ri.k == 0;
+    int e = route_in(ri, p, ids, writer ? ids : 0, ws);
+    const u64* T = blockIdx.y ? T1 : T0;
+    float* o = blockIdx.y ? o1 : o0;
+    mmq_t<TY, 1, V>(tile, 0, (const u8*)T[e], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1);
+}
+#define MMQ_MOE_R(NAME, TY, V) \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const float* logits, \
+        int ne, int k, int softmax_first, int normalize, int* ids, float* ws, int div, int m, const u64* T0, float* o0, \
+        const u64* T1, float* o1) { \
+        mmq_pair_route<TY, V>(qa, ad, n_pad, U, RouteIn{logits, ne, k, softmax_first, normalize}, ids, ws, div, m, T0, o0, T1, o1); \
+    }
+MMQ_MOE_R(mmq_moe_r_v_TY_Q4_K, TY_Q4_K, true)
+MMQ_MOE_R(mmq_moe_r_v_TY_Q6_K, TY_Q6_K, true)
+MMQ_MOE_R(mmq_moe_r_v_TY_Q8_0, TY_Q8_0, true)
+
 // The down products (mmq_moe_*, one matrix: T0 into o0) whose pair p's activations its blocks
 // make themselves from p's gate and up rows (GluIn: rows p of gate / up, m_ff values each;
 // n_pad ≤ GLU_MAX), instead of reading those of a glu_q8 launch: the same bits, a launch fewer.
+// Their experts from ids, or (logits not null) routed by each block (route_in) — before waiting
+// for the kernel ahead: the router's product finished before the gate / up products began.
 template <int TY, bool V>
 __device__ __forceinline__ void mmq_pair_glu(const float* gate, const float* up, int m_ff, int op, int n_pad, int U, const int* ids,
-                                             int m, const u64* T0, float* o0) {
+                                             int m, const u64* T0, float* o0, RouteIn ri) {
     int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles;
     GluIn gi{gate + (u64)p * m_ff, up + (u64)p * m_ff, m_ff, op};
-    mmq_t<TY, 1, V, MQ<TY>::STAGES, true>(tile, 0, (const u8*)T0[ids[p]], U, m, 0, 0, n_pad, o0 + (u64)p * m, 1, gi);
+    int e = route_in(ri, p, ids, 0, 0);
+    mmq_t<TY, 1, V, MQ<TY>::STAGES, true>(tile, 0, (const u8*)T0[e], U, m, 0, 0, n_pad, o0 + (u64)p * m, 1, gi);
 }
 #define MMQ_MOE_GD(NAME, TY, V) \
     extern "C" __global__ void __launch_bounds__(128) NAME(const float* gate, const float* up, int m_ff, int op, int n_pad, int U, \
-        const int* ids, int m, const u64* T0, float* o0) { \
-        mmq_pair_glu<TY, V>(gate, up, m_ff, op, n_pad, U, ids, m, T0, o0); \
+        const int* ids, int m, const u64* T0, float* o0, const float* logits, int ne, int k, int softmax_first, int normalize) { \
+        mmq_pair_glu<TY, V>(gate, up, m_ff, op, n_pad, U, ids, m, T0, o0, RouteIn{logits, ne, k, softmax_first, normalize}); \
     }
 MMQ_MOE_GD(mmq_moe_gd_TY_Q4_K, TY_Q4_K, false)
 MMQ_MOE_GD(mmq_moe_gd_TY_Q6_K, TY_Q6_K, false)
