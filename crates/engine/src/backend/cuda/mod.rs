@@ -106,10 +106,10 @@ pub struct Cuda {
     /// `attn_split_f16`, its keys loaded one after another).
     attn_dec: bool,
     /// Which launch-saving variants (`Fused`) are on: `with_fused`, or each one's variable
-    /// (`Fused::var`) set to 1. Off by default: each measured slower on an H100 (tg128, median of
-    /// two: the MoE 0.94× / 0.99× / 0.98× for AttnMerge / Route / Glu, the 8B BF16 0.99× / 0.77×
-    /// for AttnMerge / Add; bench/runs/2026-12-05-h100, call 2). GluDown, SumNorm and RouteIn:
-    /// not yet measured.
+    /// (`Fused::var`) set to 1 (0). All but SumNorm off by default: each measured slower on an
+    /// H100 (tg128, median of two: the MoE 0.94× / 0.99× / 0.98× / 0.98× / 0.83× for AttnMerge /
+    /// Route / Glu / GluDown / RouteIn, the 8B BF16 0.99× / 0.77× for AttnMerge / Add;
+    /// bench/runs/2026-12-05-h100 call 2, 2026-12-05-h100-b call 2); SumNorm 1.012×.
     fuse: [bool; 7],
     /// `Backend::top_of_rows` on the GPU (`top_rows`: the values asked for cross to the host,
     /// not the rows); `HF2Q_CUDA_TOPK=0` or `with_tops(false)` reads the rows instead. On an
@@ -165,7 +165,13 @@ impl Fused {
         Fused::RouteIn,
     ];
 
-    /// The environment variable that turns it on (`=1`).
+    /// On unless its variable says 0: `SumNorm` (MoE tg128 1.012× on an H100,
+    /// bench/runs/2026-12-05-h100-b); the others are off unless it says 1.
+    pub fn default_on(self) -> bool {
+        matches!(self, Fused::SumNorm)
+    }
+
+    /// The environment variable that turns it on (`=1`) or off (`=0`).
     pub fn var(self) -> &'static str {
         match self {
             Fused::AttnMerge => "HF2Q_CUDA_ATTN_MERGE",
@@ -213,7 +219,7 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
-            fuse: Fused::ALL.map(|k| std::env::var(k.var()).is_ok_and(|v| v == "1")),
+            fuse: Fused::ALL.map(|k| std::env::var(k.var()).map_or(k.default_on(), |v| v == "1")),
             tops: std::env::var("HF2Q_CUDA_TOPK").map_or(true, |v| v != "0"),
             draws: std::env::var("HF2Q_CUDA_SAMPLE").map_or(true, |v| v != "0"),
             fused: Default::default(),

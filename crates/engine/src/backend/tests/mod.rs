@@ -1445,7 +1445,10 @@ mod cuda {
             // Steps of 1, 2 and 5 rows (up to 20 (row, slot) pairs) route on the device. The
             // second run's weights are new, perhaps at the first's addresses. Without the
             // launch-saving variants, then with them.
-            let b = b.with_fused(Fused::Route, false).with_fused(Fused::Glu, false);
+            let b = b
+                .with_fused(Fused::Route, false)
+                .with_fused(Fused::Glu, false)
+                .with_fused(Fused::SumNorm, false);
             let plain: Vec<_> = [0, 1].map(|seed| super::moe(&b, seed)).into();
             assert_eq!((b.fused(Fused::Route), b.fused(Fused::Glu)), (0, 0));
             let b = b.with_fused(Fused::Route, true).with_fused(Fused::Glu, true);
