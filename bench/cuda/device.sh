@@ -492,6 +492,18 @@ s17)
   tail -n 1 /tmp/lc.log
   bench_pair moe $m
   ;;
+s18)
+  # s17 trimmed to fit the session's last ~400 s of device time (no llama.cpp): the MoE's op
+  # test with the gate / up products launched early, and the A/B.
+  unpack
+  machine_info
+  bg_make "" moe
+  HF2Q_CUDA_GATE_EARLY=1 timeout 100 /tmp/bin/engine-tests --test-threads=1 cuda::moe 2>&1 | tee $OUT/engine-tests-gate-early.txt | grep -E "test result|panicked" -A2
+  wait_for MOE-END
+  m=$W/moe.q4_k_m.gguf
+  ab moe $m X=1 HF2Q_CUDA_GATE_EARLY=1 HF2Q_CUDA_SUM_NORM=0
+  greedy_ab $m X=1 HF2Q_CUDA_GATE_EARLY=1
+  ;;
 s12)
   # Written 2026-12-05 (twelfth session), carrying .dev (bins.tar.xz of the build with top_rows and
   # sample_rows on by default; until 2026-12-05 HF2Q_CUDA_TOPK / _SAMPLE=1 turned them on, and the
