@@ -1451,56 +1451,39 @@ mod cuda {
                 .with_fused(Fused::SumNorm, false);
             let plain: Vec<_> = [0, 1].map(|seed| super::moe(&b, seed)).into();
             assert_eq!((b.fused(Fused::Route), b.fused(Fused::Glu)), (0, 0));
-            let b = b.with_fused(Fused::Route, true).with_fused(Fused::Glu, true);
-            for (seed, (steps, want)) in plain.iter().enumerate() {
-                assert_eq!(
-                    *steps, 6,
-                    "the MoE steps of 1 to 130 rows did not all take the device path"
-                );
-                // The same bits with the routing in the router's launch and the GLU in gate / up's.
-                let (steps, got) = super::moe(&b, seed as u64);
-                assert_eq!(steps, 6);
-                for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                    let same = g.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
-                    assert!(same, "seed {seed}, device step {i}: the fused launches differ");
+            // Every step's outputs the same bits as without the variants.
+            let same_as_plain = |b: &Cuda, what: &str| {
+                for (seed, (steps, want)) in plain.iter().enumerate() {
+                    assert_eq!(
+                        *steps, 6,
+                        "the MoE steps of 1 to 130 rows did not all take the device path"
+                    );
+                    let (steps, got) = super::moe(b, seed as u64);
+                    assert_eq!(steps, 6);
+                    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                        let same = g.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(same, "seed {seed}, device output {i}: {what} differs");
+                    }
                 }
-            }
+            };
+            let b = b.with_fused(Fused::Route, true).with_fused(Fused::Glu, true);
+            same_as_plain(&b, "routing in the router's launch, the GLU in gate / up's");
             // The steps of 1, 2 and 5 rows routed by their router's product (F32) and their GLU
             // made by the gate / up launch; the others (grouped) through moe_route and glu_q8.
             assert_eq!((b.fused(Fused::Route), b.fused(Fused::Glu)), (6, 6));
             // The GLU made by the down products' blocks instead (`mmq_moe_gd_*`), and the combine
-            // by the norm after it (`add_ws_rms_norm_q8`): the same bits.
+            // by the norm after it (`add_ws_rms_norm_q8`).
             let b = b
                 .with_fused(Fused::Route, false)
                 .with_fused(Fused::Glu, false)
                 .with_fused(Fused::GluDown, true)
                 .with_fused(Fused::SumNorm, true);
-            for (seed, (_, want)) in plain.iter().enumerate() {
-                let (steps, got) = super::moe(&b, seed as u64);
-                assert_eq!(steps, 6);
-                for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                    let same = g.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
-                    assert!(
-                        same,
-                        "seed {seed}, device output {i}: the down products' GLU or the norm's combine differs"
-                    );
-                }
-            }
+            same_as_plain(&b, "the down products' GLU or the norm's combine");
             // The steps of 1, 2 and 5 rows; the norm after every step (grouped ones too).
             assert_eq!((b.fused(Fused::GluDown), b.fused(Fused::SumNorm)), (6, 12));
             // Routed by the gate / up and down products' blocks themselves (no moe_route).
             let b = b.with_fused(Fused::GluDown, false).with_fused(Fused::RouteIn, true);
-            for (seed, (_, want)) in plain.iter().enumerate() {
-                let (steps, got) = super::moe(&b, seed as u64);
-                assert_eq!(steps, 6);
-                for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                    let same = g.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
-                    assert!(
-                        same,
-                        "seed {seed}, device output {i}: the products' own routing differs"
-                    );
-                }
-            }
+            same_as_plain(&b, "the products' own routing");
             // (Their down products make the GLU too: counted again.)
             assert_eq!((b.fused(Fused::RouteIn), b.fused(Fused::GluDown)), (6, 12));
         }
