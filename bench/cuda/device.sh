@@ -468,41 +468,11 @@ s16)
   eval "$c"
   bench_four
   ;;
-s17)
-  # Written 2026-12-05 (thirteenth session), one call on a fresh machine (carry .dev): the build
-  # with the MoE combine in the next norm on by default (SumNorm) and the gate / up products
-  # launched early behind HF2Q_CUDA_GATE_EARLY=1 (mmq_moe_w_v_*: the expert ids read after
-  # waiting for the routing). The MoE only: its op test both ways, the A/B, the greedy tokens,
-  # then both tools on it.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests moe
-  HF2Q_CUDA_GATE_EARLY=1 timeout 100 /tmp/bin/engine-tests --test-threads=1 cuda::moe 2>&1 | tee $OUT/engine-tests-gate-early.txt | grep -E "test result|panicked" -A2
-  wait_for MOE-END
-  m=$W/moe.q4_k_m.gguf
-  ab moe $m X=1 HF2Q_CUDA_GATE_EARLY=1 HF2Q_CUDA_SUM_NORM=0 "HF2Q_CUDA_GATE_EARLY=1 HF2Q_CUDA_WPR=4"
-  greedy_ab $m X=1 HF2Q_CUDA_GATE_EARLY=1 HF2Q_CUDA_SUM_NORM=0
-  c=$(best_of moe $OUT/ab.txt X=1 X=1 HF2Q_CUDA_GATE_EARLY=1)
-  echo "chosen: $c" | tee $OUT/chosen.txt
-  eval "$c"
-  for i in $(seq 1 60); do grep -q BUILD-END /tmp/lc.log && break; sleep 5; done
-  tail -n 1 /tmp/lc.log
-  bench_pair moe $m
-  ;;
-s18)
-  # s17 trimmed to fit the session's last ~400 s of device time (no llama.cpp): the MoE's op
-  # test with the gate / up products launched early, and the A/B.
-  unpack
-  machine_info
-  bg_make "" moe
-  HF2Q_CUDA_GATE_EARLY=1 timeout 100 /tmp/bin/engine-tests --test-threads=1 cuda::moe 2>&1 | tee $OUT/engine-tests-gate-early.txt | grep -E "test result|panicked" -A2
-  wait_for MOE-END
-  m=$W/moe.q4_k_m.gguf
-  ab moe $m X=1 HF2Q_CUDA_GATE_EARLY=1 HF2Q_CUDA_SUM_NORM=0
-  greedy_ab $m X=1 HF2Q_CUDA_GATE_EARLY=1
+s17 | s18)
+  # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,
+  # reading the expert ids after waiting for the routing): on an H100 its moe op test did not finish
+  # within 100 s (bench/runs/2026-12-05-h100-b, call 4), and the variant was taken out.
+  echo "phase $phase: its variant was taken out (see the comment)" | tee $OUT/phase.txt
   ;;
 s12)
   # Written 2026-12-05 (twelfth session), carrying .dev (bins.tar.xz of the build with top_rows and

@@ -841,7 +841,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 v.push(format!("mmq_moe_gd_{}", ty_name(t)));
                 v.push(format!("mmq_moe_gd_v_{}", ty_name(t)));
                 v.push(format!("mmq_moe_r_v_{}", ty_name(t)));
-                v.push(format!("mmq_moe_w_v_{}", ty_name(t)));
                 v.push(format!("mmq_v_{}", ty_name(t)));
                 v.extend(MMQ_MOE_NT.iter().map(|k| format!("mmq_moe_g_{}_{k}", ty_name(t))));
                 v.push(format!("tile_{}", ty_name(t)));

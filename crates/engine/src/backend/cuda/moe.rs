@@ -209,9 +209,6 @@ impl Cuda {
         // read first were written by moe_route, finished before the gate / up products started).
         // `glu`: gate and up, then their GLU quantized by each pair's last block (`mmq_moe_glu_*`;
         // not grouped): the arguments after the products'.
-        // The gate / up products (`mmq_moe_w_v_*`, reading the expert ids once the routing has
-        // finished) launched before the kernel ahead ends (`HF2Q_CUDA_GATE_EARLY=1`).
-        let gate_early = !grouped && super::mmq::mmq_v_on() && gate_early_on();
         let expert_mm = |ty: GgmlType,
                          a: ActScratch,
                          np: usize,
@@ -233,15 +230,7 @@ impl Cuda {
             } else {
                 args.extend([A::P(ids), A::I(div as i32)]);
                 let v = if super::mmq::mmq_v_on() { "v_" } else { "" };
-                let g = if glu.is_empty() {
-                    if gate_early && !early {
-                        "w_"
-                    } else {
-                        ""
-                    }
-                } else {
-                    "glu_"
-                };
+                let g = if glu.is_empty() { "" } else { "glu_" };
                 (
                     format!("mmq_moe_{g}{v}{}", ty_name(ty)),
                     ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
@@ -249,7 +238,7 @@ impl Cuda {
             };
             args.extend([A::I(m as i32), A::P(mats[0].0), A::P(mats[0].1), A::P(t1), A::P(o1)]);
             args.extend(glu);
-            if (early || (gate_early && glu.is_empty())) && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
+            if early && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
                 launch(&name, grid, 128, &args);
             } else {
                 self.dev.launch(&name, grid, 128, &args);
@@ -469,11 +458,4 @@ impl Cuda {
 fn moe_early() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("HF2Q_CUDA_MOE_EARLY").map_or(true, |v| v != "0"))
-}
-
-/// Whether a MoE step's gate / up products (per pair) are launched early, waiting for the routing
-/// before they read their experts' ids (`HF2Q_CUDA_GATE_EARLY=1`).
-fn gate_early_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("HF2Q_CUDA_GATE_EARLY").is_ok_and(|v| v == "1"))
 }

@@ -469,15 +469,12 @@ extern "C" __global__ void moe_route(const float* logits, int ne, int k, int sof
 // row): grid (pairs · tiles, mats); pair p = blockIdx.x / tiles multiplies activation row p / div
 // by expert ids[p]'s weight of matrix blockIdx.y (T0 or T1: the experts' tiled weights'
 // addresses), into row p of o0 / o1 (m outputs each).
-// WAIT: the ids read only once the kernel ahead (which wrote them: moe_route) has finished, so
-// the launch may start before it ends (the gate / up products launched early).
-template <int TY, bool V, bool WAIT = false>
+template <int TY, bool V>
 __device__ __forceinline__ void mmq_pair(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, int m,
                                          const u64* T0, float* o0, const u64* T1, float* o1) {
     int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div;
     const u64* T = blockIdx.y ? T1 : T0;
     float* o = blockIdx.y ? o1 : o0;
-    if (WAIT) pdl_wait();
     mmq_t<TY, 1, V>(tile, 0, (const u8*)T[ids[p]], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1);
 }
 #define MMQ_MOE(NAME, TY, V) \
@@ -491,14 +488,6 @@ MMQ_MOE(mmq_moe_TY_Q8_0, TY_Q8_0, false)
 MMQ_MOE(mmq_moe_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
-#define MMQ_MOE_W(NAME, TY) \
-    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
-        int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
-        mmq_pair<TY, true, true>(qa, ad, n_pad, U, ids, div, m, T0, o0, T1, o1); \
-    }
-MMQ_MOE_W(mmq_moe_w_v_TY_Q4_K, TY_Q4_K)
-MMQ_MOE_W(mmq_moe_w_v_TY_Q6_K, TY_Q6_K)
-MMQ_MOE_W(mmq_moe_w_v_TY_Q8_0, TY_Q8_0)
 
 // Routing inside the experts' launches (no moe_route launch between the router's product and the
 // gate / up products): each block routes its pair's row itself from the router's logits, the
