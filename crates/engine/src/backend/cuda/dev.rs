@@ -838,7 +838,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 v.push(format!("mmq_moe_v_{}", ty_name(t)));
                 v.push(format!("mmq_moe_glu_{}", ty_name(t)));
                 v.push(format!("mmq_moe_glu_v_{}", ty_name(t)));
-                v.push(format!("mmq_moe_gd_{}", ty_name(t)));
                 v.push(format!("mmq_moe_gd_v_{}", ty_name(t)));
                 v.push(format!("mmq_moe_r_v_{}", ty_name(t)));
                 v.push(format!("mmq_v_{}", ty_name(t)));

@@ -173,10 +173,10 @@ impl Cuda {
             };
             self.router_routed(router, x_route, &mut bufs.router, route)
         };
-        if route_in {
+        if !routed {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
-        } else if !routed {
-            self.products(&[router], x_route, &mut [&mut bufs.router]);
+        }
+        if !routed && !route_in {
             launch(
                 "moe_route",
                 (t as u32, 1),

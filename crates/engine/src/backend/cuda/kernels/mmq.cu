@@ -464,31 +464,6 @@ extern "C" __global__ void moe_route(const float* logits, int ne, int k, int sof
     moe_route_rows(logits + (u64)row * ne, 1, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
 }
 
-// The experts' products of a MoE step, every (row, slot) pair p on its own (as the dense
-// products compute a row alone, so a pair's output is the bits of its expert's product on that
-// row): grid (pairs · tiles, mats); pair p = blockIdx.x / tiles multiplies activation row p / div
-// by expert ids[p]'s weight of matrix blockIdx.y (T0 or T1: the experts' tiled weights'
-// addresses), into row p of o0 / o1 (m outputs each).
-template <int TY, bool V>
-__device__ __forceinline__ void mmq_pair(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, int m,
-                                         const u64* T0, float* o0, const u64* T1, float* o1) {
-    int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div;
-    const u64* T = blockIdx.y ? T1 : T0;
-    float* o = blockIdx.y ? o1 : o0;
-    mmq_t<TY, 1, V>(tile, 0, (const u8*)T[ids[p]], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1);
-}
-#define MMQ_MOE(NAME, TY, V) \
-    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
-        int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
-        mmq_pair<TY, V>(qa, ad, n_pad, U, ids, div, m, T0, o0, T1, o1); \
-    }
-MMQ_MOE(mmq_moe_TY_Q4_K, TY_Q4_K, false)
-MMQ_MOE(mmq_moe_TY_Q6_K, TY_Q6_K, false)
-MMQ_MOE(mmq_moe_TY_Q8_0, TY_Q8_0, false)
-MMQ_MOE(mmq_moe_v_TY_Q4_K, TY_Q4_K, true)
-MMQ_MOE(mmq_moe_v_TY_Q6_K, TY_Q6_K, true)
-MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
-
 // Routing inside the experts' launches (no moe_route launch between the router's product and the
 // gate / up products): each block routes its pair's row itself from the router's logits, the
 // choice and weights of moe_route (moe_route_t<8>: n_expert ≤ 256, the same result as the
@@ -514,23 +489,42 @@ __device__ __forceinline__ int route_in(const RouteIn& ri, int p, const int* ids
     return rid[p % ri.k];
 }
 
-// mmq_moe_* (gate and up) routing their pairs themselves (route_in); the blocks of each row's
-// first pair, first tile and first matrix write the row's ids and weights for the launches after.
+// The experts' products of a MoE step, every (row, slot) pair p on its own (as the dense
+// products compute a row alone, so a pair's output is the bits of its expert's product on that
+// row): grid (pairs · tiles, mats); pair p = blockIdx.x / tiles multiplies activation row p / div
+// by expert ids[p]'s (or, ri.logits given, its own routing's) weight of matrix blockIdx.y (T0 or T1: the experts' tiled weights'
+// addresses), into row p of o0 / o1 (m outputs each).
 template <int TY, bool V>
-__device__ __forceinline__ void mmq_pair_route(const i8* qa, const float* ad, int n_pad, int U, RouteIn ri, int* ids, float* ws,
-                                               int div, int m, const u64* T0, float* o0, const u64* T1, float* o1) {
+__device__ __forceinline__ void mmq_pair(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, int m,
+                                         const u64* T0, float* o0, const u64* T1, float* o1, RouteIn ri = RouteIn{},
+                                         int* out_ids = 0, float* out_ws = 0) {
     int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles, r = p / div;
-    bool writer = blockIdx.y == 0 && tile == 0 && p % ri.k == 0;
-    int e = route_in(ri, p, ids, writer ? ids : 0, ws);
+    // Routing here (ri.logits): the blocks of each row's first pair, first tile and first matrix
+    // write the row's ids and weights for the launches after.
+    bool writer = out_ids && blockIdx.y == 0 && tile == 0 && p % ri.k == 0;
+    int e = route_in(ri, p, ids, writer ? out_ids : 0, out_ws);
     const u64* T = blockIdx.y ? T1 : T0;
     float* o = blockIdx.y ? o1 : o0;
     mmq_t<TY, 1, V>(tile, 0, (const u8*)T[e], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1);
 }
+#define MMQ_MOE(NAME, TY, V) \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
+        int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
+        mmq_pair<TY, V>(qa, ad, n_pad, U, ids, div, m, T0, o0, T1, o1); \
+    }
+MMQ_MOE(mmq_moe_TY_Q4_K, TY_Q4_K, false)
+MMQ_MOE(mmq_moe_TY_Q6_K, TY_Q6_K, false)
+MMQ_MOE(mmq_moe_TY_Q8_0, TY_Q8_0, false)
+MMQ_MOE(mmq_moe_v_TY_Q4_K, TY_Q4_K, true)
+MMQ_MOE(mmq_moe_v_TY_Q6_K, TY_Q6_K, true)
+MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
+
+// mmq_moe_* (gate and up) routing their pairs themselves (mmq_pair with route_in).
 #define MMQ_MOE_R(NAME, TY, V) \
     extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const float* logits, \
         int ne, int k, int softmax_first, int normalize, int* ids, float* ws, int div, int m, const u64* T0, float* o0, \
         const u64* T1, float* o1) { \
-        mmq_pair_route<TY, V>(qa, ad, n_pad, U, RouteIn{logits, ne, k, softmax_first, normalize}, ids, ws, div, m, T0, o0, T1, o1); \
+        mmq_pair<TY, V>(qa, ad, n_pad, U, ids, div, m, T0, o0, T1, o1, RouteIn{logits, ne, k, softmax_first, normalize}, ids, ws); \
     }
 MMQ_MOE_R(mmq_moe_r_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE_R(mmq_moe_r_v_TY_Q6_K, TY_Q6_K, true)
@@ -554,9 +548,6 @@ __device__ __forceinline__ void mmq_pair_glu(const float* gate, const float* up,
         const int* ids, int m, const u64* T0, float* o0, const float* logits, int ne, int k, int softmax_first, int normalize) { \
         mmq_pair_glu<TY, V>(gate, up, m_ff, op, n_pad, U, ids, m, T0, o0, RouteIn{logits, ne, k, softmax_first, normalize}); \
     }
-MMQ_MOE_GD(mmq_moe_gd_TY_Q4_K, TY_Q4_K, false)
-MMQ_MOE_GD(mmq_moe_gd_TY_Q6_K, TY_Q6_K, false)
-MMQ_MOE_GD(mmq_moe_gd_TY_Q8_0, TY_Q8_0, false)
 MMQ_MOE_GD(mmq_moe_gd_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE_GD(mmq_moe_gd_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE_GD(mmq_moe_gd_v_TY_Q8_0, TY_Q8_0, true)
