@@ -468,6 +468,31 @@ s16)
   eval "$c"
   bench_four
   ;;
+s19)
+  # Written 2026-12-05 (fourteenth session): the first call of a chain (carry .dev: the build whose
+  # moe_route routes a row with a block, the max / sum / top-k as trees and ranks, instead of one
+  # warp's serial sum and k rounds of argmax; HF2Q_CUDA_ROUTE_WARP=1 the warp's, to compare). A
+  # fresh machine, every op test (`routing` checks the block's against the warp's bit for bit, and
+  # both against the CPU's), the fixtures, decode_greedy; then the MoE tg128 with the block's, the
+  # warp's, and the block's routing done by the router's last block (HF2Q_CUDA_ROUTE_FUSE=1).
+  fresh_bf16
+  wait_for MOE-END
+  m=$W/moe.q4_k_m.gguf
+  ab moe $m X=1 HF2Q_CUDA_ROUTE_WARP=1 HF2Q_CUDA_ROUTE_FUSE=1
+  greedy_ab $m X=1 HF2Q_CUDA_ROUTE_WARP=1 HF2Q_CUDA_ROUTE_FUSE=1
+  cp $OUT/ab.txt /tmp/ab-s19.txt
+  ;;
+s20)
+  # After s19: the routing's cost with launches overlapping (block and warp), then both tools on the
+  # four files with the faster of the defaults and HF2Q_CUDA_ROUTE_FUSE=1.
+  m=$W/moe.q4_k_m.gguf
+  twice moe $m moe_route mmv_TY_F32_1
+  HF2Q_CUDA_ROUTE_WARP=1 tgp moe $m HF2Q_CUDA_TWICE=moe_route_w
+  c=$(best_of moe /tmp/ab-s19.txt X=1 X=1 HF2Q_CUDA_ROUTE_FUSE=1)
+  echo "chosen: $c" | tee $OUT/chosen.txt
+  eval "$c"
+  bench_four
+  ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,
   # reading the expert ids after waiting for the routing): on an H100 its moe op test did not finish

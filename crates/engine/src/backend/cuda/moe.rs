@@ -63,6 +63,33 @@ pub(super) struct ExpertTables {
 }
 
 impl Cuda {
+    /// Routes `t` rows of router logits (`moe_route`, one block a row: ids and weights, `r.k` a
+    /// row, as the CPU's `route`), launched early or in order. `HF2Q_CUDA_ROUTE_WARP=1`: by one
+    /// warp a row (`moe_route_w`), to compare.
+    pub(super) fn route_rows(&self, logits: u64, t: usize, r: &Routing, ids: u64, ws: u64, early: bool) {
+        static WARP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let warp = *WARP.get_or_init(|| std::env::var("HF2Q_CUDA_ROUTE_WARP").is_ok_and(|v| v == "1"));
+        let (name, block) = if warp {
+            ("moe_route_w", 32)
+        } else {
+            ("moe_route", (r.n_expert.next_multiple_of(32)).clamp(32, 1024) as u32)
+        };
+        let args = [
+            A::P(logits),
+            A::I(r.n_expert as i32),
+            A::I(r.k as i32),
+            A::I(r.softmax_first as i32),
+            A::I(r.normalize as i32),
+            A::P(ids),
+            A::P(ws),
+        ];
+        if early {
+            self.dev.launch_early(name, (t as u32, 1), block, &args)
+        } else {
+            self.dev.launch(name, (t as u32, 1), block, &args)
+        }
+    }
+
     /// `Backend::moe_ffn_on_device`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn moe_device(
@@ -177,20 +204,7 @@ impl Cuda {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
         }
         if !routed && !route_in {
-            launch(
-                "moe_route",
-                (t as u32, 1),
-                32,
-                &[
-                    A::P(bufs.router.ptr),
-                    A::I(r.n_expert as i32),
-                    A::I(r.k as i32),
-                    A::I(r.softmax_first as i32),
-                    A::I(r.normalize as i32),
-                    A::P(ids),
-                    A::P(ws),
-                ],
-            );
+            self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early());
         }
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the
         // router's product (an integer one on x itself) did not need the scratch for another input.
@@ -458,4 +472,96 @@ impl Cuda {
 fn moe_early() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("HF2Q_CUDA_MOE_EARLY").map_or(true, |v| v != "0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cuda;
+    use crate::backend::select::cuda_present;
+    use crate::backend::Backend;
+    use crate::model::blocks::{route, Routing};
+
+    /// `moe_route` (a block a row) against `moe_route_w` (a warp a row, the routing the `moe` op
+    /// test checks against the host's) bit for bit, and both against the CPU's `route`: the same
+    /// experts in the same order, weights within 1e-6 (the device's `expf` against Rust's `exp`:
+    /// a few ulps). Rows whose softmax sum is exact as a tree (logits within ±6), rows that take
+    /// the in-order sum (±40: terms under 2^-20), rows of tied logits (ties go to the lower id).
+    #[test]
+    fn routing() {
+        if !cuda_present() {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "NOT RUN: CUDA op test routing (no NVIDIA GPU or driver on this machine)"
+            );
+            return;
+        }
+        let b = Cuda::new(0).expect("the CUDA backend on a machine with a GPU");
+        for (ne, k) in [(8, 2), (16, 4), (60, 5), (128, 8), (160, 6), (256, 8), (1000, 63)] {
+            for (softmax_first, normalize) in [(true, true), (true, false), (false, true), (false, false)] {
+                let r = Routing {
+                    n_expert: ne,
+                    k,
+                    softmax_first,
+                    normalize,
+                };
+                let raw = crate::backend::tests::values(4 * ne, 7 + ne as u64);
+                let logits: Vec<f32> = raw
+                    .chunks(ne)
+                    .zip([1.0f32, 6.0, 40.0, 2.0])
+                    .enumerate()
+                    .flat_map(|(row, (c, s))| {
+                        c.iter()
+                            .map(move |&v| if row == 3 { (v * 4.0).round() / 4.0 } else { v * s })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                let (want_ids, want_ws) = route(&logits, &r);
+                let got: Vec<(Vec<f32>, Vec<f32>)> = [false, true]
+                    .iter()
+                    .map(|&warp| {
+                        b.run(|| {
+                            let mut x = b.alloc(4, ne);
+                            b.write(&mut x, 4, ne, &logits);
+                            let (ids, ws) = (b.alloc(4, k), b.alloc(4, k));
+                            let (name, block) = if warp {
+                                ("moe_route_w", 32)
+                            } else {
+                                ("moe_route", ne.next_multiple_of(32).clamp(32, 1024) as u32)
+                            };
+                            use super::A;
+                            b.dev.launch(
+                                name,
+                                (4, 1),
+                                block,
+                                &[
+                                    A::P(x.ptr),
+                                    A::I(ne as i32),
+                                    A::I(k as i32),
+                                    A::I(softmax_first as i32),
+                                    A::I(normalize as i32),
+                                    A::P(ids.ptr),
+                                    A::P(ws.ptr),
+                                ],
+                            );
+                            (b.read(&ids), b.read(&ws))
+                        })
+                    })
+                    .collect();
+                let what = format!("{ne} experts, k {k}, softmax first {softmax_first}, normalize {normalize}");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got[0].0), bits(&got[1].0), "{what}: block and warp ids differ");
+                assert_eq!(
+                    bits(&got[0].1),
+                    bits(&got[1].1),
+                    "{what}: block and warp weights differ"
+                );
+                let ids: Vec<usize> = got[0].0.iter().map(|v| v.to_bits() as usize).collect();
+                assert_eq!(ids, want_ids, "{what}: ids differ from the CPU's");
+                for (i, (g, w)) in got[0].1.iter().zip(&want_ws).enumerate() {
+                    assert!((g - w).abs() <= 1e-6, "{what}: weight {i}: {g} against the CPU's {w}");
+                }
+            }
+        }
+    }
 }

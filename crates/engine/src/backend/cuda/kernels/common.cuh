@@ -352,20 +352,103 @@ __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, in
     if (lane + 32 < k) { ids[lane + 32] = sid[lane + 32]; ws[lane + 32] = sel[lane + 32]; }
 }
 
-// moe_route_t of rows 0 .. t (n_expert ne ≤ 1024) by warp 0 of the block.
+// The same routing by every thread of the block (blockDim.x a multiple of 32, n_expert ne ≤ 1024),
+// with no serial chain as long as moe_route_t's: the max over the block; the softmax's double sum
+// as a tree where that is exact (every term 0 or ≥ 2^-20, so a multiple of 2^-43, and the sums
+// ≤ 1024 < 2^10: every partial sum is a double, in any order), else by thread 0 in order as
+// moe_route_t; the k largest by rank (how many values are larger, or equal at a lower id: the order
+// of moe_route_t's rounds). The same ids and weights as moe_route_t, bit for bit.
+__device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+    __shared__ __align__(16) float p[1024];
+    __shared__ double dpart[32];
+    __shared__ float fpart[32];
+    __shared__ float sel[64];
+    __shared__ int sid[64];
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, w = tid >> 5, nw = nt >> 5;
+    const int ne4 = (ne + 3) & ~3;
+    float mx = -INFINITY;
+    for (int i = tid; i < ne4; i += nt) {
+        float v = i < ne ? __ldcg(x + i) : -INFINITY;
+        p[i] = v;
+        mx = fmaxf(mx, v);
+    }
+    mx = warp_max(mx);
+    if (lane == 0) fpart[w] = mx;
+    __syncthreads();
+    mx = fpart[0];
+    for (int i = 1; i < nw; i++) mx = fmaxf(mx, fpart[i]);
+    if (softmax_first) {
+        // ggml's soft_max: exp(x - max), summed in double in order, times 1/sum.
+        double d = 0.0;
+        int inexact = 0;
+        for (int i = tid; i < ne; i += nt) {
+            float e = expf(p[i] - mx);
+            p[i] = e;
+            d += (double)e;
+            inexact |= !(e == 0.f || e >= 0x1p-20f);
+        }
+        if (__syncthreads_or(inexact)) {
+            if (tid == 0) {
+                double s = 0.0;
+                for (int i = 0; i < ne; i++) s += (double)p[i];
+                dpart[0] = s;
+            }
+        } else {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            if (lane == 0) dpart[w] = d;
+            __syncthreads();
+            if (tid == 0) {
+                for (int i = 1; i < nw; i++) d += dpart[i];
+                dpart[0] = d;
+            }
+        }
+        __syncthreads();
+        float inv = (float)(1.0 / dpart[0]);
+        for (int i = tid; i < ne; i += nt) p[i] *= inv;
+        __syncthreads();
+    }
+    // Rank of each value; those under k are the chosen, in rank order.
+    for (int i = tid; i < ne; i += nt) {
+        float v = p[i];
+        int r = 0;
+        for (int j = 0; j < ne4; j += 4) {
+            float4 q = *(const float4*)(p + j);
+            r += (q.x > v || (q.x == v && j < i)) + (q.y > v || (q.y == v && j + 1 < i)) +
+                 (q.z > v || (q.z == v && j + 2 < i)) + (q.w > v || (q.w == v && j + 3 < i));
+        }
+        if (r < k) { sel[r] = v; sid[r] = i; }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        if (!softmax_first) {
+            float m = sel[0];
+            for (int j = 1; j < k; j++) m = fmaxf(m, sel[j]);
+            double s = 0.0;
+            for (int j = 0; j < k; j++) { sel[j] = expf(sel[j] - m); s += (double)sel[j]; }
+            float inv = (float)(1.0 / s);
+            for (int j = 0; j < k; j++) sel[j] *= inv;
+        }
+        float s = 1.f;
+        if (normalize) {
+            // The sum clamped to the smallest normal f16 (llama-graph.cpp), added in order.
+            s = 0.f;
+            for (int j = 0; j < k; j++) s += sel[j];
+            s = fmaxf(s, 6.103515625e-5f);
+        }
+        fpart[0] = s;
+    }
+    __syncthreads();
+    for (int j = tid; j < k; j += nt) {
+        ids[j] = sid[j];
+        ws[j] = normalize ? sel[j] / fpart[0] : sel[j];
+    }
+    __syncthreads();
+}
+
+// The routing of rows 0 .. t (n_expert ne ≤ 1024) by every thread of the block (moe_route_blk).
 __device__ __forceinline__ void moe_route_rows(const float* logits, int t, int ne, int k, int softmax_first, int normalize,
                                                int* ids, float* ws) {
-    if (threadIdx.x >= 32) return;
-    for (int row = 0; row < t; row++) {
-        const float* x = logits + (u64)row * ne;
-        int* id = ids + row * k;
-        float* w = ws + row * k;
-        if (ne <= 32) moe_route_t<1>(x, ne, k, softmax_first, normalize, id, w);
-        else if (ne <= 64) moe_route_t<2>(x, ne, k, softmax_first, normalize, id, w);
-        else if (ne <= 128) moe_route_t<4>(x, ne, k, softmax_first, normalize, id, w);
-        else if (ne <= 256) moe_route_t<8>(x, ne, k, softmax_first, normalize, id, w);
-        else if (ne <= 512) moe_route_t<16>(x, ne, k, softmax_first, normalize, id, w);
-        else moe_route_t<32>(x, ne, k, softmax_first, normalize, id, w);
-        __syncwarp();
-    }
+    for (int row = 0; row < t; row++)
+        moe_route_blk(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
 }

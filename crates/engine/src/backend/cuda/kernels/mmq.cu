@@ -455,13 +455,30 @@ MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
 // step stays one graph). Routing as the CPU's (model/blocks.rs route; llama-graph.cpp
 // build_moe_ffn): one warp per row of router logits (n_expert ≤ 1024) -> the k experts' ids and
 // weights, in rank order (ties to the lower id).
-// (moe_route_t, the routing of one row: common.cuh.)
+// A block a row, every thread routing (moe_route_blk, common.cuh; blockDim.x a multiple of 32).
 extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
     // (Launched early: it waits for the router's product before reading the logits.)
     pdl_trigger();
     pdl_wait();
     int row = blockIdx.x;
-    moe_route_rows(logits + (u64)row * ne, 1, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
+    moe_route_blk(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
+}
+
+// The same by one warp a row (moe_route_t, common.cuh: the serial sum and k rounds of argmax),
+// to compare (HF2Q_CUDA_ROUTE_WARP=1).
+extern "C" __global__ void moe_route_w(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+    pdl_trigger();
+    pdl_wait();
+    if (threadIdx.x >= 32) return;
+    const float* x = logits + (u64)blockIdx.x * ne;
+    int* id = ids + blockIdx.x * k;
+    float* w = ws + blockIdx.x * k;
+    if (ne <= 32) moe_route_t<1>(x, ne, k, softmax_first, normalize, id, w);
+    else if (ne <= 64) moe_route_t<2>(x, ne, k, softmax_first, normalize, id, w);
+    else if (ne <= 128) moe_route_t<4>(x, ne, k, softmax_first, normalize, id, w);
+    else if (ne <= 256) moe_route_t<8>(x, ne, k, softmax_first, normalize, id, w);
+    else if (ne <= 512) moe_route_t<16>(x, ne, k, softmax_first, normalize, id, w);
+    else moe_route_t<32>(x, ne, k, softmax_first, normalize, id, w);
 }
 
 // Routing inside the experts' launches (no moe_route launch between the router's product and the
