@@ -493,6 +493,39 @@ s20)
   eval "$c"
   bench_four
   ;;
+s21)
+  # Written 2026-12-05 (fourteenth session), the first call of its second chain (carry .dev: the
+  # build whose decode attention can do rope_store_kv's norms, rope and KV store itself,
+  # HF2Q_CUDA_ROPE_ATTN=1, and whose MoE products route their pairs with the block's routing,
+  # HF2Q_CUDA_ROUTE_IN=1; both off by default). A fresh machine, every op test (rope_store_kv and
+  # moe run both variants against the launches they replace, bit for bit; routing), fixtures and
+  # decode_greedy with the defaults and with both on; then the MoE tg128 under each.
+  fresh_bf16
+  export HF2Q_CUDA_ROPE_ATTN=1 HF2Q_CUDA_ROUTE_IN=1
+  fixtures $D/fixtures engine-tiny-variants
+  HF2Q_FIXTURES=$D/fixtures timeout 200 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda 2>&1 | tee $OUT/decode-greedy-variants.txt | grep -E "test result|panicked|NOT RUN"
+  unset HF2Q_CUDA_ROPE_ATTN HF2Q_CUDA_ROUTE_IN
+  wait_for MOE-END
+  m=$W/moe.q4_k_m.gguf
+  both="HF2Q_CUDA_ROPE_ATTN=1 HF2Q_CUDA_ROUTE_IN=1"
+  ab moe $m X=1 HF2Q_CUDA_ROPE_ATTN=1 HF2Q_CUDA_ROUTE_IN=1 "$both"
+  greedy_ab $m X=1 HF2Q_CUDA_ROPE_ATTN=1 HF2Q_CUDA_ROUTE_IN=1 "$both"
+  cp $OUT/ab.txt /tmp/ab-s21.txt
+  ;;
+s22)
+  # After s21: HF2Q_CUDA_ROPE_ATTN=1 against the defaults on the 8B Q4_K_M and BF16 (tg128,
+  # alternating) with their greedy tokens; then both tools on the four files, each 8B file with the
+  # faster setting on the Q4_K_M and the MoE with the fastest of s21.
+  ab q4_k_m $W/l8b.q4_k_m.gguf X=1 HF2Q_CUDA_ROPE_ATTN=1
+  ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_ROPE_ATTN=1
+  greedy_ab $W/l8b.q4_k_m.gguf X=1 HF2Q_CUDA_ROPE_ATTN=1
+  dense=$(best_of q4_k_m $OUT/ab.txt X=1 X=1 HF2Q_CUDA_ROPE_ATTN=1)
+  moe=$(best_of moe /tmp/ab-s21.txt X=1 X=1 HF2Q_CUDA_ROPE_ATTN=1 HF2Q_CUDA_ROUTE_IN=1 "HF2Q_CUDA_ROPE_ATTN=1 HF2Q_CUDA_ROUTE_IN=1")
+  echo "chosen: 8B: $dense; MoE: $moe" | tee $OUT/chosen.txt
+  wait_builds
+  for q in bf16 q4_k_m q8_0; do (eval "$dense"; bench_pair $q $W/l8b.$q.gguf); done
+  (eval "$moe"; bench_pair moe $W/moe.q4_k_m.gguf)
+  ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,
   # reading the expert ids after waiting for the routing): on an H100 its moe op test did not finish

@@ -78,6 +78,23 @@ impl Cuda {
                 && self.fuse_on(super::Fused::AttnMerge)
                 && n_split == q.rows
                 && (!q8 || (out.cols.is_multiple_of(256) && (g * l.head_dim).is_multiple_of(512)));
+            // A step of one row a sequence: the rope_store_kv recorded just before, of these
+            // queries and this F16 cache, done by the attention's blocks (`Fused::RopeAttn`).
+            let rope =
+                (dec && !merge && self.fuse_on(super::Fused::RopeAttn) && step.plan.seqs.iter().all(|s| s.rows == 1))
+                    .then(|| {
+                        self.dev.take_last("rope_store_kv", |a| {
+                            a.len() == 17
+                                && a[1] == A::P(q.ptr)
+                                && a[4] == A::I((kb / 2) as i32)
+                                && a[6] == A::I((vb / 2) as i32)
+                                && a[8] == A::I(l.head_dim as i32)
+                                && a[11] == A::P(ko as u64)
+                                && a[12] == A::P(vo as u64)
+                                && a[13] == A::I(0)
+                        })
+                    })
+                    .flatten();
             if dec {
                 let mut tail = [A::P(0), A::P(0), A::I(0), A::I(0), A::P(0), A::P(0), A::P(0), A::P(0)];
                 if merge {
@@ -95,8 +112,15 @@ impl Cuda {
                 }
                 args.extend(tail);
             }
+            if let Some(a) = &rope {
+                // (k, v, kd, vd, table, n_dims, neox, q / k norm weights, eps)
+                args.extend([a[3], a[5], a[4], a[6], a[7], a[9], a[10], a[14], a[15], a[16]]);
+                self.count_fused(super::Fused::RopeAttn);
+            }
             self.dev.launch_early(
-                &if dec {
+                &if rope.is_some() {
+                    "attn_dec_f16_rope".into()
+                } else if dec {
                     "attn_dec_f16".into()
                 } else {
                     format!("attn_split_{ty}")

@@ -110,7 +110,7 @@ pub struct Cuda {
     /// H100 (tg128, median of two: the MoE 0.94× / 0.99× / 0.98× / 0.98× / 0.83× for AttnMerge /
     /// Route / Glu / GluDown / RouteIn, the 8B BF16 0.99× / 0.77× for AttnMerge / Add;
     /// bench/runs/2026-12-05-h100 call 2, 2026-12-05-h100-b call 2); SumNorm 1.012×.
-    fuse: [bool; 7],
+    fuse: [bool; 8],
     /// `Backend::top_of_rows` on the GPU (`top_rows`: the values asked for cross to the host,
     /// not the rows); `HF2Q_CUDA_TOPK=0` or `with_tops(false)` reads the rows instead. On an
     /// H100, 64 streams of top_k 40: 1,528.6 against 1,033.0 tokens/s (2026-12-05-h100, call 5).
@@ -121,7 +121,7 @@ pub struct Cuda {
     /// 810.7 tokens/s, the same seeded tokens (2026-12-05-h100, call 5).
     draws: bool,
     /// Launches so far that did another's work too (`Fused`; for the op tests).
-    fused: [std::sync::atomic::AtomicUsize; 7],
+    fused: [std::sync::atomic::AtomicUsize; 8],
     /// Most warps per output row of the matrix-vector kernels (`warps_per_row`):
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
     /// against 219.2 at 2 and 218.9 at 4 (bench/runs/2026-12-04-h200/cuda-session8, call 7).
@@ -152,10 +152,14 @@ pub enum Fused {
     /// MoE gate / up and down products whose blocks route their pair's row themselves from the
     /// router's logits (no `moe_route`; with the down products making the GLU, as `GluDown`).
     RouteIn,
+    /// Decode attention (`attn_dec_f16_rope`, a step whose sequences have one row each) that does
+    /// the q / k norms, the rope and the KV store of the `rope_store_kv` recorded just before it
+    /// (no `rope_store_kv`; no counter).
+    RopeAttn,
 }
 
 impl Fused {
-    pub const ALL: [Fused; 7] = [
+    pub const ALL: [Fused; 8] = [
         Fused::AttnMerge,
         Fused::Route,
         Fused::Glu,
@@ -163,6 +167,7 @@ impl Fused {
         Fused::GluDown,
         Fused::SumNorm,
         Fused::RouteIn,
+        Fused::RopeAttn,
     ];
 
     /// On unless its variable says 0: `SumNorm` (MoE tg128 1.012× on an H100,
@@ -181,6 +186,7 @@ impl Fused {
             Fused::GluDown => "HF2Q_CUDA_GLU_DOWN",
             Fused::SumNorm => "HF2Q_CUDA_SUM_NORM",
             Fused::RouteIn => "HF2Q_CUDA_ROUTE_IN",
+            Fused::RopeAttn => "HF2Q_CUDA_ROPE_ATTN",
         }
     }
 }

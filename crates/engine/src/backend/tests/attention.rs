@@ -83,7 +83,11 @@ pub fn rope<B: Backend>(b: &B) {
 /// `store_kv`, bit for bit: the roped queries and keys and the caches they leave (read back
 /// through attention), for F16 and Q8_0 caches, neox and
 /// interleaved pairs, partial rotation, heads of 64 and 128 values, decode rows and a short batch
-/// after earlier positions, two sequences in one step.
+/// after earlier positions, two sequences in one step. Then a step of three sequences of one row
+/// each (positions 30, 0 and 7), `rope_store_kv` and attention recorded together (a backend may do
+/// the first in the second's launch: CUDA's `Fused::RopeAttn`): the attention's output the same
+/// bits, and the keys and values it stored the same (attention with the roped queries of the
+/// separate launches reads them back).
 pub fn rope_store_kv<B: Backend>(b: &B) {
     for (ty, normed) in [
         (KvType::F16, false),
@@ -115,54 +119,91 @@ pub fn rope_store_kv<B: Backend>(b: &B) {
                 n_ctx_orig: 4096,
                 freq_factors: None,
             };
-            // Two sequences: 30 earlier positions then 1 row; 7 earlier then 5 rows.
-            let seqs = [(30usize, 1usize), (7, 5)];
-            let rows: usize = seqs.iter().map(|s| s.1).sum();
-            let run = |fused: bool| {
-                let mut kvs: Vec<B::Kv> = seqs.iter().map(|_| b.alloc_kv(&layers, 64, ty).unwrap()).collect();
-                for (i, (&(pos0, _), kv)) in seqs.iter().zip(kvs.iter_mut()).enumerate() {
-                    let k = buf(b, pos0, n_kv * hd, &values(pos0 * n_kv * hd, 70 + i as u64));
-                    let v = buf(b, pos0, n_kv * hd, &values(pos0 * n_kv * hd, 80 + i as u64));
-                    let step = b.begin_step(plan(&[(0, pos0)]), &[&*kv]).unwrap();
-                    b.store_kv(&mut [kv], &step, 0, &k, &v);
-                }
-                let mut q = buf(b, rows, n_head * hd, &values(rows * n_head * hd, 91));
-                let mut k = buf(b, rows, n_kv * hd, &values(rows * n_kv * hd, 92));
-                let v = buf(b, rows, n_kv * hd, &values(rows * n_kv * hd, 93));
-                let refs: Vec<&B::Kv> = kvs.iter().collect();
-                let step = b.begin_step(plan(&seqs), &refs).unwrap();
-                let mut muts: Vec<&mut B::Kv> = kvs.iter_mut().collect();
-                b.run(|| {
-                    if fused {
-                        b.rope_store_kv(&mut q, &mut k, &v, hd, norm, &r, &mut muts, &step, 0);
-                    } else {
-                        if let Some(n) = norm {
-                            b.head_rms_norm(&mut q, Some(n.q), hd, n.eps);
-                            b.head_rms_norm(&mut k, Some(n.k), hd, n.eps);
+            // Two sequences: 30 earlier positions then 1 row; 7 earlier then 5 rows. Then three of
+            // one row each.
+            for seqs in [&[(30usize, 1usize), (7, 5)][..], &[(30, 1), (0, 1), (7, 1)]] {
+                let rows: usize = seqs.iter().map(|s| s.1).sum();
+                // fused: rope_store_kv (else the separate launches); with_attention: recorded with
+                // the attention after it (the queries and keys are not read before).
+                let qr0: std::cell::OnceCell<Vec<f32>> = std::cell::OnceCell::new();
+                let run = |fused: bool, with_attention: bool| {
+                    let mut kvs: Vec<B::Kv> = seqs.iter().map(|_| b.alloc_kv(&layers, 64, ty).unwrap()).collect();
+                    for (i, (&(pos0, _), kv)) in seqs.iter().zip(kvs.iter_mut()).enumerate() {
+                        if pos0 == 0 {
+                            continue;
                         }
-                        b.rope_qk(&mut q, &mut k, hd, &step, &r);
-                        b.store_kv(&mut muts, &step, 0, &k, &v);
+                        let k = buf(b, pos0, n_kv * hd, &values(pos0 * n_kv * hd, 70 + i as u64));
+                        let v = buf(b, pos0, n_kv * hd, &values(pos0 * n_kv * hd, 80 + i as u64));
+                        let step = b.begin_step(plan(&[(0, pos0)]), &[&*kv]).unwrap();
+                        b.store_kv(&mut [kv], &step, 0, &k, &v);
                     }
-                });
-                let refs: Vec<&B::Kv> = kvs.iter().collect();
-                let a = AttnLayer {
-                    layer: 0,
-                    n_head,
-                    n_kv_head: n_kv,
-                    head_dim: hd,
-                    scale: 0.1,
-                    window: None,
-                    causal: true,
+                    let mut q = buf(b, rows, n_head * hd, &values(rows * n_head * hd, 91));
+                    let mut k = buf(b, rows, n_kv * hd, &values(rows * n_kv * hd, 92));
+                    let v = buf(b, rows, n_kv * hd, &values(rows * n_kv * hd, 93));
+                    let refs: Vec<&B::Kv> = kvs.iter().collect();
+                    let step = b.begin_step(plan(&seqs), &refs).unwrap();
+                    let mut muts: Vec<&mut B::Kv> = kvs.iter_mut().collect();
+                    b.run(|| {
+                        if fused {
+                            b.rope_store_kv(&mut q, &mut k, &v, hd, norm, &r, &mut muts, &step, 0);
+                        } else {
+                            if let Some(n) = norm {
+                                b.head_rms_norm(&mut q, Some(n.q), hd, n.eps);
+                                b.head_rms_norm(&mut k, Some(n.k), hd, n.eps);
+                            }
+                            b.rope_qk(&mut q, &mut k, hd, &step, &r);
+                            b.store_kv(&mut muts, &step, 0, &k, &v);
+                        }
+                    });
+                    let (qr, kr) = if with_attention {
+                        (Vec::new(), Vec::new())
+                    } else {
+                        (b.read(&q), b.read(&k))
+                    };
+                    let refs: Vec<&B::Kv> = kvs.iter().collect();
+                    let a = AttnLayer {
+                        layer: 0,
+                        n_head,
+                        n_kv_head: n_kv,
+                        head_dim: hd,
+                        scale: 0.1,
+                        window: None,
+                        causal: true,
+                    };
+                    let mut out = b.alloc(rows, n_head * hd);
+                    b.run(|| b.attention(&q, &step, &refs, &a, &mut out));
+                    let out = b.read(&out);
+                    // The cache read back by attention with the separate launches' roped queries.
+                    let again = with_attention.then(|| {
+                        let q = buf(b, rows, n_head * hd, qr0.get().expect("the separate launches first"));
+                        let mut out = b.alloc(rows, n_head * hd);
+                        b.run(|| b.attention(&q, &step, &refs, &a, &mut out));
+                        b.read(&out)
+                    });
+                    (qr, kr, out, again)
                 };
-                let mut out = b.alloc(rows, n_head * hd);
-                b.run(|| b.attention(&q, &step, &refs, &a, &mut out));
-                (b.read(&q), b.read(&k), b.read(&out))
-            };
-            let (parts, fused) = (run(false), run(true));
-            let what = format!("{ty:?} cache, heads of {hd}, neox {neox}, {n_dims} dims roped, q/k normed {normed}");
-            assert!(parts.0 == fused.0, "{what}: the roped queries differ");
-            assert!(parts.1 == fused.1, "{what}: the roped keys differ");
-            assert!(parts.2 == fused.2, "{what}: attention over the stored keys differs");
+                let parts = run(false, false);
+                let _ = qr0.set(parts.0.clone());
+                let (fused, together) = (run(true, false), run(true, true));
+                let what = format!(
+                "{ty:?} cache, heads of {hd}, neox {neox}, {n_dims} dims roped, q/k normed {normed}, sequences {seqs:?}"
+            );
+                assert!(parts.0 == fused.0, "{what}: the roped queries differ");
+                assert!(parts.1 == fused.1, "{what}: the roped keys differ");
+                assert!(parts.2 == fused.2, "{what}: attention over the stored keys differs");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&parts.2),
+                    bits(&together.2),
+                    "{what}: attention recorded with the rope differs"
+                );
+                let again = together.3.expect("read back");
+                assert_eq!(
+                    bits(&parts.2),
+                    bits(&again),
+                    "{what}: the keys and values stored with attention differ"
+                );
+            }
         }
     }
 }

@@ -391,24 +391,42 @@ __device__ __forceinline__ void merge_last(const float* po, const float* pml, in
 // before waiting for the kernel ahead (the rope + store that writes this step's keys), so their
 // loads overlap it. Scores: a key per eight threads (every eighth run of 8 values of the head
 // each, summed across them); V: a thread per value of the head. Heads of at most DEC_HD values, a multiple of 8.
+//
+// With ri (attn_dec_f16_rope, a step whose sequences have one row each): rope_store_kv's work for
+// the block's heads is done here instead of in a launch before (its arguments in ri): the G query
+// heads normed and rotated into shared memory; the block of the row's last split (the one whose
+// keys reach the row's own position) also makes the row's key of its KV head, normed, rotated and
+// rounded to f16, and its value in f16, stores both in the cache for later steps and puts them
+// in the stage where the cache load would have put them. The same operations as rope_store_kv's
+// (head_norm_warp, rope_pair, f2h), so the same bits.
 #define DEC_C 16
 #define DEC_HD 256
-extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const float* q, float* po, float* pml, const int* sidx,
-                                                               int cols, int hd, int n_head, int n_kv, float scale, int window,
-                                                               int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, int* cnt,
-                                                               float* out, int ocols, int n_pad, signed char* q0, float* d0,
-                                                               signed char* qk, float* dk) {
+struct RopeIn {
+    const float *k, *v;      // the step's raw keys and values (rows of kd / vd)
+    int kd, vd;
+    const float2* cs;        // the rope table (a row's n_dims / 2 pairs)
+    int n_dims, neox;
+    const float *wq, *wk;    // the per-head norms' weights (null: none)
+    float eps;
+};
+template <bool ROPE>
+__device__ void attn_dec_t(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head, int n_kv,
+                           float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, int* cnt, float* out,
+                           int ocols, int n_pad, signed char* q0, float* d0, signed char* qk, float* dk, const RopeIn& ri) {
     pdl_trigger();
     __shared__ __align__(16) u16 ks[2][DEC_C * DEC_HD];
     __shared__ __align__(16) u16 vs[2][DEC_C * DEC_HD];
     __shared__ __align__(16) float qs[SPLIT_G * DEC_HD];
     __shared__ float sc[SPLIT_G][DEC_C];
     __shared__ float ms[SPLIT_G], ls[SPLIT_G], cs[SPLIT_G];
+    // (ROPE: the row's new key in f32, then it and its value in f16.)
+    __shared__ __align__(16) float kf[ROPE ? DEC_HD : 1];
+    __shared__ __align__(16) u16 kn16[ROPE ? DEC_HD : 1], vn16[ROPE ? DEC_HD : 1];
     // The step's tables were uploaded before its first kernel: read before the wait.
     int r = blockIdx.x, kh = blockIdx.y / SPLIT_MAX, j = blockIdx.y % SPLIT_MAX;
     int idx = sidx[r];
     if (idx < 0) return;
-    int seq = s.row_seq[r], lo, hi;
+    int seq = s.row_seq[r], pos = s.row_pos[r], lo, hi;
     key_range(s, r, window, causal, &lo, &hi);
     int nk = hi - lo + 1, len = split_len(nk);
     if (j * len >= nk) return;
@@ -421,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const flo
         int nt = min(DEC_C, b - t0 + 1);
         for (int i = tid; i < nt * pk; i += blockDim.x) {
             int k = i / pk, o = i % pk, p = t0 + k;
-            if ((part == 1 && p >= fresh) || (part == 2 && p < fresh)) continue;
+            if ((part == 1 && p >= fresh) || (part == 2 && p < fresh) || (ROPE && p == pos)) continue;
             cp_async16(ks[st] + k * hd + o * 8, kv_row(s, seq, p, k_off, k_rb) + hoff + o * 16);
             cp_async16(vs[st] + k * hd + o * 8, kv_row(s, seq, p, v_off, v_rb) + hoff + o * 16);
         }
@@ -434,6 +452,38 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const flo
     // The G heads' queries are consecutive in the row.
     for (int i = tid; i < G * hd; i += blockDim.x) qs[i] = q[(u64)r * cols + (u64)h0 * hd + i];
     if (tid < G) { ms[tid] = -INFINITY; ls[tid] = 0.f; }
+    if (ROPE) {
+        // rope_store_kv's work for this block (see above); its per-head norm a warp a head.
+        int half = ri.n_dims / 2;
+        const float2* cr = ri.cs + (u64)r * half;
+        bool mine = b == hi && hi == pos;
+        if (mine)
+            for (int i = tid; i < hd; i += blockDim.x) kf[i] = ri.k[(u64)r * ri.kd + (u64)kh * hd + i];
+        __syncthreads();
+        int w = tid >> 5;
+        if (ri.wq)
+            for (int g = w; g < G; g += 4) head_norm_warp(qs + g * hd, ri.wq, hd, ri.eps);
+        if (mine && ri.wk && w == G % 4) head_norm_warp(kf, ri.wk, hd, ri.eps);
+        __syncthreads();
+        for (int i = tid; i < G * half; i += blockDim.x) {
+            int pr = i % half;
+            rope_pair(qs + (i / half) * hd, ri.neox ? pr : 2 * pr, ri.neox ? pr + half : 2 * pr + 1, cr[pr]);
+        }
+        if (mine) {
+            for (int pr = tid; pr < half; pr += blockDim.x)
+                rope_pair(kf, ri.neox ? pr : 2 * pr, ri.neox ? pr + half : 2 * pr + 1, cr[pr]);
+            __syncthreads();
+            u16* kc = (u16*)(kv_row(s, seq, pos, k_off, k_rb) + hoff);
+            u16* vc = (u16*)(kv_row(s, seq, pos, v_off, v_rb) + hoff);
+            for (int i = tid; i < hd; i += blockDim.x) {
+                u16 kh16 = f2h(kf[i]), vh16 = f2h(ri.v[(u64)r * ri.vd + (u64)kh * hd + i]);
+                kc[i] = kh16;
+                vc[i] = vh16;
+                kn16[i] = kh16;
+                vn16[i] = vh16;
+            }
+        }
+    }
     const int NV = DEC_HD / 128;
     float acc[SPLIT_G][NV];
 #pragma unroll
@@ -448,6 +498,14 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const flo
         cp_commit();
         cp_wait<1>();
         __syncthreads();
+        if (ROPE && t0 <= pos && pos <= t0 + nt - 1) {
+            // The row's own key and value, made above, where the load would have put them.
+            for (int i = tid; i < hd; i += blockDim.x) {
+                ks[st][(pos - t0) * hd + i] = kn16[i];
+                vs[st][(pos - t0) * hd + i] = vn16[i];
+            }
+            __syncthreads();
+        }
         {
             int k = tid >> 3, part = tid & 7;
             float pg[SPLIT_G];
@@ -487,6 +545,24 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const flo
     split_store<NV>(acc, ms, ls, po, pml, idx, n_head, h0, j, G, hd);
     // (cnt null: attn_combine merges them.)
     if (cnt) merge_last(po, pml, cnt, r, idx, kh, (nk + len - 1) / len, G, hd, n_head, n_kv, ocols, out, n_pad, q0, d0, qk, dk);
+}
+extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const float* q, float* po, float* pml, const int* sidx,
+                                                               int cols, int hd, int n_head, int n_kv, float scale, int window,
+                                                               int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, int* cnt,
+                                                               float* out, int ocols, int n_pad, signed char* q0, float* d0,
+                                                               signed char* qk, float* dk) {
+    attn_dec_t<false>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, cnt, out,
+                      ocols, n_pad, q0, d0, qk, dk, RopeIn{});
+}
+extern "C" __global__ void __launch_bounds__(128) attn_dec_f16_rope(Step s, const float* q, float* po, float* pml, const int* sidx,
+                                                                    int cols, int hd, int n_head, int n_kv, float scale, int window,
+                                                                    int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, int* cnt,
+                                                                    float* out, int ocols, int n_pad, signed char* q0, float* d0,
+                                                                    signed char* qk, float* dk, const float* k, const float* v,
+                                                                    int kd, int vd, const float2* cs, int n_dims, int neox,
+                                                                    const float* wq, const float* wk, float eps) {
+    attn_dec_t<true>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, cnt, out,
+                     ocols, n_pad, q0, d0, qk, dk, RopeIn{k, v, kd, vd, cs, n_dims, neox, wq, wk, eps});
 }
 
 // Value d of head h of row r (its splits at sidx[r] ≥ 0), the splits merged in split order.

@@ -352,14 +352,15 @@ __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, in
     if (lane + 32 < k) { ids[lane + 32] = sid[lane + 32]; ws[lane + 32] = sel[lane + 32]; }
 }
 
-// The same routing by every thread of the block (blockDim.x a multiple of 32, n_expert ne ≤ 1024),
+// The same routing by every thread of the block (blockDim.x a multiple of 32, n_expert ne ≤ NMAX),
 // with no serial chain as long as moe_route_t's: the max over the block; the softmax's double sum
 // as a tree where that is exact (every term 0 or ≥ 2^-20, so a multiple of 2^-43, and the sums
 // ≤ 1024 < 2^10: every partial sum is a double, in any order), else by thread 0 in order as
 // moe_route_t; the k largest by rank (how many values are larger, or equal at a lower id: the order
 // of moe_route_t's rounds). The same ids and weights as moe_route_t, bit for bit.
+template <int NMAX = 1024>
 __device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
-    __shared__ __align__(16) float p[1024];
+    __shared__ __align__(16) float p[NMAX];
     __shared__ double dpart[32];
     __shared__ float fpart[32];
     __shared__ float sel[64];
@@ -450,5 +451,5 @@ __device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, 
 __device__ __forceinline__ void moe_route_rows(const float* logits, int t, int ne, int k, int softmax_first, int normalize,
                                                int* ids, float* ws) {
     for (int row = 0; row < t; row++)
-        moe_route_blk(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
+        moe_route_blk<>(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
 }

@@ -461,7 +461,7 @@ extern "C" __global__ void moe_route(const float* logits, int ne, int k, int sof
     pdl_trigger();
     pdl_wait();
     int row = blockIdx.x;
-    moe_route_blk(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
+    moe_route_blk<>(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
 }
 
 // The same by one warp a row (moe_route_t, common.cuh: the serial sum and k rounds of argmax),
@@ -482,10 +482,9 @@ extern "C" __global__ void moe_route_w(const float* logits, int ne, int k, int s
 }
 
 // Routing inside the experts' launches (no moe_route launch between the router's product and the
-// gate / up products): each block routes its pair's row itself from the router's logits, the
-// choice and weights of moe_route (moe_route_t<8>: n_expert ≤ 256, the same result as the
-// narrowest instance that fits). logits null: the pairs' experts are read from ids (routed
-// before).
+// gate / up products): each block routes its pair's row itself from the router's logits with all
+// its threads, the choice and weights of moe_route (moe_route_blk<256>: n_expert ≤ 256). logits
+// null: the pairs' experts are read from ids (routed before).
 struct RouteIn {
     const float* logits;
     int ne, k, softmax_first, normalize;
@@ -497,8 +496,7 @@ __device__ __forceinline__ int route_in(const RouteIn& ri, int p, const int* ids
     __shared__ int rid[64];
     __shared__ float rw[64];
     int r = p / ri.k;
-    if (threadIdx.x < 32) moe_route_t<8>(ri.logits + (u64)r * ri.ne, ri.ne, ri.k, ri.softmax_first, ri.normalize, rid, rw);
-    __syncthreads();
+    moe_route_blk<256>(ri.logits + (u64)r * ri.ne, ri.ne, ri.k, ri.softmax_first, ri.normalize, rid, rw);
     if (out_ids && (int)threadIdx.x < ri.k) {
         out_ids[r * ri.k + threadIdx.x] = rid[threadIdx.x];
         out_ws[r * ri.k + threadIdx.x] = rw[threadIdx.x];
