@@ -141,7 +141,7 @@ pub fn rope_store_kv<B: Backend>(b: &B) {
                     let mut k = buf(b, rows, n_kv * hd, &values(rows * n_kv * hd, 92));
                     let v = buf(b, rows, n_kv * hd, &values(rows * n_kv * hd, 93));
                     let refs: Vec<&B::Kv> = kvs.iter().collect();
-                    let step = b.begin_step(plan(&seqs), &refs).unwrap();
+                    let step = b.begin_step(plan(seqs), &refs).unwrap();
                     let mut muts: Vec<&mut B::Kv> = kvs.iter_mut().collect();
                     b.run(|| {
                         if fused {
