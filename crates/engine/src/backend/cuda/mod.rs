@@ -171,9 +171,10 @@ impl Fused {
     ];
 
     /// On unless its variable says 0: `SumNorm` (MoE tg128 1.012× on an H100,
-    /// bench/runs/2026-12-05-h100-b); the others are off unless it says 1.
+    /// bench/runs/2026-12-05-h100-b) and `RopeAttn` (tg128 on an H200: MoE 1.014×, 8B Q4_K_M
+    /// 1.014×, BF16 1.006×, bench/runs/2026-12-05-h200); the others are off unless it says 1.
     pub fn default_on(self) -> bool {
-        matches!(self, Fused::SumNorm)
+        matches!(self, Fused::SumNorm | Fused::RopeAttn)
     }
 
     /// The environment variable that turns it on (`=1`) or off (`=0`).
