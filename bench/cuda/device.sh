@@ -529,7 +529,8 @@ s22)
 s23)
   # Written 2026-12-05 (fourteenth session), one call on a fresh machine with the last of the
   # session's device time (carry .dev: RopeAttn on by default; HF2Q_CUDA_PREFETCH_MB=N, decode
-  # attention asking the L2 for the first N MB of the output projection's weights). The attention
+  # attention asking the L2 for the first N MB of the output projection's weights; a MoE router's
+  # product at four warps a row by default, HF2Q_CUDA_WPR_SMALL=1 the old one). The attention
   # op tests; the prefetch against none on each file as soon as it is made; both tools on the four
   # files, each with its faster setting.
   unpack
@@ -551,7 +552,7 @@ s23)
   (eval "$cb"; bench_pair bf16 $W/l8b.bf16.gguf)
   for q in q4_k_m q8_0; do (eval "$cq"; bench_pair $q $W/l8b.$q.gguf); done
   wait_for MOE-END
-  ab moe $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16
+  ab moe $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
   cm=$(best_of moe $OUT/ab.txt X=1 X=1 HF2Q_CUDA_PREFETCH_MB=16)
   echo "chosen: MoE: $cm" | tee -a $OUT/chosen.txt
   (eval "$cm"; bench_pair moe $W/moe.q4_k_m.gguf)

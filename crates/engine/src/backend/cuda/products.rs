@@ -11,14 +11,24 @@ use crate::model::blocks::Glu;
 use gguf::GgmlType;
 
 /// Warps per output row of the matrix-vector kernels for a matrix of `m` rows, at most `cap`
-/// (`Cuda::wpr_cap`): more warps for a matrix of few rows.
+/// (`Cuda::wpr_cap`): more warps for a matrix of few rows. A matrix of at most 256 rows (a MoE
+/// router's) always gets four (`HF2Q_CUDA_WPR_SMALL`, 4 by default): 32 blocks of one warp a row
+/// leave most of the GPU idle (MoE tg128 1.007× at four on an H100, bench/runs/2026-12-05-h100-b).
 fn warps_per_row(m: usize, cap: usize) -> usize {
-    let w = match m {
-        0..=2048 => 4,
-        2049..=4096 => 2,
+    static SMALL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let small = *SMALL.get_or_init(|| {
+        std::env::var("HF2Q_CUDA_WPR_SMALL")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|v| [1, 2, 4].contains(v))
+            .unwrap_or(4)
+    });
+    match m {
+        0..=256 => small,
+        257..=2048 => 4.min(cap),
+        2049..=4096 => 2.min(cap),
         _ => 1,
-    };
-    w.min(cap)
+    }
 }
 
 /// Rows of one sequence above which a product of the other types goes through cuBLAS (tensor
