@@ -530,33 +530,27 @@ s23)
   # Written 2026-12-05 (fourteenth session), one call on a fresh machine with the last of the
   # session's device time (carry .dev: RopeAttn on by default; HF2Q_CUDA_PREFETCH_MB=N, decode
   # attention asking the L2 for the first N MB of the output projection's weights; a MoE router's
-  # product at four warps a row by default, HF2Q_CUDA_WPR_SMALL=1 the old one). The attention
-  # op tests; the prefetch against none on each file as soon as it is made; both tools on the four
-  # files, each with its faster setting.
+  # product at four warps a row by default, HF2Q_CUDA_WPR_SMALL=1 the old one). Only the two files
+  # short of their targets (8B BF16, the MoE): the attention op tests; the A/Bs as soon as each file
+  # is made; both tools on both files, each with its faster setting.
   unpack
   machine_info
   bg_llama_bench
-  bg_make "bf16 q4_k_m q8_0" moe
+  bg_make bf16 moe
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   op_tests rope_store_kv attention
-  p="X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_PREFETCH_MB=32"
   wait_for bf16-END
-  ab bf16 $W/l8b.bf16.gguf $p
-  wait_for q4_k_m-END
-  ab q4_k_m $W/l8b.q4_k_m.gguf $p
-  greedy_ab $W/l8b.q4_k_m.gguf X=1 HF2Q_CUDA_PREFETCH_MB=32
-  cb=$(best_of bf16 $OUT/ab.txt X=1 $p); cq=$(best_of q4_k_m $OUT/ab.txt X=1 $p)
-  echo "chosen: BF16: $cb; Q4_K_M, Q8_0: $cq" | tee $OUT/chosen.txt
-  wait_for q8_0-END
-  wait_builds
-  (eval "$cb"; bench_pair bf16 $W/l8b.bf16.gguf)
-  for q in q4_k_m q8_0; do (eval "$cq"; bench_pair $q $W/l8b.$q.gguf); done
+  ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_PREFETCH_MB=32
+  cb=$(best_of bf16 $OUT/ab.txt X=1 X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_PREFETCH_MB=32)
   wait_for MOE-END
   ab moe $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
   cm=$(best_of moe $OUT/ab.txt X=1 X=1 HF2Q_CUDA_PREFETCH_MB=16)
-  echo "chosen: MoE: $cm" | tee -a $OUT/chosen.txt
+  echo "chosen: BF16: $cb; MoE: $cm" | tee $OUT/chosen.txt
+  wait_builds
+  (eval "$cb"; bench_pair bf16 $W/l8b.bf16.gguf)
   (eval "$cm"; bench_pair moe $W/moe.q4_k_m.gguf)
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  greedy_ab $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
   ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,
