@@ -552,6 +552,25 @@ s23)
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
   greedy_ab $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
   ;;
+s24)
+  # s23 cut to the MoE (two failed starts left ~400 s of device time): the MoE and llama-bench
+  # made in the background; the A/B; both tools with the faster setting; greedy tokens.
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "" moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  wait_for MOE-END
+  m=$W/moe.q4_k_m.gguf
+  ab moe $m X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
+  cm=$(best_of moe $OUT/ab.txt X=1 X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1)
+  echo "chosen: MoE: $cm" | tee $OUT/chosen.txt
+  for i in $(seq 1 60); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
+  tail -n 1 /tmp/lc.log
+  (eval "$cm"; bench_pair moe $m)
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  greedy_ab $m X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
+  ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,
   # reading the expert ids after waiting for the routing): on an H100 its moe op test did not finish
