@@ -43,6 +43,10 @@
 #            two new variants), s13 (the MoE variants' A/B; each MoE kernel's cost with launches
 #            overlapping, HF2Q_CUDA_TWICE), s14 (the same costs on the 8B BF16; sampled serving
 #            against llama-server; both tools on the four files with the variants chosen).
+#   s19, s20 (2026-12-05, fourteenth session; ran on an H100: bench/runs/2026-12-05-h100-c): the
+#            MoE routing by a block; s21, s22 (ran on an H200: bench/runs/2026-12-05-h200): the rope
+#            inside decode attention; s23 (never started: no machine) and s24, the same cut to the MoE:
+#            the L2 prefetch and a router's four warps a row.
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
