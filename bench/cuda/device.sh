@@ -575,6 +575,18 @@ s24)
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
   greedy_ab $m X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
   ;;
+s25)
+  # With ~320 s of device time left and no H200 to be had: the relative A/Bs alone, on whatever card
+  # comes (no llama.cpp): the L2 prefetch on the 8B BF16 as soon as it is made, then the MoE's
+  # router at four warps a row against one (HF2Q_CUDA_WPR_SMALL=1) and the prefetch.
+  unpack
+  machine_info
+  bg_make bf16 moe
+  wait_for bf16-END
+  ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_PREFETCH_MB=32
+  wait_for MOE-END
+  ab moe $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_WPR_SMALL=1 HF2Q_CUDA_PREFETCH_MB=16
+  ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,
   # reading the expert ids after waiting for the routing): on an H100 its moe op test did not finish
