@@ -914,7 +914,9 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
 }
 
 /// `HF2Q_CUDA_PREFETCH_MB`: how many bytes of a product's weights a kernel before it asks the L2
-/// for (`Dev::mark_prefetch`); 0 by default.
+/// for (`Dev::mark_prefetch`); 0 by default: decode attention asking for the output projection's
+/// first 16 / 32 MB made the 8B BF16's tg128 0.994× / 0.985× on an H100
+/// (bench/runs/2026-12-05-h100-d).
 pub(super) fn prefetch_bytes() -> u64 {
     static B: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *B.get_or_init(|| {

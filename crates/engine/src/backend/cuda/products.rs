@@ -13,7 +13,8 @@ use gguf::GgmlType;
 /// Warps per output row of the matrix-vector kernels for a matrix of `m` rows, at most `cap`
 /// (`Cuda::wpr_cap`): more warps for a matrix of few rows. A matrix of at most 256 rows (a MoE
 /// router's) always gets four (`HF2Q_CUDA_WPR_SMALL`, 4 by default): 32 blocks of one warp a row
-/// leave most of the GPU idle (MoE tg128 1.007× at four on an H100, bench/runs/2026-12-05-h100-b).
+/// leave most of the GPU idle (MoE tg128 1.010× against one on an H100,
+/// bench/runs/2026-12-05-h100-d).
 fn warps_per_row(m: usize, cap: usize) -> usize {
     static SMALL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let small = *SMALL.get_or_init(|| {
