@@ -494,9 +494,6 @@ impl Dev {
         self.record(name, grid, block, args, self.pdl);
     }
 
-    /// The arguments of the last launch recorded and not yet issued, taken back (it will not
-    /// run), where it is of kernel `name` and `keep` accepts its arguments: a launch that does
-    /// its work too is recorded in its place. Never while a kernel is recorded twice.
     /// The launch recorded last (its last two arguments an address and a byte count, 0 for
     /// none) asks the L2 for the first bytes of the weights of the product recorded next
     /// (`prefetch_for`), while the GPU's memory would otherwise wait for the kernels between
@@ -522,6 +519,9 @@ impl Dev {
         }
     }
 
+    /// The arguments of the last launch recorded and not yet issued, taken back (it will not
+    /// run), where it is of kernel `name` and `keep` accepts its arguments: a launch that does
+    /// its work too is recorded in its place. Never while a kernel is recorded twice.
     pub(super) fn take_last(&self, name: &str, keep: impl Fn(&[A]) -> bool) -> Option<Vec<A>> {
         let f = *self.kernels.by_name.get(name)?;
         if self.twice.is_some() {

@@ -122,7 +122,8 @@ pub struct Cuda {
     draws: bool,
     /// Launches so far that did another's work too (`Fused`; for the op tests).
     fused: [std::sync::atomic::AtomicUsize; 8],
-    /// Most warps per output row of the matrix-vector kernels (`warps_per_row`):
+    /// Most warps per output row of the matrix-vector kernels (`warps_per_row`; not for a matrix
+    /// of at most 256 rows):
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
     /// against 219.2 at 2 and 218.9 at 4 (bench/runs/2026-12-04-h200/cuda-session8, call 7).
     wpr_cap: usize,
