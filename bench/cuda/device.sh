@@ -46,7 +46,8 @@
 #   s19, s20 (2026-12-05, fourteenth session; ran on an H100: bench/runs/2026-12-05-h100-c): the
 #            MoE routing by a block; s21, s22 (ran on an H200: bench/runs/2026-12-05-h200): the rope
 #            inside decode attention; s23 (never started: no machine) and s24, the same cut to the MoE:
-#            the L2 prefetch and a router's four warps a row.
+#            the L2 prefetch and a router's four warps a row; s25 (ran on an H100, 286 s:
+#            bench/runs/2026-12-05-h100-d) the A/Bs alone. Next: s26 on an H200 (carry .dev).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -586,6 +587,14 @@ s25)
   ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_PREFETCH_MB=32
   wait_for MOE-END
   ab moe $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_WPR_SMALL=1 HF2Q_CUDA_PREFETCH_MB=16
+  ;;
+s26)
+  # For the next session with device time (carry .dev, a fresh H200): the Done-when figures of
+  # HEAD's defaults (RopeAttn, the router's four warps). Every op test, the fixtures and
+  # decode_greedy on CUDA, then both tools on the four files, then the MoE's greedy tokens.
+  fresh_bf16
+  bench_four
+  greedy_ab $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_WPR_SMALL=1
   ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,
