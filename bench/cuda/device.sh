@@ -45,9 +45,9 @@
 #            against llama-server; both tools on the four files with the variants chosen).
 #   s19, s20 (2026-12-05, fourteenth session; ran on an H100: bench/runs/2026-12-05-h100-c): the
 #            MoE routing by a block; s21, s22 (ran on an H200: bench/runs/2026-12-05-h200): the rope
-#            inside decode attention; s23 (never started: no machine) and s24, the same cut to the MoE:
-#            the L2 prefetch and a router's four warps a row; s25 (ran on an H100, 286 s:
-#            bench/runs/2026-12-05-h100-d) the A/Bs alone. Next: s26 on an H200 (carry .dev).
+#            inside decode attention; s25 (ran on an H100, 286 s: bench/runs/2026-12-05-h100-d) the
+#            L2 prefetch (since taken out) and a router's four warps a row. Next: s26 on an H200
+#            (carry .dev).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -531,55 +531,12 @@ s22)
   for q in bf16 q4_k_m q8_0; do (eval "$dense"; bench_pair $q $W/l8b.$q.gguf); done
   (eval "$moe"; bench_pair moe $W/moe.q4_k_m.gguf)
   ;;
-s23)
-  # Written 2026-12-05 (fourteenth session), one call on a fresh machine with the last of the
-  # session's device time (carry .dev: RopeAttn on by default; HF2Q_CUDA_PREFETCH_MB=N, decode
-  # attention asking the L2 for the first N MB of the output projection's weights; a MoE router's
-  # product at four warps a row by default, HF2Q_CUDA_WPR_SMALL=1 the old one). Only the two files
-  # short of their targets (8B BF16, the MoE): the attention op tests; the A/Bs as soon as each file
-  # is made; both tools on both files, each with its faster setting.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make bf16 moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests rope_store_kv attention
-  wait_for bf16-END
-  ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_PREFETCH_MB=32
-  cb=$(best_of bf16 $OUT/ab.txt X=1 X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_PREFETCH_MB=32)
-  wait_for MOE-END
-  ab moe $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
-  cm=$(best_of moe $OUT/ab.txt X=1 X=1 HF2Q_CUDA_PREFETCH_MB=16)
-  echo "chosen: BF16: $cb; MoE: $cm" | tee $OUT/chosen.txt
-  wait_builds
-  (eval "$cb"; bench_pair bf16 $W/l8b.bf16.gguf)
-  (eval "$cm"; bench_pair moe $W/moe.q4_k_m.gguf)
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  greedy_ab $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
-  ;;
-s24)
-  # s23 cut to the MoE (two failed starts left ~400 s of device time): the MoE and llama-bench
-  # made in the background; the A/B; both tools with the faster setting; greedy tokens.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  wait_for MOE-END
-  m=$W/moe.q4_k_m.gguf
-  ab moe $m X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
-  cm=$(best_of moe $OUT/ab.txt X=1 X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1)
-  echo "chosen: MoE: $cm" | tee $OUT/chosen.txt
-  for i in $(seq 1 60); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
-  tail -n 1 /tmp/lc.log
-  (eval "$cm"; bench_pair moe $m)
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  greedy_ab $m X=1 HF2Q_CUDA_PREFETCH_MB=16 HF2Q_CUDA_WPR_SMALL=1
-  ;;
 s25)
   # With ~320 s of device time left and no H200 to be had: the relative A/Bs alone, on whatever card
   # comes (no llama.cpp): the L2 prefetch on the 8B BF16 as soon as it is made, then the MoE's
-  # router at four warps a row against one (HF2Q_CUDA_WPR_SMALL=1) and the prefetch.
+  # router at four warps a row against one (HF2Q_CUDA_WPR_SMALL=1) and the prefetch. (Run on an H100
+  # with 7b11b23, bench/runs/2026-12-05-h100-d; the prefetch, slower, was taken out after it: on
+  # later builds HF2Q_CUDA_PREFETCH_MB does nothing.)
   unpack
   machine_info
   bg_make bf16 moe

@@ -117,10 +117,6 @@ impl Cuda {
                 args.extend([a[3], a[5], a[4], a[6], a[7], a[9], a[10], a[14], a[15], a[16]]);
                 self.count_fused(super::Fused::RopeAttn);
             }
-            if dec {
-                // What to ask the L2 for (the output projection's weights: `Dev::mark_prefetch`).
-                args.extend([A::P(0), A::P(0)]);
-            }
             self.dev.launch_early(
                 &if rope.is_some() {
                     "attn_dec_f16_rope".into()
@@ -133,9 +129,6 @@ impl Cuda {
                 128,
                 &args,
             );
-            if dec {
-                self.dev.mark_prefetch();
-            }
             if merge {
                 self.count_fused(super::Fused::AttnMerge);
                 if q8 {

@@ -53,9 +53,6 @@ struct Recorder {
     arena_off: usize,
     /// Allocations dropped while launches that may use them were still recorded.
     graveyard: Vec<Box<dyn Send>>,
-    /// The pending launch (index, kernel) whose last two arguments (address, bytes) ask the L2 for
-    /// the start of the next product's weights (`mark_prefetch`, `prefetch_for`).
-    prefetch_at: Option<(usize, usize)>,
     /// Arenas replaced during the current step: the step's earlier uploads (its tables, read by
     /// every layer's launches) stay there until the step ends.
     old_arenas: Vec<CudaSlice<u8>>,
@@ -297,7 +294,6 @@ impl Dev {
                 arena: None,
                 arena_off: 0,
                 graveyard: Vec::new(),
-                prefetch_at: None,
                 old_arenas: Vec::new(),
             }),
             graphs: std::env::var("HF2Q_CUDA_GRAPHS").map_or(true, |v| v != "0"),
@@ -494,31 +490,6 @@ impl Dev {
         self.record(name, grid, block, args, self.pdl);
     }
 
-    /// The launch recorded last (its last two arguments an address and a byte count, 0 for
-    /// none) asks the L2 for the first bytes of the weights of the product recorded next
-    /// (`prefetch_for`), while the GPU's memory would otherwise wait for the kernels between
-    /// (`HF2Q_CUDA_PREFETCH_MB`, at most that many MB; 0, the default: none).
-    pub(super) fn mark_prefetch(&self) {
-        if prefetch_bytes() == 0 {
-            return;
-        }
-        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
-        rec.prefetch_at = rec.pending.last().map(|l| (rec.pending.len() - 1, l.f));
-    }
-
-    /// A product of the weights at `ptr` (`bytes` long) about to be recorded: the marked launch,
-    /// if still recorded and unissued, asks for their first bytes.
-    pub(super) fn prefetch_for(&self, ptr: u64, bytes: u64) {
-        let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((i, f)) = rec.prefetch_at.take() {
-            if let Some(l) = rec.pending.get_mut(i).filter(|l| l.f == f && l.args.len() >= 2) {
-                let n = l.args.len();
-                l.args[n - 2] = A::P(ptr);
-                l.args[n - 1] = A::P(bytes.min(prefetch_bytes()));
-            }
-        }
-    }
-
     /// The arguments of the last launch recorded and not yet issued, taken back (it will not
     /// run), where it is of kernel `name` and `keep` accepts its arguments: a launch that does
     /// its work too is recorded in its place. Never while a kernel is recorded twice.
@@ -674,7 +645,6 @@ impl Dev {
             return;
         }
         let pending = std::mem::take(&mut rec.pending);
-        rec.prefetch_at = None;
         if let Some(p) = self.prof.as_ref().filter(|p| p.on()) {
             for l in &pending {
                 // Keyed by kernel and grid: a layer's products of different shapes apart.
@@ -911,19 +881,4 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
         .collect(),
         _ => Vec::new(),
     }
-}
-
-/// `HF2Q_CUDA_PREFETCH_MB`: how many bytes of a product's weights a kernel before it asks the L2
-/// for (`Dev::mark_prefetch`); 0 by default: decode attention asking for the output projection's
-/// first 16 / 32 MB made the 8B BF16's tg128 0.994× / 0.985× on an H100
-/// (bench/runs/2026-12-05-h100-d).
-pub(super) fn prefetch_bytes() -> u64 {
-    static B: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *B.get_or_init(|| {
-        std::env::var("HF2Q_CUDA_PREFETCH_MB")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-            << 20
-    })
 }

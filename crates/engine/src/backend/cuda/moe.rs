@@ -69,6 +69,12 @@ impl Cuda {
     pub(super) fn route_rows(&self, logits: u64, t: usize, r: &Routing, ids: u64, ws: u64, early: bool) {
         static WARP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let warp = *WARP.get_or_init(|| std::env::var("HF2Q_CUDA_ROUTE_WARP").is_ok_and(|v| v == "1"));
+        self.route_rows_by(logits, t, r, ids, ws, early, warp);
+    }
+
+    /// `route_rows` by a block (`moe_route`) or a warp (`moe_route_w`) a row.
+    #[allow(clippy::too_many_arguments)]
+    fn route_rows_by(&self, logits: u64, t: usize, r: &Routing, ids: u64, ws: u64, early: bool, warp: bool) {
         let (name, block) = if warp {
             ("moe_route_w", 32)
         } else {
@@ -524,26 +530,7 @@ mod tests {
                             let mut x = b.alloc(4, ne);
                             b.write(&mut x, 4, ne, &logits);
                             let (ids, ws) = (b.alloc(4, k), b.alloc(4, k));
-                            let (name, block) = if warp {
-                                ("moe_route_w", 32)
-                            } else {
-                                ("moe_route", ne.next_multiple_of(32).clamp(32, 1024) as u32)
-                            };
-                            use super::A;
-                            b.dev.launch(
-                                name,
-                                (4, 1),
-                                block,
-                                &[
-                                    A::P(x.ptr),
-                                    A::I(ne as i32),
-                                    A::I(k as i32),
-                                    A::I(softmax_first as i32),
-                                    A::I(normalize as i32),
-                                    A::P(ids.ptr),
-                                    A::P(ws.ptr),
-                                ],
-                            );
+                            b.route_rows_by(x.ptr, 4, &r, ids.ptr, ws.ptr, false, warp);
                             (b.read(&ids), b.read(&ws))
                         })
                     })

@@ -228,10 +228,6 @@ impl Cuda {
         if t == 0 {
             return;
         }
-        if let Some(w) = ws.first() {
-            self.dev
-                .prefetch_for(self.dev.ptr(&w.data), (w.row_bytes * w.n_rows()) as u64);
-        }
         let (int, other): (Vec<_>, Vec<_>) = ws
             .iter()
             .zip(outs.iter())

@@ -85,7 +85,7 @@ extern "C" __global__ void rope_store_kv(Step s, float* q, int qd, float* k, int
         int half = n_dims / 2, h0 = lo / hd;
         for (int i = threadIdx.x; i < (hi - lo) / hd * half; i += blockDim.x) {
             int p = i % half;
-            rope_pair(row + (h0 + i / half) * hd, neox ? p : 2 * p, neox ? p + half : 2 * p + 1, cs[(u64)r * half + p]);
+            rope_head_pair(row + (h0 + i / half) * hd, p, half, neox, cs[(u64)r * half + p]);
         }
         if (which == 0) return;
         // (The block's writes above are visible to all its threads after the barrier.)
@@ -412,17 +412,8 @@ struct RopeIn {
 template <bool ROPE>
 __device__ void attn_dec_t(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head, int n_kv,
                            float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, int* cnt, float* out,
-                           int ocols, int n_pad, signed char* q0, float* d0, signed char* qk, float* dk, const RopeIn& ri,
-                           const u8* pf, u64 pf_bytes) {
+                           int ocols, int n_pad, signed char* q0, float* d0, signed char* qk, float* dk, const RopeIn& ri) {
     pdl_trigger();
-    // The first pf_bytes of the next product's weights asked into the L2 (none written by the
-    // kernels ahead), spread over every thread of the launch, consecutive threads consecutive
-    // 128-byte lines: the memory works while the attention waits on its own latencies.
-    if (pf_bytes) {
-        u64 nt = (u64)gridDim.x * gridDim.y * blockDim.x, lines = (pf_bytes + 127) >> 7;
-        for (u64 l = ((u64)blockIdx.x * gridDim.y + blockIdx.y) * blockDim.x + threadIdx.x; l < lines; l += nt)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(pf + (l << 7)));
-    }
     __shared__ __align__(16) u16 ks[2][DEC_C * DEC_HD];
     __shared__ __align__(16) u16 vs[2][DEC_C * DEC_HD];
     __shared__ __align__(16) float qs[SPLIT_G * DEC_HD];
@@ -476,11 +467,11 @@ __device__ void attn_dec_t(Step s, const float* q, float* po, float* pml, const 
         __syncthreads();
         for (int i = tid; i < G * half; i += blockDim.x) {
             int pr = i % half;
-            rope_pair(qs + (i / half) * hd, ri.neox ? pr : 2 * pr, ri.neox ? pr + half : 2 * pr + 1, cr[pr]);
+            rope_head_pair(qs + (i / half) * hd, pr, half, ri.neox, cr[pr]);
         }
         if (mine) {
             for (int pr = tid; pr < half; pr += blockDim.x)
-                rope_pair(kf, ri.neox ? pr : 2 * pr, ri.neox ? pr + half : 2 * pr + 1, cr[pr]);
+                rope_head_pair(kf, pr, half, ri.neox, cr[pr]);
             __syncthreads();
             u16* kc = (u16*)(kv_row(s, seq, pos, k_off, k_rb) + hoff);
             u16* vc = (u16*)(kv_row(s, seq, pos, v_off, v_rb) + hoff);
@@ -559,9 +550,9 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16(Step s, const flo
                                                                int cols, int hd, int n_head, int n_kv, float scale, int window,
                                                                int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, int* cnt,
                                                                float* out, int ocols, int n_pad, signed char* q0, float* d0,
-                                                               signed char* qk, float* dk, const u8* pf, u64 pf_bytes) {
+                                                               signed char* qk, float* dk) {
     attn_dec_t<false>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, cnt, out,
-                      ocols, n_pad, q0, d0, qk, dk, RopeIn{}, pf, pf_bytes);
+                      ocols, n_pad, q0, d0, qk, dk, RopeIn{});
 }
 extern "C" __global__ void __launch_bounds__(128) attn_dec_f16_rope(Step s, const float* q, float* po, float* pml, const int* sidx,
                                                                     int cols, int hd, int n_head, int n_kv, float scale, int window,
@@ -569,10 +560,9 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16_rope(Step s, cons
                                                                     float* out, int ocols, int n_pad, signed char* q0, float* d0,
                                                                     signed char* qk, float* dk, const float* k, const float* v,
                                                                     int kd, int vd, const float2* cs, int n_dims, int neox,
-                                                                    const float* wq, const float* wk, float eps, const u8* pf,
-                                                                    u64 pf_bytes) {
+                                                                    const float* wq, const float* wk, float eps) {
     attn_dec_t<true>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, cnt, out,
-                     ocols, n_pad, q0, d0, qk, dk, RopeIn{k, v, kd, vd, cs, n_dims, neox, wq, wk, eps}, pf, pf_bytes);
+                     ocols, n_pad, q0, d0, qk, dk, RopeIn{k, v, kd, vd, cs, n_dims, neox, wq, wk, eps});
 }
 
 // Value d of head h of row r (its splits at sidx[r] ≥ 0), the splits merged in split order.

@@ -259,6 +259,10 @@ __device__ __forceinline__ void rope_pair(float* x, int a, int b, float2 c) {
     x[a] = fmaf(x0v, c.x, -(x1v * c.y));
     x[b] = fmaf(x0v, c.y, x1v * c.x);
 }
+// Pair p of a head of n_dims / 2 = half pairs rotated: values p and p + half (NeoX) or 2p and 2p + 1.
+__device__ __forceinline__ void rope_head_pair(float* h, int p, int half, int neox, float2 c) {
+    rope_pair(h, neox ? p : 2 * p, neox ? p + half : 2 * p + 1, c);
+}
 
 // ---- Mixture-of-experts routing on the device (kernels/mmq.cu moe_route; the router's product
 // and routing in one launch, matmul.cu): one warp per row of router logits (n_expert ≤ 1024) -> the
@@ -266,6 +270,26 @@ __device__ __forceinline__ void rope_pair(float* x, int a, int b, float2 c) {
 // R values a lane (n_expert ≤ 32·R), in registers: lane l holds experts l, l + 32, ... The logits
 // are read through the L2 (another block of the launch may have written them). One warp of the
 // block calls it at a time (its shared memory is the block's).
+// The k chosen values (in rank order) made the experts' weights in place, by one thread: their
+// softmax (when the softmax was not taken first), then (normalize) each divided by their sum.
+__device__ __forceinline__ void route_weights(float* sel, int k, int softmax_first, int normalize) {
+    if (!softmax_first) {
+        float m = sel[0];
+        for (int j = 1; j < k; j++) m = fmaxf(m, sel[j]);
+        double s = 0.0;
+        for (int j = 0; j < k; j++) { sel[j] = expf(sel[j] - m); s += (double)sel[j]; }
+        float inv = (float)(1.0 / s);
+        for (int j = 0; j < k; j++) sel[j] *= inv;
+    }
+    if (normalize) {
+        // The sum clamped to the smallest normal f16 (llama-graph.cpp), added in order.
+        float s = 0.f;
+        for (int j = 0; j < k; j++) s += sel[j];
+        s = fmaxf(s, 6.103515625e-5f);
+        for (int j = 0; j < k; j++) sel[j] /= s;
+    }
+}
+
 template <int R>
 __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
     __shared__ __align__(16) float p[32 * R];
@@ -330,23 +354,7 @@ __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, in
         if (lane == 0) { sel[j] = best; sid[j] = at; }
     }
     __syncwarp();
-    if (lane == 0) {
-        if (!softmax_first) {
-            float m = sel[0];
-            for (int j = 1; j < k; j++) m = fmaxf(m, sel[j]);
-            double s = 0.0;
-            for (int j = 0; j < k; j++) { sel[j] = expf(sel[j] - m); s += (double)sel[j]; }
-            float inv = (float)(1.0 / s);
-            for (int j = 0; j < k; j++) sel[j] *= inv;
-        }
-        if (normalize) {
-            // The sum clamped to the smallest normal f16 (llama-graph.cpp), added in order.
-            float s = 0.f;
-            for (int j = 0; j < k; j++) s += sel[j];
-            s = fmaxf(s, 6.103515625e-5f);
-            for (int j = 0; j < k; j++) sel[j] /= s;
-        }
-    }
+    if (lane == 0) route_weights(sel, k, softmax_first, normalize);
     __syncwarp();
     if (lane < k) { ids[lane] = sid[lane]; ws[lane] = sel[lane]; }
     if (lane + 32 < k) { ids[lane + 32] = sid[lane + 32]; ws[lane + 32] = sel[lane + 32]; }
@@ -421,28 +429,11 @@ __device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, 
         if (r < k) { sel[r] = v; sid[r] = i; }
     }
     __syncthreads();
-    if (tid == 0) {
-        if (!softmax_first) {
-            float m = sel[0];
-            for (int j = 1; j < k; j++) m = fmaxf(m, sel[j]);
-            double s = 0.0;
-            for (int j = 0; j < k; j++) { sel[j] = expf(sel[j] - m); s += (double)sel[j]; }
-            float inv = (float)(1.0 / s);
-            for (int j = 0; j < k; j++) sel[j] *= inv;
-        }
-        float s = 1.f;
-        if (normalize) {
-            // The sum clamped to the smallest normal f16 (llama-graph.cpp), added in order.
-            s = 0.f;
-            for (int j = 0; j < k; j++) s += sel[j];
-            s = fmaxf(s, 6.103515625e-5f);
-        }
-        fpart[0] = s;
-    }
+    if (tid == 0) route_weights(sel, k, softmax_first, normalize);
     __syncthreads();
     for (int j = tid; j < k; j += nt) {
         ids[j] = sid[j];
-        ws[j] = normalize ? sel[j] / fpart[0] : sel[j];
+        ws[j] = sel[j];
     }
     __syncthreads();
 }

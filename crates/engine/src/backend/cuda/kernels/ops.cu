@@ -232,7 +232,7 @@ extern "C" __global__ void rope(float* x0, int cols0, float* x1, int cols1, cons
     int p = i % half, h = (i / half) % heads, r = i / ((u64)half * heads);
     float* v = x + (u64)r * cols + h * hd;
     float2 c = cs[(u64)r * half + p];
-    rope_pair(v, neox ? p : 2 * p, neox ? p + half : 2 * p + 1, c);
+    rope_head_pair(v, p, half, neox, c);
 }
 
 // Rows of a weight table (any type with a decoder) for ids; out is (count, n). An id with the top
