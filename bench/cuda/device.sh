@@ -46,8 +46,10 @@
 #   s19, s20 (2026-12-05, fourteenth session; ran on an H100: bench/runs/2026-12-05-h100-c): the
 #            MoE routing by a block; s21, s22 (ran on an H200: bench/runs/2026-12-05-h200): the rope
 #            inside decode attention; s25 (ran on an H100, 286 s: bench/runs/2026-12-05-h100-d) the
-#            L2 prefetch (since taken out) and a router's four warps a row. Next: s26 on an H200
-#            (carry .dev).
+#            L2 prefetch (since taken out) and a router's four warps a row. s27, s28 (2026-12-05,
+#            fifteenth session, on an H100: bench/runs/2026-12-05-h100-e): the float products'
+#            loads (taken out) and a warp per pair of rows. s26 on an H200 (carry .dev): the
+#            Done-when figures.
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -216,7 +218,8 @@ wait_for() {  # wait_for MARK: until MARK is in /tmp/mk.log (at most 5 minutes)
   for i in $(seq 1 100); do grep -q "$1" /tmp/mk.log && break; sleep 3; done
 }
 op_tests() {  # op_tests [FILTER ...]: the CUDA op tests (all, or those matching), failures shown
-  timeout 200 /tmp/bin/engine-tests --test-threads=1 "${@:-cuda}" 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
+  # (not the NVRTC compile check, which the CPU machine runs: on a GPU machine it took past 200 s)
+  timeout 300 /tmp/bin/engine-tests --test-threads=1 --skip kernels_compile "${@:-cuda}" 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked" -A2 | grep -v " ok$"
 }
 fixtures() {  # fixtures DIR NAME: the engine fixtures in DIR on CUDA, to NAME.txt
   HF2Q_FIXTURES=$1 timeout 200 /tmp/bin/engine_tiny --nocapture fixtures_on_cuda 2>&1 | tee $OUT/$2.txt | grep -E "NOT RUN|test result|panicked|q8_0|over" | head -60
@@ -293,6 +296,11 @@ bench_four() {
   wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
   bench_pair moe $W/moe.q4_k_m.gguf
+}
+pack() {
+  # pack KEEP...: every file under $OUT into $OUT/logs.tgz, and only it and the KEEP files left
+  # there (a call brings back 8 files at most).
+  (cd $OUT && tar czf /tmp/logs.tgz . && find . -type f $(printf ' ! -name %s' "$@") -delete && mv /tmp/logs.tgz .)
 }
 best_of() {
   # best_of TAG FILE NONE CANDIDATE...: an `export` of the candidate (the ENV=V words of `tg`'s or
@@ -547,11 +555,45 @@ s25)
   ;;
 s26)
   # For the next session with device time (carry .dev, a fresh H200): the Done-when figures of
-  # HEAD's defaults (RopeAttn, the router's four warps). Every op test, the fixtures and
-  # decode_greedy on CUDA, then both tools on the four files, then the MoE's greedy tokens.
+  # HEAD's defaults (RopeAttn, the router's four warps, the float products' warp per pair of
+  # rows). Every op test, the fixtures and decode_greedy on CUDA, then both tools on the four
+  # files, then the MoE's greedy tokens, and the 8B BF16 with a warp per row against the pairs.
   fresh_bf16
   bench_four
   greedy_ab $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_WPR_SMALL=1
+  ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_MMV_PAIR=0
+  greedy_ab $W/l8b.bf16.gguf X=1 HF2Q_CUDA_MMV_PAIR=0
+  pack bench-summary.txt greedy-ab.txt copy-bandwidth.txt ab.txt
+  ;;
+s27)
+  # The float weights' and activations' loads in the matrix-vector kernels (HF2Q_CUDA_DEFINE
+  # MMV_LDW / MMV_LDA, kernels/matmul.cu) on the 8B BF16, relative, on whatever card comes (carry
+  # .dev): every op test first (HEAD's kernels), each variant's module compiled by `doctor` beside
+  # the model's making, then the A/B. (Run on an H100: bench/runs/2026-12-05-h100-e call 1; every
+  # variant was slower and was taken out after it: on later builds these defines do nothing.)
+  unpack
+  machine_info
+  bg_make bf16
+  v="HF2Q_CUDA_DEFINE=MMV_LDW=1 HF2Q_CUDA_DEFINE=MMV_LDW=2 HF2Q_CUDA_DEFINE=MMV_LDW=3 HF2Q_CUDA_DEFINE=MMV_LDA=1 HF2Q_CUDA_DEFINE=MMV_LDA=2 HF2Q_CUDA_DEFINE=MMV_LDW=1,MMV_LDA=1"
+  for e in $v; do env $e timeout 200 $H doctor > /dev/null 2>&1 & done
+  op_tests
+  wait
+  wait_for bf16-END
+  ab bf16 $W/l8b.bf16.gguf X=1 $v
+  greedy_ab $W/l8b.bf16.gguf X=1 $v
+  ;;
+s28)
+  # A warp per pair of rows in the float weights' plain products (HF2Q_CUDA_MMV_PAIR=1) on the 8B
+  # BF16, relative, on whatever card comes (carry .dev): every op test first, then the A/B and the
+  # greedy tokens. (Run on an H100: bench/runs/2026-12-05-h100-e call 2, 1.016×; the pairs are on by
+  # default since, and HF2Q_CUDA_MMV_PAIR=0 turns them off.)
+  unpack
+  machine_info
+  bg_make bf16
+  op_tests
+  wait_for bf16-END
+  ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_MMV_PAIR=1
+  greedy_ab $W/l8b.bf16.gguf X=1 HF2Q_CUDA_MMV_PAIR=1
   ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,

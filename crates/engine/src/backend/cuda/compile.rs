@@ -129,16 +129,18 @@ pub fn module_cubin(name: &str, body: &str, cc: (i32, i32)) -> Result<(Vec<u8>, 
     }
     let version = nvrtc_version()?;
     let arch = format!("--gpu-architecture=sm_{}{}", cc.0, cc.1);
-    // `HF2Q_CUDA_DEFINE="NAME[=V] ..."`: macros for the kernels' variants kept to be compared
-    // (e.g. DECODE_SCALAR_STORES), each a -D option (so a part of the cache key).
+    let src = format!("{COMMON}{QUANT}{body}");
+    // `HF2Q_CUDA_DEFINE="NAME[=V] ..."` (or comma-separated): macros for the kernels' variants kept to be compared
+    // (e.g. DECODE_SCALAR_STORES), each a -D option (so a part of the cache key) of the modules
+    // whose own file names it (the others are not compiled again).
     let defines: Vec<String> = std::env::var("HF2Q_CUDA_DEFINE")
         .unwrap_or_default()
-        .split_whitespace()
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|d| !d.is_empty() && body.contains(d.split('=').next().unwrap_or(d)))
         .map(|d| format!("-D{d}"))
         .collect();
     let mut opts = vec![arch.as_str(), "--std=c++17"];
     opts.extend(defines.iter().map(String::as_str));
-    let src = format!("{COMMON}{QUANT}{body}");
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (&src, &opts, version, env!("CARGO_PKG_VERSION")).hash(&mut h);
     let path = cache_dir().join(format!("{name}-sm{}{}-{:016x}.cubin", cc.0, cc.1, h.finish()));

@@ -817,6 +817,8 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 v.extend(MMV_ROWS.map(|r| format!("mmv_{}g_{r}", ty_name(t))));
                 v.extend(MMV_ROWS.map(|r| format!("mmv_{}r_{r}", ty_name(t))));
                 v.extend(MMV_ROWS.map(|r| format!("mmv_{}ga_{r}", ty_name(t))));
+                v.extend(MMV_ROWS.map(|r| format!("mmv_{}p_{r}", ty_name(t))));
+                v.extend(MMV_ROWS.map(|r| format!("mmv_{}p3_{r}", ty_name(t))));
             }
             v
         }

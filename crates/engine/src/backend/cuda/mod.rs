@@ -127,6 +127,11 @@ pub struct Cuda {
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
     /// against 219.2 at 2 and 218.9 at 4 (bench/runs/2026-12-04-h200/cuda-session8, call 7).
     wpr_cap: usize,
+    /// The float weights' plain matrix-vector products with a warp per pair of rows (`mmv_TYp`:
+    /// each activation loaded once for two rows; each row summed as alone); `HF2Q_CUDA_MMV_PAIR=0`
+    /// or `with_pairs(false)`: a warp per row. On an H100 the 8B BF16's tg128 was 174.80 against
+    /// 172.11 tokens/s (1.016×, bench/runs/2026-12-05-h100-e).
+    pairs: bool,
 }
 
 /// Launches that do another's work too, so that a decode step has fewer launches
@@ -236,7 +241,14 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .filter(|v| [1, 2, 4].contains(v))
                 .unwrap_or(1),
+            pairs: std::env::var("HF2Q_CUDA_MMV_PAIR").map_or(true, |v| v != "0"),
         })
+    }
+
+    /// The float weights' plain products with a warp per pair of rows, or per row.
+    pub fn with_pairs(mut self, on: bool) -> Cuda {
+        self.pairs = on;
+        self
     }
 
     /// The matrix-vector kernels' warps per output row capped at `cap` (1, 2 or 4).

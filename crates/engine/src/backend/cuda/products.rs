@@ -337,6 +337,13 @@ impl Cuda {
         fuse: Fuse,
     ) {
         let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
+        // A warp per pair of rows (`mmv_TYp`, `Cuda::pairs`): plain products of the float weights
+        // whose rows each get one warp.
+        let pair = self.pairs
+            && matches!(fuse, Fuse::None)
+            && group
+                .iter()
+                .all(|(w, _)| FUSED_TYPES.contains(&w.dev_ty) && warps_per_row(w.n_rows(), self.wpr_cap) == 1);
         let part = |w: &CudaWeight, out: &CudaBuf| {
             let m = w.n_rows();
             let wpr = warps_per_row(m, self.wpr_cap);
@@ -347,9 +354,11 @@ impl Cuda {
                 A::I(m as i32),
                 A::I(wpr as i32),
             ];
-            (args, blocks((m * wpr) as u64, 4))
+            let warps = if pair { m.div_ceil(2) } else { m * wpr };
+            (args, blocks(warps as u64, 4))
         };
         let (suffix, extra) = fuse.args();
+        let suffix = if pair { "p" } else { suffix };
         if let [(w, out)] = group {
             let ([wp, rb, o, m, wpr], nb) = part(w, out);
             let args: Vec<A> = [wp, rb]

@@ -1145,6 +1145,55 @@ mod cuda {
         }
     }
     #[test]
+    fn matmul_pairs() {
+        // A warp per pair of rows (the default) against a warp per row, bit for bit: the float
+        // types, odd and even row counts, rows of n % 8 != 0 (the one-value path), 1 to 8
+        // activation rows, alone and three weights to a launch.
+        if let Some(b) = cuda("matmul_pairs") {
+            let b = b.with_pairs(true);
+            let one = Cuda::new(0).expect("a second CUDA backend").with_pairs(false);
+            use super::{buf, values, Backend, Weights};
+            use gguf::GgmlType as T;
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            for ty in [T::F32, T::F16, T::BF16] {
+                for (n, ms) in [
+                    (512, [301, 300, 257]),
+                    (1000, [1001, 640, 999]),
+                    (4096, [4097, 1024, 1024]),
+                ] {
+                    let ws: Vec<(String, Vec<f32>, usize)> = ms
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &m)| (format!("w{i}"), values(n * m, ty as u64 + 7 * i as u64), m))
+                        .collect();
+                    let specs: Vec<(&str, T, [usize; 2], &[f32])> = ws
+                        .iter()
+                        .map(|(name, v, m)| (name.as_str(), ty, [n, *m], v.as_slice()))
+                        .collect();
+                    let weights = Weights::new(&specs);
+                    for t in [1, 3, 8] {
+                        let x = values(t * n, 40 + t as u64);
+                        let run = |b: &Cuda| {
+                            let w: Vec<_> = ws.iter().map(|(name, _, _)| weights.load(b, name, true)).collect();
+                            let x = buf(b, t, n, &x);
+                            let mut outs: Vec<_> = ms.iter().map(|&m| b.alloc(t, m)).collect();
+                            let mut alone = b.alloc(t, ms[0]);
+                            b.run(|| {
+                                b.matmul(&w[0], &x, &mut alone);
+                                let mut refs: Vec<_> = outs.iter_mut().collect();
+                                b.matmul_many(&[&w[0], &w[1], &w[2]], &x, &mut refs);
+                            });
+                            let mut got = vec![bits(b.read(&alone))];
+                            got.extend(outs.iter().map(|o| bits(b.read(o))));
+                            got
+                        };
+                        assert!(run(&b) == run(&one), "{ty:?} n={n} m={ms:?} t={t}: pairs differ");
+                    }
+                }
+            }
+        }
+    }
+    #[test]
     fn matmul_follows_cpu() {
         if let Some(b) = cuda("matmul_follows_cpu") {
             use gguf::GgmlType as T;

@@ -7,6 +7,10 @@
 // (`__fmaf_rn`, `__fadd_rn`: no contraction left to the compiler) — so a decode row's product does
 // not depend on how many rows share the launch. (Tiles of 16 / 32 rows giving a warp 4 / 2 output
 // rows measured slower than 8-row launches on an H200: bench/runs/2026-12-02-h200/cuda-batched.)
+// The float weights' loads without an L1 line or with the L2 told to evict them first, or the
+// activations' through the read-only path or kept in the L1 longest, all measured slower on an
+// H100 (8B BF16 tg128 0.995× to 0.87×: bench/runs/2026-12-05-h100-e); the products' limit there
+// is the activations' loads: a warp per pair of rows (PAIR) loads them once for two.
 
 // Eight weights times eight activations, in one fixed order.
 __device__ __forceinline__ float dot8(const float w[8], const float a[8]) {
@@ -47,7 +51,7 @@ __device__ __forceinline__ void act8(const float* x, const float g[8], float a[8
 // R activation rows, then (NORM) the R rows' sums of squares; each summed over the warp, then
 // over the row's `wpr` warps (consecutive in the block) through shared memory. NORM: the sums
 // times 1 / rms of the row's activations; NW = 2: glu(first, second) (op 2 SwiGLU, 3 GeGLU).
-template <int R, bool NORM, int NW>
+template <int R, bool NORM, int NW, bool PAIR = false>
 __device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane, int o, int part, int wpr,
                                         float* out, int m, int t, int n, float eps, int op) {
     constexpr int C = (NW + (NORM ? 1 : 0)) * R;
@@ -66,6 +70,18 @@ __device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane,
             for (int k = 0; k < wpr; k++) s = __fadd_rn(s, red[(wib + k) * C + c]);
             v[c] = s;
         }
+    }
+    if (PAIR) {
+        // Rows o and o + (m + 1) / 2, each as its own.
+        int h = (m + 1) / 2;
+        if (lane != 0 || o >= h) return;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r >= t) break;
+            out[(u64)r * m + o] = v[r];
+            if (o + h < m) out[(u64)r * m + o + h] = v[R + r];
+        }
+        return;
     }
     if (lane != 0 || o >= m) return;
 #pragma unroll
@@ -88,7 +104,9 @@ __device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane,
 // norm times g (the norm's weights; its 1 / rms applied to the sums at the end, from the squares
 // the row's warps add up on the way, so no kernel writes the norm); NW = 2, a warp multiplies row
 // o of W0 (gate) and of W1 (up) and writes their gated activation.
-template <int TY, int R, bool NORM, int NW, bool ADD = false>
+// PAIR (NW = 2, W1 unused): a warp multiplies rows o and o + (m + 1) / 2 of W0, each summed as
+// its own launch sums it (no activation loaded twice for them; HF2Q_CUDA_MMV_PAIR).
+template <int TY, int R, bool NORM, int NW, bool ADD = false, bool PAIR = false>
 __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const float* x, float* out, int n, int m,
                       int t, int wpr, const float* g, float eps, int op, const float* y = nullptr) {
     constexpr int C = (NW + (NORM ? 1 : 0)) * R;
@@ -103,14 +121,17 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
     float* ss = v + NW * R;
     const bool odd = Blk<TY>::QK == 1 && (n % 8) != 0;
     const u8* row[NW];
-    row[0] = W0 + (u64)(o < m ? o : 0) * row_bytes;
-    if (NW == 2) row[NW - 1] = W1 + (u64)(o < m ? o : 0) * row_bytes;
+    // The rows the warps cover (for PAIR, the first of each pair).
+    const int mw = PAIR ? (m + 1) / 2 : m;
+    row[0] = W0 + (u64)(o < mw ? o : 0) * row_bytes;
+    if (PAIR) row[NW - 1] = W0 + (u64)(o < mw && o + mw < m ? o + mw : 0) * row_bytes;
+    else if (NW == 2) row[NW - 1] = W1 + (u64)(o < m ? o : 0) * row_bytes;
     const int S = 256 * wpr;
     int j = part * 256 + lane * 8;
     // Four chunks per step, all decoded (their loads in flight) before the products: one chunk
     // at a time leaves each warp waiting on one load.
     float w[NW][4][8];
-    bool four = o < m && !odd && j + 3 * S < n;
+    bool four = o < mw && !odd && j + 3 * S < n;
     if (four) {
 #pragma unroll
         for (int k = 0; k < NW; k++)
@@ -119,7 +140,7 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
     }
     pdl_wait();
     float gv[8];
-    if (o < m) {
+    if (o < mw) {
         if (odd) {
             for (j = part * 32 + lane; j < n; j += 32 * wpr) {
                 float wj[NW];
@@ -178,7 +199,7 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
             }
         }
     }
-    row_out<R, NORM, NW>(v, red, wib, lane, o, part, wpr, out, m, t, n, eps, op);
+    row_out<R, NORM, NW, PAIR>(v, red, wib, lane, o, part, wpr, out, m, t, n, eps, op);
 }
 
 // The name is pasted here, where the type's macro is not expanded (mmv_TY_Q4_K_8 ...). The `3`
@@ -200,6 +221,23 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
     }
 #define MMV_ALL(TY) MMV(mmv_##TY, TY, 1) MMV(mmv_##TY, TY, 2) MMV(mmv_##TY, TY, 4) MMV(mmv_##TY, TY, 8)
 FOR_EACH_TYPE(MMV_ALL)
+
+// The same for the float weights with a warp per pair of rows (PAIR; one warp a pair, wpr 1).
+#define MMVP(NAME, TY, R) \
+    extern "C" __global__ void NAME##p_##R(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr) { \
+        mmv_t<TY, R, false, 2, false, true>(blockIdx.x, W, W, rb, x, out, n, m, t, 1, 0, 0.f, 0); \
+    } \
+    extern "C" __global__ void NAME##p3_##R(const float* x, int n, int t, \
+        const u8* W0, u64 rb0, float* o0, int m0, int wpr0, int nb0, \
+        const u8* W1, u64 rb1, float* o1, int m1, int wpr1, int nb1, \
+        const u8* W2, u64 rb2, float* o2, int m2, int wpr2) { \
+        int b = blockIdx.x; \
+        if (b < nb0) mmv_t<TY, R, false, 2, false, true>(b, W0, W0, rb0, x, o0, n, m0, t, 1, 0, 0.f, 0); \
+        else if ((b -= nb0) < nb1) mmv_t<TY, R, false, 2, false, true>(b, W1, W1, rb1, x, o1, n, m1, t, 1, 0, 0.f, 0); \
+        else mmv_t<TY, R, false, 2, false, true>(b - nb1, W2, W2, rb2, x, o2, n, m2, t, 1, 0, 0.f, 0); \
+    }
+#define MMVP_ALL(TY) MMVP(mmv_##TY, TY, 1) MMVP(mmv_##TY, TY, 2) MMVP(mmv_##TY, TY, 4) MMVP(mmv_##TY, TY, 8)
+MMVP_ALL(TY_F32) MMVP_ALL(TY_F16) MMVP_ALL(TY_BF16)
 
 // The fused FFN input for the float weights (F32, F16, BF16): gate (W) and up (W1) by the RMS
 // norm of x (g and eps the norm's), out their gated activation (op). (The norm alone fused into
