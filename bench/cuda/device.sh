@@ -48,8 +48,9 @@
 #            inside decode attention; s25 (ran on an H100, 286 s: bench/runs/2026-12-05-h100-d) the
 #            L2 prefetch (since taken out) and a router's four warps a row. s27, s28 (2026-12-05,
 #            fifteenth session, on an H100: bench/runs/2026-12-05-h100-e): the float products'
-#            loads (taken out) and a warp per pair of rows. s26 on an H200 (carry .dev): the
-#            Done-when figures.
+#            loads (taken out) and a warp per pair of rows; s26 on an H200 (bench/runs/
+#            2026-12-05-h200-b): the Done-when figures; s30 (asked for an H200, ran on an H100:
+#            2026-12-05-h100-e call 3) one-row Q4_K + Q6_K launches.
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -594,6 +595,31 @@ s28)
   wait_for bf16-END
   ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_MMV_PAIR=1
   greedy_ab $W/l8b.bf16.gguf X=1 HF2Q_CUDA_MMV_PAIR=1
+  ;;
+s30)
+  # One H200 call with the session's last ~520 s of device time (carry .dev; a fresh machine): every
+  # op test; on the 8B BF16 the fused FFN input's pairs (HF2Q_CUDA_MMV_PAIR=2) against the default
+  # (1); on the MoE one-row Q4_K + Q6_K launches (the default) against a launch per type
+  # (HF2Q_CUDA_MMQ_MIX=0); both tools on the MoE with the defaults; greedy tokens. Each later step
+  # runs only while the call has time left (logs packed by ~400 s). (Asked for an H200, ran on an
+  # H100: bench/runs/2026-12-05-h100-e call 3. The fused FFN input's pairs were no faster and were
+  # taken out: on later builds HF2Q_CUDA_MMV_PAIR=2 means 1, the default.)
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make bf16 moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests
+  wait_for bf16-END
+  ab bf16 $W/l8b.bf16.gguf X=1 HF2Q_CUDA_MMV_PAIR=2
+  wait_for MOE-END
+  ab moe $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_MMQ_MIX=0
+  for i in $(seq 1 60); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 360 ] && break; sleep 3; done
+  [ $SECONDS -lt 360 ] && bench_pair moe $W/moe.q4_k_m.gguf
+  [ $SECONDS -lt 375 ] && greedy_ab $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_MMQ_MIX=0
+  [ $SECONDS -lt 385 ] && greedy_ab $W/l8b.bf16.gguf X=1 HF2Q_CUDA_MMV_PAIR=2
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt; tail -n 2 /tmp/lc.log >> $OUT/make.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt
   ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,

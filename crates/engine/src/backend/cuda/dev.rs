@@ -833,6 +833,8 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "moe_group",
                 "gather_act",
                 "mmq_v5_TY_Q4_K",
+                "mmq_vx_TY_Q4_K_TY_Q6_K",
+                "mmq_vx5_TY_Q4_K_TY_Q6_K",
             ]
             .map(String::from)
             .to_vec();

@@ -66,6 +66,17 @@ pub(super) fn mmq_max_rows() -> usize {
     })
 }
 
+/// The types whose one-row products share a launch (`mmq_vx_*`: the first's slots first).
+const MIX: [GgmlType; 2] = [GgmlType::Q4_K, GgmlType::Q6_K];
+
+/// Whether one-row products of Q4_K and Q6_K weights share launches (`HF2Q_CUDA_MMQ_MIX=0`: a
+/// launch per type, to compare): a Q4_K_M file's Q / K / V in one launch where its V is Q6_K. MoE
+/// tg128 on an H100: 733.98 against 725.51 tokens/s (1.012×, bench/runs/2026-12-05-h100-e call 3).
+fn mmq_mix_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("HF2Q_CUDA_MMQ_MIX").is_none_or(|v| v != "0"))
+}
+
 /// Whether weights of type `ty` with rows of `n` values go through the integer kernels.
 pub(super) fn mmq_fits(ty: GgmlType, n: usize) -> bool {
     let qk = if ty == GgmlType::Q8_0 { 32 } else { 256 };
@@ -145,10 +156,17 @@ impl Cuda {
                 continue;
             }
             let ty = pairs[i].0.dev_ty;
-            let group: Vec<usize> = (i..pairs.len())
-                .filter(|&j| !done[j] && pairs[j].0.dev_ty == ty)
+            // One-row products of Q4_K and Q6_K weights go up to three to a launch together
+            // (`mmq_vx_*`), the Q4_K ones first.
+            let mix = t == 1 && mmq_v_on() && mmq_mix_on() && MIX.contains(&ty);
+            let mut group: Vec<usize> = (i..pairs.len())
+                .filter(|&j| !done[j] && (pairs[j].0.dev_ty == ty || mix && MIX.contains(&pairs[j].0.dev_ty)))
                 .take(3)
                 .collect();
+            group.sort_by_key(|&j| pairs[j].0.dev_ty != MIX[0]);
+            let na = group.iter().filter(|&&j| pairs[j].0.dev_ty == MIX[0]).count();
+            let mixed = na > 0 && na < group.len();
+            let ty = pairs[group[0]].0.dev_ty;
             let (qa, ad) = if ty == GgmlType::Q8_0 {
                 (act.q0, act.d0)
             } else {
@@ -182,8 +200,19 @@ impl Cuda {
                     args.push(A::I(0));
                 }
             }
+            if mixed {
+                args.push(A::I(na as i32));
+            }
             // May start while the kernel before it runs: it reads its weights, then waits.
-            let name = if t == 1 && mmq_v_on() {
+            let name = if mixed {
+                let v5 = total <= self.mmq_v5_blocks;
+                format!(
+                    "mmq_vx{}_{}_{}",
+                    if v5 { "5" } else { "" },
+                    ty_name(MIX[0]),
+                    ty_name(MIX[1])
+                )
+            } else if t == 1 && mmq_v_on() {
                 let v5 = ty == GgmlType::Q4_K && total <= self.mmq_v5_blocks;
                 format!("mmq_v{}_{}", if v5 { "5" } else { "" }, ty_name(ty))
             } else {

@@ -129,8 +129,10 @@ pub struct Cuda {
     wpr_cap: usize,
     /// The float weights' plain matrix-vector products with a warp per pair of rows (`mmv_TYp`:
     /// each activation loaded once for two rows; each row summed as alone); `HF2Q_CUDA_MMV_PAIR=0`
-    /// or `with_pairs(false)`: a warp per row. On an H100 the 8B BF16's tg128 was 174.80 against
-    /// 172.11 tokens/s (1.016×, bench/runs/2026-12-05-h100-e).
+    /// or `with_pairs(false)`: a warp per row. 8B BF16 tg128: on an H100 174.80 against 172.11
+    /// tokens/s (1.016×, bench/runs/2026-12-05-h100-e), on an H200 230.89 against 224.72 (1.027×,
+    /// bench/runs/2026-12-05-h200-b). (Pairs in the fused FFN input too measured no faster on an
+    /// H100: 2026-12-05-h100-e call 3.)
     pairs: bool,
 }
 

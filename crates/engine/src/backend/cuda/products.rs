@@ -337,7 +337,7 @@ impl Cuda {
         fuse: Fuse,
     ) {
         let r = MMV_ROWS.iter().copied().find(|&r| r >= rows).expect("at most 8");
-        // A warp per pair of rows (`mmv_TYp`, `Cuda::pairs`): plain products of the float weights
+        // A warp per pair of rows (`mmv_TYp`, `Cuda::pairs`): the float weights' plain products
         // whose rows each get one warp.
         let pair = self.pairs
             && matches!(fuse, Fuse::None)

@@ -309,9 +309,14 @@ pub fn matmul_groups<B: Backend>(b: &B) {
         ("f", GgmlType::Q8_0, [n, 12], &values(n * 12, 5)),
         ("g", GgmlType::BF16, [n, 8], &values(n * 8, 6)),
         ("h", GgmlType::BF16, [n, 20], &values(n * 20, 9)),
+        ("i", GgmlType::Q6_K, [n, 40], &values(n * 40, 10)),
     ]);
     let (wa, wc) = (ws.load(b, "a", true), ws.load(b, "c", true));
-    let more: Vec<B::Weight> = ["d", "e", "f", "g", "h"].iter().map(|w| ws.load(b, w, true)).collect();
+    // (A Q6_K among the Q4_K ones: on CUDA a one-row launch takes both types.)
+    let more: Vec<B::Weight> = ["d", "i", "e", "f", "g", "h"]
+        .iter()
+        .map(|w| ws.load(b, w, true))
+        .collect();
     for t in [1, 5, 33] {
         let x = buf(b, t, n, &values(t * n, 7));
         let y = buf(b, t + 1, n, &values((t + 1) * n, 8));
@@ -343,7 +348,7 @@ pub fn matmul_groups<B: Backend>(b: &B) {
         let mut outs: Vec<B::Buf> = all.iter().map(|w| b.alloc(t, b.weight_shape(w)[1] as usize)).collect();
         b.run(|| b.matmul_many(&all, &x, &mut outs.iter_mut().collect::<Vec<_>>()));
         for (i, (o, want)) in outs.iter().zip(&alone).enumerate() {
-            assert!(b.read(o) == *want, "matmul_many of seven, product {i}, t={t}");
+            assert!(b.read(o) == *want, "matmul_many of eight, product {i}, t={t}");
         }
         // A weight that is also looked up by row (a tied embedding: kept as stored, and laid out
         // for products on the side) multiplies as one that is only multiplied (which a backend may
@@ -1146,9 +1151,9 @@ mod cuda {
     }
     #[test]
     fn matmul_pairs() {
-        // A warp per pair of rows (the default) against a warp per row, bit for bit: the float
-        // types, odd and even row counts, rows of n % 8 != 0 (the one-value path), 1 to 8
-        // activation rows, alone and three weights to a launch.
+        // A warp per pair of rows against a warp per row, bit for bit: the float types, odd and
+        // even row counts, rows of n % 8 != 0 (the one-value path), 1 to 8 activation rows, alone
+        // and three weights to a launch.
         if let Some(b) = cuda("matmul_pairs") {
             let b = b.with_pairs(true);
             let one = Cuda::new(0).expect("a second CUDA backend").with_pairs(false);

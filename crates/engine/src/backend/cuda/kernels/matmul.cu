@@ -51,6 +51,7 @@ __device__ __forceinline__ void act8(const float* x, const float g[8], float a[8
 // R activation rows, then (NORM) the R rows' sums of squares; each summed over the warp, then
 // over the row's `wpr` warps (consecutive in the block) through shared memory. NORM: the sums
 // times 1 / rms of the row's activations; NW = 2: glu(first, second) (op 2 SwiGLU, 3 GeGLU).
+// PAIR: the first NW / 2 weights' sums give row o, the others row o + (m + 1) / 2.
 template <int R, bool NORM, int NW, bool PAIR = false>
 __device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane, int o, int part, int wpr,
                                         float* out, int m, int t, int n, float eps, int op) {
@@ -71,26 +72,21 @@ __device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane,
             v[c] = s;
         }
     }
-    if (PAIR) {
-        // Rows o and o + (m + 1) / 2, each as its own.
-        int h = (m + 1) / 2;
-        if (lane != 0 || o >= h) return;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (r >= t) break;
-            out[(u64)r * m + o] = v[r];
-            if (o + h < m) out[(u64)r * m + o + h] = v[R + r];
-        }
-        return;
-    }
-    if (lane != 0 || o >= m) return;
+    // PAIR: rows o and o + (m + 1) / 2, each from its half of the NW sums, as alone.
+    constexpr int HW = PAIR ? NW / 2 : NW;
+    const int h = PAIR ? (m + 1) / 2 : m;
+    if (lane != 0 || o >= h) return;
 #pragma unroll
     for (int r = 0; r < R; r++) {
         if (r >= t) break;
         float scale = NORM ? 1.f / sqrtf(v[NW * R + r] / n + eps) : 1.f;
-        float y = NORM ? __fmul_rn(v[r], scale) : v[r];
-        if (NW == 2) y = glu1(y, NORM ? __fmul_rn(v[R + r], scale) : v[R + r], op);
-        out[(u64)r * m + o] = y;
+        auto res = [&](int k) {
+            float y = NORM ? __fmul_rn(v[k * R + r], scale) : v[k * R + r];
+            if (HW == 2) y = glu1(y, NORM ? __fmul_rn(v[(k + 1) * R + r], scale) : v[(k + 1) * R + r], op);
+            return y;
+        };
+        out[(u64)r * m + o] = res(0);
+        if (PAIR && o + h < m) out[(u64)r * m + o + h] = res(HW);
     }
 }
 
@@ -104,8 +100,9 @@ __device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane,
 // norm times g (the norm's weights; its 1 / rms applied to the sums at the end, from the squares
 // the row's warps add up on the way, so no kernel writes the norm); NW = 2, a warp multiplies row
 // o of W0 (gate) and of W1 (up) and writes their gated activation.
-// PAIR (NW = 2, W1 unused): a warp multiplies rows o and o + (m + 1) / 2 of W0, each summed as
-// its own launch sums it (no activation loaded twice for them; HF2Q_CUDA_MMV_PAIR).
+// PAIR: a warp multiplies rows o and o + (m + 1) / 2 (NW = 2: of W0, W1 unused; NW = 4, of W0 and
+// W1, the fused FFN input's gate and up, measured no faster on an H100 and was not kept), each
+// summed as its own launch sums it (no activation loaded twice for them; `Cuda::pairs`).
 template <int TY, int R, bool NORM, int NW, bool ADD = false, bool PAIR = false>
 __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const float* x, float* out, int n, int m,
                       int t, int wpr, const float* g, float eps, int op, const float* y = nullptr) {
@@ -121,11 +118,15 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
     float* ss = v + NW * R;
     const bool odd = Blk<TY>::QK == 1 && (n % 8) != 0;
     const u8* row[NW];
-    // The rows the warps cover (for PAIR, the first of each pair).
+    // The rows the warps cover (for PAIR, the first of each pair); weight k is W0's or W1's row,
+    // of the pair's first or (PAIR, k >= NW / 2) second row.
     const int mw = PAIR ? (m + 1) / 2 : m;
-    row[0] = W0 + (u64)(o < mw ? o : 0) * row_bytes;
-    if (PAIR) row[NW - 1] = W0 + (u64)(o < mw && o + mw < m ? o + mw : 0) * row_bytes;
-    else if (NW == 2) row[NW - 1] = W1 + (u64)(o < m ? o : 0) * row_bytes;
+    constexpr int HW = PAIR ? NW / 2 : NW;
+#pragma unroll
+    for (int k = 0; k < NW; k++) {
+        int ro = PAIR && k >= HW ? o + mw : o;
+        row[k] = (k % HW == 0 ? W0 : W1) + (u64)(o < mw && ro < m ? ro : 0) * row_bytes;
+    }
     const int S = 256 * wpr;
     int j = part * 256 + lane * 8;
     // Four chunks per step, all decoded (their loads in flight) before the products: one chunk

@@ -344,12 +344,18 @@ struct GluIn {
 };
 #define GLU_MAX 2048
 
-template <int TY, int NT, bool V = false, int ST = MQ<TY>::STAGES, bool G = false>
+// XS: the stages in xs, shared memory of the kernel's (of at least 4 · ST · UB bytes), not a buffer
+// of the function's own (a kernel multiplying weights of two types gives both one buffer).
+template <int TY, int NT, bool V = false, int ST = MQ<TY>::STAGES, bool G = false, bool XS = false>
 __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa, const float* ad, int n_pad, float* out, int t,
-                      GluIn gi = GluIn{}) {
+                      GluIn gi = GluIn{}, u8* xs = nullptr) {
     typedef MQ<TY> Q;
     Act x{qa, ad, n_pad, c0, t, (int)(threadIdx.x & 31) >> 2, (int)threadIdx.x & 3};
-    __shared__ __align__(16) u8 smem[4 * ST * Q::UB];
+    u8* smem = xs;
+    if constexpr (!XS) {
+        __shared__ __align__(16) u8 own[4 * ST * Q::UB];
+        smem = own;
+    }
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     u8* sw = smem + warp * ST * Q::UB;
     const u8* wt = W + (u64)tile * U * Q::UB;
@@ -450,6 +456,24 @@ MMQ_ALL(TY_Q8_0)
 // Q4_K's one-row kernel with four units in flight a warp (46 KB of shared memory a block, under the
 // 48 KB of static shared memory), for grids of few blocks (HF2Q_CUDA_MMQ_V5).
 MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
+
+// One-row products of Q4_K and Q6_K weights in one launch (Q4_K_M files give some layers' V, or
+// down, Q6_K): slots [0, na) Q4_K (STA units in flight a warp: mmq_v_'s or mmq_v5_'s), the others
+// Q6_K; every block computes as its type's own launch does, in one shared buffer for both.
+#define MMQ_VX(NAME, STA) \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
+        const u8* W0, float* o0, int m0, int nb0, const u8* W1, float* o1, int m1, int nb1, const u8* W2, float* o2, int m2, \
+        int na) { \
+        constexpr int SA = 4 * STA * MQ<TY_Q4_K>::UB, SB = 4 * MQ<TY_Q6_K>::STAGES * MQ<TY_Q6_K>::UB; \
+        __shared__ __align__(16) u8 sm[SA > SB ? SA : SB]; \
+        int b = blockIdx.x, k = 0; \
+        const u8* W = W0; float* o = o0; int m = m0; \
+        if (b >= nb0) { b -= nb0; k = 1; W = W1; o = o1; m = m1; if (b >= nb1) { b -= nb1; k = 2; W = W2; o = o2; m = m2; } } \
+        if (k < na) mmq_t<TY_Q4_K, 1, true, STA, false, true>(b / ct, (b % ct) * 8, W, U, m, qa, ad, n_pad, o, t, GluIn{}, sm); \
+        else mmq_t<TY_Q6_K, 1, true, MQ<TY_Q6_K>::STAGES, false, true>(b / ct, (b % ct) * 8, W, U, m, qa, ad, n_pad, o, t, GluIn{}, sm); \
+    }
+MMQ_VX(mmq_vx_TY_Q4_K_TY_Q6_K, MQ<TY_Q4_K>::STAGES)
+MMQ_VX(mmq_vx5_TY_Q4_K_TY_Q6_K, 5)
 
 // ---- Mixture-of-experts decode steps on the device (the host never reads the routing, so a
 // step stays one graph). Routing as the CPU's (model/blocks.rs route; llama-graph.cpp
