@@ -130,9 +130,10 @@ pub fn module_cubin(name: &str, body: &str, cc: (i32, i32)) -> Result<(Vec<u8>, 
     let version = nvrtc_version()?;
     let arch = format!("--gpu-architecture=sm_{}{}", cc.0, cc.1);
     let src = format!("{COMMON}{QUANT}{body}");
-    // `HF2Q_CUDA_DEFINE="NAME[=V] ..."` (or comma-separated): macros for the kernels' variants kept to be compared
-    // (e.g. DECODE_SCALAR_STORES), each a -D option (so a part of the cache key) of the modules
-    // whose own file names it (the others are not compiled again).
+    // `HF2Q_CUDA_DEFINE="NAME[=V] ..."` (or comma-separated): macros for the kernels' variants
+    // kept to be compared (e.g. DECODE_SCALAR_STORES, mmq.cu), each a -D option (so a part of the
+    // cache key) of the modules whose own .cu file names it, so the others are not compiled again
+    // (a macro tested only in common.cuh or quant.cuh would reach no module).
     let defines: Vec<String> = std::env::var("HF2Q_CUDA_DEFINE")
         .unwrap_or_default()
         .split(|c: char| c.is_whitespace() || c == ',')

@@ -125,7 +125,8 @@ impl ActScratch {
 
 impl Cuda {
     /// `out = x · Wᵀ` for every row of `x` through the integer tensor-core kernels
-    /// (`kernels/mmq.cu`), weights of one type up to three to a launch. The activations are
+    /// (`kernels/mmq.cu`), weights of one type up to three to a launch (one-row products of Q4_K
+    /// and Q6_K weights together: `mmq_mix_on`). The activations are
     /// quantized once (or were, by the rms_norm or GLU that made them).
     pub(super) fn mmq(&self, pairs: &[(&CudaWeight, &CudaBuf)], x: &CudaBuf, runs: &[(usize, usize)]) {
         let (t, n) = (x.rows, x.cols);

@@ -98,7 +98,8 @@ pub struct Cuda {
     /// on an H200 one saved 56 µs of an 8B Q4_K_M decode step: cuda-session5 call 12).
     rope_store: bool,
     /// Q4_K's one-row products of at most this many blocks take `mmq_v5_*` (four units in flight a
-    /// warp, not three): `HF2Q_CUDA_MMQ_V5=N` (0: never). 400 by default: on an H200 the 8B
+    /// warp, not three; in a launch with Q6_K weights, `mmq_vx5_*`, counting all its blocks):
+    /// `HF2Q_CUDA_MMQ_V5=N` (0: never). 400 by default: on an H200 the 8B
     /// Q4_K_M's step took 2,378 µs against 2,441 µs without it and 2,477 µs with it for every
     /// launch (bench/runs/2026-12-04-h200/cuda-session6, call 2).
     mmq_v5_blocks: u32,
@@ -127,7 +128,8 @@ pub struct Cuda {
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
     /// against 219.2 at 2 and 218.9 at 4 (bench/runs/2026-12-04-h200/cuda-session8, call 7).
     wpr_cap: usize,
-    /// The float weights' plain matrix-vector products with a warp per pair of rows (`mmv_TYp`:
+    /// The float weights' plain matrix-vector products of one warp a row (matrices of more than
+    /// 256 rows at the default cap) with a warp per pair of rows instead (`mmv_TYp`:
     /// each activation loaded once for two rows; each row summed as alone); `HF2Q_CUDA_MMV_PAIR=0`
     /// or `with_pairs(false)`: a warp per row. 8B BF16 tg128: on an H100 174.80 against 172.11
     /// tokens/s (1.016×, bench/runs/2026-12-05-h100-e), on an H200 230.89 against 224.72 (1.027×,

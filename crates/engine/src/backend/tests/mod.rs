@@ -310,10 +310,12 @@ pub fn matmul_groups<B: Backend>(b: &B) {
         ("g", GgmlType::BF16, [n, 8], &values(n * 8, 6)),
         ("h", GgmlType::BF16, [n, 20], &values(n * 20, 9)),
         ("i", GgmlType::Q6_K, [n, 40], &values(n * 40, 10)),
+        ("j", GgmlType::Q6_K, [n, 8], &values(n * 8, 11)),
     ]);
     let (wa, wc) = (ws.load(b, "a", true), ws.load(b, "c", true));
-    // (A Q6_K among the Q4_K ones: on CUDA a one-row launch takes both types.)
-    let more: Vec<B::Weight> = ["d", "i", "e", "f", "g", "h"]
+    // (Q6_K weights among the Q4_K ones: on CUDA one-row launches take both types, Q4_K's first:
+    // a, d, i, then e, j.)
+    let more: Vec<B::Weight> = ["i", "d", "j", "e", "f", "g", "h"]
         .iter()
         .map(|w| ws.load(b, w, true))
         .collect();
@@ -348,7 +350,7 @@ pub fn matmul_groups<B: Backend>(b: &B) {
         let mut outs: Vec<B::Buf> = all.iter().map(|w| b.alloc(t, b.weight_shape(w)[1] as usize)).collect();
         b.run(|| b.matmul_many(&all, &x, &mut outs.iter_mut().collect::<Vec<_>>()));
         for (i, (o, want)) in outs.iter().zip(&alone).enumerate() {
-            assert!(b.read(o) == *want, "matmul_many of eight, product {i}, t={t}");
+            assert!(b.read(o) == *want, "matmul_many of nine, product {i}, t={t}");
         }
         // A weight that is also looked up by row (a tied embedding: kept as stored, and laid out
         // for products on the side) multiplies as one that is only multiplied (which a backend may
@@ -1155,15 +1157,19 @@ mod cuda {
         // even row counts, rows of n % 8 != 0 (the one-value path), 1 to 8 activation rows, alone
         // and three weights to a launch.
         if let Some(b) = cuda("matmul_pairs") {
-            let b = b.with_pairs(true);
-            let one = Cuda::new(0).expect("a second CUDA backend").with_pairs(false);
+            // (One warp a row whatever HF2Q_CUDA_WPR says: the pairs' condition.)
+            let b = b.with_pairs(true).with_wpr_cap(1);
+            let one = Cuda::new(0)
+                .expect("a second CUDA backend")
+                .with_pairs(false)
+                .with_wpr_cap(1);
             use super::{buf, values, Backend, Weights};
             use gguf::GgmlType as T;
             let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
             for ty in [T::F32, T::F16, T::BF16] {
                 for (n, ms) in [
                     (512, [301, 300, 257]),
-                    (1000, [1001, 640, 999]),
+                    (1001, [1001, 640, 999]),
                     (4096, [4097, 1024, 1024]),
                 ] {
                     let ws: Vec<(String, Vec<f32>, usize)> = ms
@@ -1209,6 +1215,8 @@ mod cuda {
     fn matmul_groups() {
         if let Some(b) = cuda("matmul_groups") {
             super::matmul_groups(&b);
+            // Q4_K's one-row products with four stages, not five (`mmq_vx_*` too).
+            super::matmul_groups(&b.with_mmq_v5(0));
         }
     }
     #[test]

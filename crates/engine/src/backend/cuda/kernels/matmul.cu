@@ -1,5 +1,6 @@
 // Quantized matrix times a few activation rows (decode and small batches): out = x · Wᵀ with W in
-// its GGUF type, x f32 (t rows of n, t <= R), out (t, m). One to four warps per output row: lanes
+// its GGUF type, x f32 (t rows of n, t <= R), out (t, m). One to four warps per output row (or, for
+// the float weights' plain products at one warp a row, a warp per pair of rows: PAIR): lanes
 // take eight consecutive values at a time, decode them once and multiply them into every
 // activation row; f32 sums, reduced across the warps. Every output (row, column) is computed by
 // the same operations in the same order whatever R and t are — each lane sums its chunks in
@@ -86,7 +87,9 @@ __device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane,
             return y;
         };
         out[(u64)r * m + o] = res(0);
-        if (PAIR && o + h < m) out[(u64)r * m + o + h] = res(HW);
+        if constexpr (PAIR) {
+            if (o + h < m) out[(u64)r * m + o + h] = res(HW);
+        }
     }
 }
 

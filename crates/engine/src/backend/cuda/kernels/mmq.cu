@@ -458,7 +458,8 @@ MMQ_ALL(TY_Q8_0)
 MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
 
 // One-row products of Q4_K and Q6_K weights in one launch (Q4_K_M files give some layers' V, or
-// down, Q6_K): slots [0, na) Q4_K (STA units in flight a warp: mmq_v_'s or mmq_v5_'s), the others
+// down, Q6_K): slots [0, na) Q4_K (STA stages, STA - 1 units in flight a warp: mmq_v_'s or
+// mmq_v5_'s; the launch's blocks, Q6_K's too, against HF2Q_CUDA_MMQ_V5's threshold), the others
 // Q6_K; every block computes as its type's own launch does, in one shared buffer for both.
 #define MMQ_VX(NAME, STA) \
     extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
