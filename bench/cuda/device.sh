@@ -50,7 +50,8 @@
 #            fifteenth session, on an H100: bench/runs/2026-12-05-h100-e): the float products'
 #            loads (taken out) and a warp per pair of rows; s26 on an H200 (bench/runs/
 #            2026-12-05-h200-b): the Done-when figures; s30 (asked for an H200, ran on an H100:
-#            2026-12-05-h100-e call 3) one-row Q4_K + Q6_K launches.
+#            2026-12-05-h100-e call 3) one-row Q4_K + Q6_K launches. Next: s31 on an H200 (carry
+#            .dev, rebuilt at HEAD): the MoE's figure and its kernels' costs.
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -618,6 +619,28 @@ s30)
   [ $SECONDS -lt 360 ] && bench_pair moe $W/moe.q4_k_m.gguf
   [ $SECONDS -lt 375 ] && greedy_ab $W/moe.q4_k_m.gguf X=1 HF2Q_CUDA_MMQ_MIX=0
   [ $SECONDS -lt 385 ] && greedy_ab $W/l8b.bf16.gguf X=1 HF2Q_CUDA_MMV_PAIR=2
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt; tail -n 2 /tmp/lc.log >> $OUT/make.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt
+  ;;
+s31)
+  # For the next session with device time (carry .dev at HEAD, a fresh H200): the MoE's Done-when
+  # figure with HEAD's defaults (the Q4_K + Q6_K launches among them) and where its step goes now.
+  # Every op test; the Q4_K + Q6_K launches against a launch per type; each kernel's cost with
+  # launches overlapping (HF2Q_CUDA_TWICE); both tools on the MoE; greedy tokens.
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "" moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests
+  wait_for MOE-END
+  m=$W/moe.q4_k_m.gguf
+  ab moe $m X=1 HF2Q_CUDA_MMQ_MIX=0
+  twice moe $m attn_dec_f16_rope attn_combine_q8 mmq_vx5_TY_Q4_K_TY_Q6_K mmq_v5_TY_Q4_K add_ws_rms_norm_q8 \
+    add_rms_norm_q8 mmv_TY_F32_1 moe_route mmq_moe_v_TY_Q4_K glu_q8 mmq_moe_v_TY_Q6_K
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
+  bench_pair moe $m
+  greedy_ab $m X=1 HF2Q_CUDA_MMQ_MIX=0
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt; tail -n 2 /tmp/lc.log >> $OUT/make.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt
   ;;
