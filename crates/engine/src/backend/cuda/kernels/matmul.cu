@@ -209,37 +209,26 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
 // The name is pasted here, where the type's macro is not expanded (mmv_TY_Q4_K_8 ...). The `3`
 // kernels multiply up to three weights of one type by the same rows in one launch (a layer's Q, K
 // and V, or gate and up): blocks [0, nb0) the first's, the next nb1 the second's, the rest the
-// third's; each output row computed exactly as its weight's own launch computes it.
-#define MMV(NAME, TY, R) \
-    extern "C" __global__ void NAME##_##R(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr) { \
-        mmv_t<TY, R, false, 1>(blockIdx.x, W, W, rb, x, out, n, m, t, wpr, 0, 0.f, 0); \
+// third's; each output row computed exactly as its weight's own launch computes it. SUF, NW,
+// PAIR: the plain kernels (none, 1, false) or, for the float weights, those with a warp per pair
+// of rows (p, 2, true; launched with wpr 1).
+#define MMV_K(NAME, SUF, TY, R, NW, PAIR) \
+    extern "C" __global__ void NAME##SUF##_##R(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr) { \
+        mmv_t<TY, R, false, NW, false, PAIR>(blockIdx.x, W, W, rb, x, out, n, m, t, wpr, 0, 0.f, 0); \
     } \
-    extern "C" __global__ void NAME##3_##R(const float* x, int n, int t, \
+    extern "C" __global__ void NAME##SUF##3_##R(const float* x, int n, int t, \
         const u8* W0, u64 rb0, float* o0, int m0, int wpr0, int nb0, \
         const u8* W1, u64 rb1, float* o1, int m1, int wpr1, int nb1, \
         const u8* W2, u64 rb2, float* o2, int m2, int wpr2) { \
         int b = blockIdx.x; \
-        if (b < nb0) mmv_t<TY, R, false, 1>(b, W0, W0, rb0, x, o0, n, m0, t, wpr0, 0, 0.f, 0); \
-        else if ((b -= nb0) < nb1) mmv_t<TY, R, false, 1>(b, W1, W1, rb1, x, o1, n, m1, t, wpr1, 0, 0.f, 0); \
-        else mmv_t<TY, R, false, 1>(b - nb1, W2, W2, rb2, x, o2, n, m2, t, wpr2, 0, 0.f, 0); \
+        if (b < nb0) mmv_t<TY, R, false, NW, false, PAIR>(b, W0, W0, rb0, x, o0, n, m0, t, wpr0, 0, 0.f, 0); \
+        else if ((b -= nb0) < nb1) mmv_t<TY, R, false, NW, false, PAIR>(b, W1, W1, rb1, x, o1, n, m1, t, wpr1, 0, 0.f, 0); \
+        else mmv_t<TY, R, false, NW, false, PAIR>(b - nb1, W2, W2, rb2, x, o2, n, m2, t, wpr2, 0, 0.f, 0); \
     }
+#define MMV(NAME, TY, R) MMV_K(NAME, , TY, R, 1, false)
 #define MMV_ALL(TY) MMV(mmv_##TY, TY, 1) MMV(mmv_##TY, TY, 2) MMV(mmv_##TY, TY, 4) MMV(mmv_##TY, TY, 8)
 FOR_EACH_TYPE(MMV_ALL)
-
-// The same for the float weights with a warp per pair of rows (PAIR; one warp a pair, wpr 1).
-#define MMVP(NAME, TY, R) \
-    extern "C" __global__ void NAME##p_##R(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr) { \
-        mmv_t<TY, R, false, 2, false, true>(blockIdx.x, W, W, rb, x, out, n, m, t, 1, 0, 0.f, 0); \
-    } \
-    extern "C" __global__ void NAME##p3_##R(const float* x, int n, int t, \
-        const u8* W0, u64 rb0, float* o0, int m0, int wpr0, int nb0, \
-        const u8* W1, u64 rb1, float* o1, int m1, int wpr1, int nb1, \
-        const u8* W2, u64 rb2, float* o2, int m2, int wpr2) { \
-        int b = blockIdx.x; \
-        if (b < nb0) mmv_t<TY, R, false, 2, false, true>(b, W0, W0, rb0, x, o0, n, m0, t, 1, 0, 0.f, 0); \
-        else if ((b -= nb0) < nb1) mmv_t<TY, R, false, 2, false, true>(b, W1, W1, rb1, x, o1, n, m1, t, 1, 0, 0.f, 0); \
-        else mmv_t<TY, R, false, 2, false, true>(b - nb1, W2, W2, rb2, x, o2, n, m2, t, 1, 0, 0.f, 0); \
-    }
+#define MMVP(NAME, TY, R) MMV_K(NAME, p, TY, R, 2, true)
 #define MMVP_ALL(TY) MMVP(mmv_##TY, TY, 1) MMVP(mmv_##TY, TY, 2) MMVP(mmv_##TY, TY, 4) MMVP(mmv_##TY, TY, 8)
 MMVP_ALL(TY_F32) MMVP_ALL(TY_F16) MMVP_ALL(TY_BF16)
 
