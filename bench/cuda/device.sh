@@ -50,8 +50,9 @@
 #            fifteenth session, on an H100: bench/runs/2026-12-05-h100-e): the float products'
 #            loads (taken out) and a warp per pair of rows; s26 on an H200 (bench/runs/
 #            2026-12-05-h200-b): the Done-when figures; s30 (asked for an H200, ran on an H100:
-#            2026-12-05-h100-e call 3) one-row Q4_K + Q6_K launches. Next: s31 on an H200 (carry
-#            .dev, rebuilt at HEAD): the MoE's figure and its kernels' costs.
+#            2026-12-05-h100-e call 3) one-row Q4_K + Q6_K launches. s31 (not run) on an H200:
+#            the MoE's figure and its kernels' costs. s32 (2026-12-05, seventeenth session, one
+#            call): the MoE's norm + router + routing launch against the three, and both tools.
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -643,6 +644,34 @@ s31)
   greedy_ab $m X=1 HF2Q_CUDA_MMQ_MIX=0
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt; tail -n 2 /tmp/lc.log >> $OUT/make.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt
+  ;;
+s32)
+  # 2026-12-05, seventeenth session, its one call (~460 s of device time; carry .dev at the build
+  # with the MoE's norm, router product and routing in one launch, `norm_route_*`, on by default;
+  # a fresh H200): every op test (norm_route against the three launches it replaces, bit for bit);
+  # the MoE with it against without (HF2Q_CUDA_NORM_ROUTE=0), alternating; greedy tokens both
+  # ways; then both tools on the MoE with the faster setting (the separate launches where the op
+  # tests failed). Each later step only while the call has time left (logs packed by ~360 s).
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "" moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests
+  m=$W/moe.q4_k_m.gguf
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  ab moe $m X=1 HF2Q_CUDA_NORM_ROUTE=0
+  greedy_ab $m X=1 HF2Q_CUDA_NORM_ROUTE=0
+  pick=$(best_of moe $OUT/ab.txt HF2Q_CUDA_NORM_ROUTE=1 X=1 HF2Q_CUDA_NORM_ROUTE=0)
+  grep -qE "FAILED|panicked" $OUT/engine-tests.txt && pick="export HF2Q_CUDA_NORM_ROUTE=0"
+  echo "$pick (s32: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
+  eval "$pick"
+  for i in $(seq 1 60); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 320 ] && break; sleep 3; done
+  tail -n 2 /tmp/lc.log >> $OUT/make.txt
+  [ $SECONDS -lt 325 ] && bench_pair moe $m
+  echo "s32 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,

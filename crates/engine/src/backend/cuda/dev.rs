@@ -797,6 +797,10 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             .iter()
             .map(|s| s.to_string())
             .collect();
+            // The MoE norm + router + routing launches (float routers; tasks × chunks a warp).
+            for &t in &super::products::FUSED_TYPES {
+                v.extend(["8x1", "4x2", "2x4", "1x8"].map(|s| format!("norm_route_{}_{s}", ty_name(t))));
+            }
             for &t in DEVICE_TYPES {
                 v.push(format!("get_rows_{}", ty_name(t)));
                 v.push(format!("decode_{}", ty_name(t)));

@@ -111,7 +111,7 @@ pub struct Cuda {
     /// H100 (tg128, median of two: the MoE 0.94× / 0.99× / 0.98× / 0.98× / 0.83× for AttnMerge /
     /// Route / Glu / GluDown / RouteIn, the 8B BF16 0.99× / 0.77× for AttnMerge / Add;
     /// bench/runs/2026-12-05-h100 call 2, 2026-12-05-h100-b call 2); SumNorm 1.012×.
-    fuse: [bool; 8],
+    fuse: [bool; 9],
     /// `Backend::top_of_rows` on the GPU (`top_rows`: the values asked for cross to the host,
     /// not the rows); `HF2Q_CUDA_TOPK=0` or `with_tops(false)` reads the rows instead. On an
     /// H100, 64 streams of top_k 40: 1,528.6 against 1,033.0 tokens/s (2026-12-05-h100, call 5).
@@ -122,7 +122,7 @@ pub struct Cuda {
     /// 810.7 tokens/s, the same seeded tokens (2026-12-05-h100, call 5).
     draws: bool,
     /// Launches so far that did another's work too (`Fused`; for the op tests).
-    fused: [std::sync::atomic::AtomicUsize; 8],
+    fused: [std::sync::atomic::AtomicUsize; 9],
     /// Most warps per output row of the matrix-vector kernels (`warps_per_row`; not for a matrix
     /// of at most 256 rows):
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
@@ -166,10 +166,15 @@ pub enum Fused {
     /// the q / k norms, the rope and the KV store of the `rope_store_kv` recorded just before it
     /// (no `rope_store_kv`; no counter).
     RopeAttn,
+    /// A MoE layer's FFN norm (`add_rms_norm_q8`), its router's product (float weights) and the
+    /// routing in one launch of a cluster of blocks a row (`norm_route_*`, sm_90: the blocks wait
+    /// for each other at the cluster's barrier and read the normed row and the logits from each
+    /// other's shared memory; no counter): no router product or `moe_route` launch.
+    NormRoute,
 }
 
 impl Fused {
-    pub const ALL: [Fused; 8] = [
+    pub const ALL: [Fused; 9] = [
         Fused::AttnMerge,
         Fused::Route,
         Fused::Glu,
@@ -178,13 +183,14 @@ impl Fused {
         Fused::SumNorm,
         Fused::RouteIn,
         Fused::RopeAttn,
+        Fused::NormRoute,
     ];
 
     /// On unless its variable says 0: `SumNorm` (MoE tg128 1.012× on an H100,
     /// bench/runs/2026-12-05-h100-b) and `RopeAttn` (tg128 on an H200: MoE 1.014×, 8B Q4_K_M
     /// 1.014×, BF16 1.006×, bench/runs/2026-12-05-h200); the others are off unless it says 1.
     pub fn default_on(self) -> bool {
-        matches!(self, Fused::SumNorm | Fused::RopeAttn)
+        matches!(self, Fused::SumNorm | Fused::RopeAttn | Fused::NormRoute)
     }
 
     /// The environment variable that turns it on (`=1`) or off (`=0`).
@@ -198,6 +204,7 @@ impl Fused {
             Fused::SumNorm => "HF2Q_CUDA_SUM_NORM",
             Fused::RouteIn => "HF2Q_CUDA_ROUTE_IN",
             Fused::RopeAttn => "HF2Q_CUDA_ROPE_ATTN",
+            Fused::NormRoute => "HF2Q_CUDA_NORM_ROUTE",
         }
     }
 }
@@ -293,6 +300,11 @@ impl Cuda {
     /// Launches so far that did another's work too, of each kind.
     pub fn fused(&self, kind: Fused) -> usize {
         self.fused[kind as usize].load(Ordering::Relaxed)
+    }
+
+    /// Whether the GPU runs thread block clusters (sm_90 and later: `Fused::NormRoute`).
+    pub fn clusters(&self) -> bool {
+        self.dev.cc.0 >= 9
     }
 
     fn count_fused(&self, kind: Fused) {

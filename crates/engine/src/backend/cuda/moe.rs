@@ -96,6 +96,77 @@ impl Cuda {
         }
     }
 
+    /// The FFN norm recorded just before (`add_rms_norm_q8`, its output `x`), the router's
+    /// product `out = x · routerᵀ` and the routing into `ids` / `ws` in one launch
+    /// (`Fused::NormRoute`, `kernels/ops.cu` norm_route_*: a cluster of blocks a row, sm_90),
+    /// each the bits of its own launch; false (nothing changed) where that does not apply: the
+    /// router not of a float type, rows of more than 2,048 values or of a length that is not a
+    /// multiple of 8, more than 1,024 experts, a sequence whose router product cuBLAS would make,
+    /// a warp's share of the router's weights past its registers, or no such norm just before.
+    pub(super) fn norm_routed(
+        &self,
+        router: &CudaWeight,
+        x: &CudaBuf,
+        out: &mut CudaBuf,
+        r: &Routing,
+        ids: u64,
+        ws: u64,
+    ) -> bool {
+        // Blocks a cluster (NR_CL) and the most values a row (NR_MAXN, 512 threads), ops.cu.
+        const CLUSTER: usize = 8;
+        let (t, n, m) = (x.rows, x.cols, router.n_rows());
+        let threads = n.next_multiple_of(256) / 4;
+        let wpr = super::products::warps_per_row(m, self.wpr_cap);
+        let warps = threads / 32;
+        if !self.fuse_on(super::Fused::NormRoute)
+            || self.dev.cc.0 < 9
+            || !super::products::FUSED_TYPES.contains(&router.dev_ty)
+            || t == 0
+            || router.row_len() != n
+            || !n.is_multiple_of(8)
+            || threads > 512
+            || m > 1024
+            || !warps.is_multiple_of(wpr)
+            || self.short_runs(x).is_none()
+        {
+            return false;
+        }
+        // Each warp's tasks (a row's share of one of its wpr warps) and chunks of 8 weights a
+        // lane per task: a kernel whose registers hold them (TM tasks × CM chunks ≤ 8).
+        let tasks = (m * wpr).div_ceil(CLUSTER * warps);
+        let chunks = n.div_ceil(256 * wpr);
+        let Some((tm, cm)) = [(1, 8), (2, 4), (4, 2), (8, 1)]
+            .into_iter()
+            .find(|&(tm, cm)| tm >= tasks && cm >= chunks)
+        else {
+            return false;
+        };
+        // add_rms_norm_q8's arguments: x, y, w, out, q0, d0, qk, dk, n, n_pad, eps.
+        let Some(mut args) = self.dev.take_last("add_rms_norm_q8", |a| {
+            a.len() == 11 && a[3] == A::P(x.ptr) && a[8] == A::I(n as i32)
+        }) else {
+            return false;
+        };
+        out.shape_from(t, &x.runs, m);
+        args.extend([
+            A::P(self.dev.ptr(&router.data)),
+            A::P(router.row_bytes as u64),
+            A::I(m as i32),
+            A::I(wpr as i32),
+            A::P(out.ptr),
+            A::I(r.k as i32),
+            A::I(r.softmax_first as i32),
+            A::I(r.normalize as i32),
+            A::P(ids),
+            A::P(ws),
+        ]);
+        let name = format!("norm_route_{}_{tm}x{cm}", ty_name(router.dev_ty));
+        self.dev
+            .launch_early(&name, (CLUSTER as u32, t as u32), threads as u32, &args);
+        self.count_fused(super::Fused::NormRoute);
+        true
+    }
+
     /// `Backend::moe_ffn_on_device`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn moe_device(
@@ -206,6 +277,8 @@ impl Cuda {
             };
             self.router_routed(router, x_route, &mut bufs.router, route)
         };
+        // Or the norm before, the router's product and the routing in one launch (`NormRoute`).
+        let routed = routed || (!route_in && self.norm_routed(router, x_route, &mut bufs.router, r, ids, ws));
         if !routed {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
         }
@@ -486,6 +559,120 @@ mod tests {
     use crate::backend::select::cuda_present;
     use crate::backend::Backend;
     use crate::model::blocks::{route, Routing};
+
+    /// The FFN norm, the router's product and the routing in one launch (`Fused::NormRoute`)
+    /// against the three launches they replace (`add_rms_norm_q8`, the router's matrix-vector
+    /// product, `moe_route`), bit for bit: the residual stream after the add, the normed rows and
+    /// their int8 activations (both flavours), the logits, the experts and their weights. The
+    /// shapes take each register layout of the kernel (tasks × chunks a warp: 4 × 2, the
+    /// Qwen3-30B-A3B router's; 2 × 4 with lanes past the row's end; 8 × 1; 1 × 8) and one
+    /// router the launch does not take (its warps not a multiple of the warps a row).
+    #[test]
+    fn norm_route() {
+        use std::io::Write;
+        if !cuda_present() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "NOT RUN: CUDA op test norm_route (no NVIDIA GPU or driver on this machine)"
+            );
+            return;
+        }
+        let mut b = Cuda::new(0).expect("the CUDA backend on a machine with a GPU");
+        if !b.clusters() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "NOT RUN: CUDA op test norm_route (needs sm_90: thread block clusters)"
+            );
+            return;
+        }
+        let values = crate::backend::tests::values;
+        // (n, experts, k, rows, the register layout expected, or none: not fused)
+        let cases = [
+            (2048, 128, 8, 1, Some("4x2")),
+            (2048, 128, 8, 3, Some("4x2")),
+            (1536, 32, 4, 2, Some("2x4")),
+            (1024, 128, 8, 1, Some("8x1")),
+            (2048, 8, 2, 1, Some("1x8")),
+            (768, 64, 4, 1, None),
+        ];
+        let mut fused_so_far = 0;
+        for (case, (n, m, k, rows, layout)) in cases.into_iter().enumerate() {
+            let r = Routing {
+                n_expert: m,
+                k,
+                softmax_first: true,
+                normalize: true,
+            };
+            let seed = 11 + 100 * case as u64;
+            let (wr, wn) = (values(n * m, seed), values(n, seed + 1));
+            let ws = crate::backend::tests::Weights::new(&[
+                ("router", gguf::GgmlType::F32, [n, m], &wr),
+                ("norm", gguf::GgmlType::F32, [n, 1], &wn),
+            ]);
+            let (router, norm_w) = (ws.load(&b, "router", true), ws.load(&b, "norm", false));
+            let x = values(rows * n, seed + 2);
+            let y = values(rows * n, seed + 3);
+            let n_pad = n.next_multiple_of(256);
+            let mut got = Vec::new();
+            for on in [false, true] {
+                b = b.with_fused(super::super::Fused::NormRoute, on);
+                let out = b.run(|| {
+                    let (mut resid, mut yb, mut xn) = (b.alloc(rows, n), b.alloc(rows, n), b.alloc(rows, n));
+                    b.write(&mut resid, rows, n, &x);
+                    b.write(&mut yb, rows, n, &y);
+                    let (mut logits, ids, wsb) = (b.alloc(rows, m), b.alloc(rows, k), b.alloc(rows, k));
+                    b.add_rms_norm(&mut resid, &yb, &norm_w, 1e-6, &mut xn);
+                    let fused = b.norm_routed(&router, &xn, &mut logits, &r, ids.ptr, wsb.ptr);
+                    if !fused {
+                        b.products(&[&router], &xn, &mut [&mut logits]);
+                        b.route_rows(logits.ptr, rows, &r, ids.ptr, wsb.ptr, false);
+                    }
+                    let a = b.act_scratch(rows, n_pad);
+                    let (q, d) = (rows * n_pad, rows * n_pad / 32 * 4);
+                    let bytes = |v: Vec<u8>| v.into_iter().map(|c| c as u32).collect::<Vec<u32>>();
+                    let f = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
+                    let outs = vec![
+                        f(b.read(&resid)),
+                        f(b.read(&xn)),
+                        f(b.read(&logits)),
+                        f(b.read(&ids)),
+                        f(b.read(&wsb)),
+                        bytes(b.dev.read_bytes(a.q0, q)),
+                        bytes(b.dev.read_bytes(a.d0, d)),
+                        bytes(b.dev.read_bytes(a.qk, q)),
+                        bytes(b.dev.read_bytes(a.dk, d)),
+                    ];
+                    (fused, outs)
+                });
+                got.push(out);
+            }
+            let what = format!("{n} values, {m} experts, k {k}, {rows} rows");
+            assert!(!got[0].0, "{what}: fused with NormRoute off");
+            assert_eq!(got[1].0, layout.is_some(), "{what}: fused or not");
+            if layout.is_some() {
+                fused_so_far += 1;
+            }
+            assert_eq!(
+                b.fused(super::super::Fused::NormRoute),
+                fused_so_far,
+                "{what}: launches counted"
+            );
+            for (i, part) in ["residual", "normed", "logits", "ids", "weights", "q0", "d0", "qk", "dk"]
+                .iter()
+                .enumerate()
+            {
+                assert!(
+                    got[0].1[i] == got[1].1[i],
+                    "{what}: {part} differ from the separate launches'"
+                );
+            }
+            // (The separate launches' routing is the CPU's: the routing op test.)
+            let logits: Vec<f32> = got[0].1[2].iter().map(|&v| f32::from_bits(v)).collect();
+            let (want_ids, _) = route(&logits, &r);
+            let ids: Vec<usize> = got[1].1[3].iter().map(|&v| v as usize).collect();
+            assert_eq!(ids, want_ids, "{what}: ids differ from the CPU's routing of the logits");
+        }
+    }
 
     /// `moe_route` (a block a row) against `moe_route_w` (a warp a row, the routing the `moe` op
     /// test checks against the host's) bit for bit, and both against the CPU's `route`: the same
