@@ -673,6 +673,26 @@ s32)
   echo "s32 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
+s33)
+  # s32 cut to ~200 s (the session's device time after a start that failed): an 8-layer MoE
+  # (make and convert ~60 s, in the background); the op tests of the new launch and of HEAD's
+  # untried changes (norm_route, moe, routing, matmul_pairs, matmul_groups); then hf2q alone on
+  # the MoE with the one launch against the three (HF2Q_CUDA_NORM_ROUTE=0), alternating, and the
+  # greedy tokens both ways. No llama.cpp build (~5 minutes): a relative figure only.
+  unpack
+  machine_info
+  setsid nohup bash -c ": > /tmp/mk.log; python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 8 >> /tmp/mk.log 2>&1 && \
+/usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe8.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; \
+echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  timeout 120 /tmp/bin/engine-tests --test-threads=1 norm_route cuda::moe routing matmul_pairs matmul_groups 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked|NOT RUN" -A2
+  echo "op tests done at $SECONDS s" | tee -a $OUT/ab.txt
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  m=$W/moe8.q4_k_m.gguf
+  ab moe8 $m X=1 HF2Q_CUDA_NORM_ROUTE=0
+  greedy_ab $m X=1 HF2Q_CUDA_NORM_ROUTE=0
+  echo "s33 done at $SECONDS s" | tee -a $OUT/ab.txt
+  ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,
   # reading the expert ids after waiting for the routing): on an H100 its moe op test did not finish
