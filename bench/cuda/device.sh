@@ -52,7 +52,8 @@
 #            2026-12-05-h200-b): the Done-when figures; s30 (asked for an H200, ran on an H100:
 #            2026-12-05-h100-e call 3) one-row Q4_K + Q6_K launches. s31 (not run) on an H200:
 #            the MoE's figure and its kernels' costs. s32 (2026-12-05, seventeenth session, one
-#            call): the MoE's norm + router + routing launch against the three, and both tools.
+#            call, not run: no device time left): the MoE's norm + router + routing launch against
+#            the three, and both tools. Next: s32 on an H200 (carry .dev, rebuilt at HEAD).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -646,12 +647,13 @@ s31)
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt
   ;;
 s32)
-  # 2026-12-05, seventeenth session, its one call (~460 s of device time; carry .dev at the build
-  # with the MoE's norm, router product and routing in one launch, `norm_route_*`, on by default;
-  # a fresh H200): every op test (norm_route against the three launches it replaces, bit for bit);
-  # the MoE with it against without (HF2Q_CUDA_NORM_ROUTE=0), alternating; greedy tokens both
-  # ways; then both tools on the MoE with the faster setting (the separate launches where the op
-  # tests failed). Each later step only while the call has time left (logs packed by ~360 s).
+  # Written 2026-12-05 (seventeenth session) for one call (~460 s of device time; carry .dev at the
+  # build with the MoE's norm, router product and routing in one launch, `norm_route_*`, off by
+  # default; a fresh H200). Its start failed and the session's device time ran out: not run. Every
+  # op test (norm_route against the three launches it replaces, bit for bit); the MoE with the one
+  # launch (HF2Q_CUDA_NORM_ROUTE=1) against the three, alternating; greedy tokens both ways; then
+  # both tools on the MoE with the faster setting (the three launches where the op tests failed).
+  # Each later step only while the call has time left (logs packed by ~360 s).
   unpack
   machine_info
   bg_llama_bench
@@ -661,9 +663,9 @@ s32)
   m=$W/moe.q4_k_m.gguf
   wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  ab moe $m X=1 HF2Q_CUDA_NORM_ROUTE=0
-  greedy_ab $m X=1 HF2Q_CUDA_NORM_ROUTE=0
-  pick=$(best_of moe $OUT/ab.txt HF2Q_CUDA_NORM_ROUTE=1 X=1 HF2Q_CUDA_NORM_ROUTE=0)
+  ab moe $m X=1 HF2Q_CUDA_NORM_ROUTE=1
+  greedy_ab $m X=1 HF2Q_CUDA_NORM_ROUTE=1
+  pick=$(best_of moe $OUT/ab.txt HF2Q_CUDA_NORM_ROUTE=0 X=1 HF2Q_CUDA_NORM_ROUTE=1)
   grep -qE "FAILED|panicked" $OUT/engine-tests.txt && pick="export HF2Q_CUDA_NORM_ROUTE=0"
   echo "$pick (s32: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
   eval "$pick"
@@ -674,10 +676,11 @@ s32)
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
 s33)
-  # s32 cut to ~200 s (the session's device time after a start that failed): an 8-layer MoE
+  # s32 cut to ~200 s (the session's device time after a start that failed; then refused: too
+  # little device time left to start a machine, so not run either): an 8-layer MoE
   # (make and convert ~60 s, in the background); the op tests of the new launch and of HEAD's
   # untried changes (norm_route, moe, routing, matmul_pairs, matmul_groups); then hf2q alone on
-  # the MoE with the one launch against the three (HF2Q_CUDA_NORM_ROUTE=0), alternating, and the
+  # the MoE with the one launch (HF2Q_CUDA_NORM_ROUTE=1) against the three, alternating, and the
   # greedy tokens both ways. No llama.cpp build (~5 minutes): a relative figure only.
   unpack
   machine_info
@@ -689,8 +692,8 @@ echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
   wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
   m=$W/moe8.q4_k_m.gguf
-  ab moe8 $m X=1 HF2Q_CUDA_NORM_ROUTE=0
-  greedy_ab $m X=1 HF2Q_CUDA_NORM_ROUTE=0
+  ab moe8 $m X=1 HF2Q_CUDA_NORM_ROUTE=1
+  greedy_ab $m X=1 HF2Q_CUDA_NORM_ROUTE=1
   echo "s33 done at $SECONDS s" | tee -a $OUT/ab.txt
   ;;
 s17 | s18)

@@ -169,7 +169,9 @@ pub enum Fused {
     /// A MoE layer's FFN norm (`add_rms_norm_q8`), its router's product (float weights) and the
     /// routing in one launch of a cluster of blocks a row (`norm_route_*`, sm_90: the blocks wait
     /// for each other at the cluster's barrier and read the normed row and the logits from each
-    /// other's shared memory; no counter): no router product or `moe_route` launch.
+    /// other's shared memory; no counter): no router product or `moe_route` launch. Off by
+    /// default until it has run on a GPU (written 2026-12-05 in a session whose device time ran
+    /// out before its one call started): `HF2Q_CUDA_NORM_ROUTE=1` turns it on.
     NormRoute,
 }
 
@@ -190,7 +192,7 @@ impl Fused {
     /// bench/runs/2026-12-05-h100-b) and `RopeAttn` (tg128 on an H200: MoE 1.014×, 8B Q4_K_M
     /// 1.014×, BF16 1.006×, bench/runs/2026-12-05-h200); the others are off unless it says 1.
     pub fn default_on(self) -> bool {
-        matches!(self, Fused::SumNorm | Fused::RopeAttn | Fused::NormRoute)
+        matches!(self, Fused::SumNorm | Fused::RopeAttn)
     }
 
     /// The environment variable that turns it on (`=1`) or off (`=0`).
