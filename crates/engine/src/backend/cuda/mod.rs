@@ -136,6 +136,8 @@ pub struct Cuda {
     /// bench/runs/2026-12-05-h200-b). (Pairs in the fused FFN input too measured no faster on an
     /// H100: 2026-12-05-h100-e call 3.)
     pairs: bool,
+    /// A cluster of eight 512-thread blocks fits on the GPU (`Cuda::clusters`).
+    clusters: bool,
 }
 
 /// Launches that do another's work too, so that a decode step has fewer launches
@@ -234,8 +236,13 @@ pub fn check(ordinal: usize) -> Result<String> {
 impl Cuda {
     /// The backend on GPU `ordinal`: opens the device and compiles (or loads) the kernels.
     pub fn new(ordinal: usize) -> Result<Cuda> {
+        let dev = Arc::new(Dev::open(ordinal)?);
+        // A cluster of the largest norm_route launch (8 blocks of 512 threads, the most registers
+        // of its variants) fits on the GPU (sm_90 and later; not, say, on a small MIG slice).
+        let clusters = dev.cc.0 >= 9 && dev.max_clusters("norm_route_TY_F32_8x1", 8, 512) > 0;
         Ok(Cuda {
-            dev: Arc::new(Dev::open(ordinal)?),
+            dev,
+            clusters,
             q8_of: Mutex::new(None),
             moe_scratch: Mutex::new(None),
             moe_tables: Mutex::new(Vec::new()),
@@ -304,9 +311,10 @@ impl Cuda {
         self.fused[kind as usize].load(Ordering::Relaxed)
     }
 
-    /// Whether the GPU runs thread block clusters (sm_90 and later: `Fused::NormRoute`).
+    /// Whether the GPU runs the thread block clusters of `Fused::NormRoute` (sm_90 and later,
+    /// with room for one).
     pub fn clusters(&self) -> bool {
-        self.dev.cc.0 >= 9
+        self.clusters
     }
 
     fn count_fused(&self, kind: Fused) {
@@ -1241,7 +1249,7 @@ impl Cuda {
         // y the MoE combine recorded just before (`Fused::SumNorm`): made here instead.
         if let Some(y) = y.filter(|_| q8 && self.fuse_on(Fused::SumNorm)) {
             let (rows, cols) = (A::I(x.rows as i32), A::I(x.cols as i32));
-            let ws = self.dev.take_last("weighted_sum_rows", |a| {
+            let ws = self.dev.take_last("weighted_sum_rows", |a, _| {
                 a.len() == 7 && a[3] == A::P(y.ptr) && a[4] == rows && a[6] == cols
             });
             if let Some(ws) = ws {

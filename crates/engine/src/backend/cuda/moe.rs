@@ -119,7 +119,7 @@ impl Cuda {
         let wpr = super::products::warps_per_row(m, self.wpr_cap);
         let warps = threads / 32;
         if !self.fuse_on(super::Fused::NormRoute)
-            || self.dev.cc.0 < 9
+            || !self.clusters
             || !super::products::FUSED_TYPES.contains(&router.dev_ty)
             || t == 0
             || router.row_len() != n
@@ -142,8 +142,8 @@ impl Cuda {
             return false;
         };
         // add_rms_norm_q8's arguments: x, y, w, out, q0, d0, qk, dk, n, n_pad, eps.
-        let Some(mut args) = self.dev.take_last("add_rms_norm_q8", |a| {
-            a.len() == 11 && a[3] == A::P(x.ptr) && a[8] == A::I(n as i32)
+        let Some(mut args) = self.dev.take_last("add_rms_norm_q8", |a, grid| {
+            a.len() == 11 && a[3] == A::P(x.ptr) && a[8] == A::I(n as i32) && grid == (t as u32, 1)
         }) else {
             return false;
         };
@@ -563,12 +563,16 @@ mod tests {
     /// The FFN norm, the router's product and the routing in one launch (`Fused::NormRoute`)
     /// against the three launches they replace (`add_rms_norm_q8`, the router's matrix-vector
     /// product, `moe_route`), bit for bit: the residual stream after the add, the normed rows and
-    /// their int8 activations (both flavours), the logits, the experts and their weights. The
-    /// shapes take each register layout of the kernel (tasks × chunks a warp: 4 × 2, the
-    /// Qwen3-30B-A3B router's; 2 × 4 with lanes past the row's end; 8 × 1; 1 × 8) and one
-    /// router the launch does not take (its warps not a multiple of the warps a row).
+    /// their int8 activations (both flavours), the logits, the experts and their weights. Every
+    /// output is filled with 0xFF bytes before each run (buffers and scratch are reused, so a
+    /// launch that wrote nothing would otherwise show the other run's values). The shapes take
+    /// each register layout of the kernel (tasks × chunks a warp: 4 × 2, the Qwen3-30B-A3B
+    /// router's; 2 × 4 with lanes past the row's end; 8 × 1; 1 × 8), F32, F16 and BF16 routers,
+    /// each pair of routing flags, and one router the launch does not take (its warps not a
+    /// multiple of the warps a row).
     #[test]
     fn norm_route() {
+        use gguf::GgmlType::{BF16, F16, F32};
         use std::io::Write;
         if !cuda_present() {
             let _ = writeln!(
@@ -581,34 +585,31 @@ mod tests {
         if !b.clusters() {
             let _ = writeln!(
                 std::io::stderr(),
-                "NOT RUN: CUDA op test norm_route (needs sm_90: thread block clusters)"
+                "NOT RUN: CUDA op test norm_route (needs sm_90 and room for a cluster of eight blocks)"
             );
             return;
         }
         let values = crate::backend::tests::values;
-        // (n, experts, k, rows, the register layout expected, or none: not fused)
+        // (n, experts, k, rows, router type, softmax first, normalize, fused)
         let cases = [
-            (2048, 128, 8, 1, Some("4x2")),
-            (2048, 128, 8, 3, Some("4x2")),
-            (1536, 32, 4, 2, Some("2x4")),
-            (1024, 128, 8, 1, Some("8x1")),
-            (2048, 8, 2, 1, Some("1x8")),
-            (768, 64, 4, 1, None),
+            (2048, 128, 8, 1, F32, true, true, true),
+            (2048, 128, 8, 3, F32, true, true, true),
+            (1536, 32, 4, 2, BF16, true, false, true),
+            (1024, 128, 8, 1, F16, false, true, true),
+            (2048, 8, 2, 1, F32, false, false, true),
+            (768, 64, 4, 1, F32, true, true, false),
         ];
         let mut fused_so_far = 0;
-        for (case, (n, m, k, rows, layout)) in cases.into_iter().enumerate() {
+        for (case, (n, m, k, rows, ty, softmax_first, normalize, fused)) in cases.into_iter().enumerate() {
             let r = Routing {
                 n_expert: m,
                 k,
-                softmax_first: true,
-                normalize: true,
+                softmax_first,
+                normalize,
             };
             let seed = 11 + 100 * case as u64;
             let (wr, wn) = (values(n * m, seed), values(n, seed + 1));
-            let ws = crate::backend::tests::Weights::new(&[
-                ("router", gguf::GgmlType::F32, [n, m], &wr),
-                ("norm", gguf::GgmlType::F32, [n, 1], &wn),
-            ]);
+            let ws = crate::backend::tests::Weights::new(&[("router", ty, [n, m], &wr), ("norm", F32, [n, 1], &wn)]);
             let (router, norm_w) = (ws.load(&b, "router", true), ws.load(&b, "norm", false));
             let x = values(rows * n, seed + 2);
             let y = values(rows * n, seed + 3);
@@ -617,18 +618,31 @@ mod tests {
             for on in [false, true] {
                 b = b.with_fused(super::super::Fused::NormRoute, on);
                 let out = b.run(|| {
-                    let (mut resid, mut yb, mut xn) = (b.alloc(rows, n), b.alloc(rows, n), b.alloc(rows, n));
+                    let (mut resid, mut yb, xn) = (b.alloc(rows, n), b.alloc(rows, n), b.alloc(rows, n));
                     b.write(&mut resid, rows, n, &x);
                     b.write(&mut yb, rows, n, &y);
-                    let (mut logits, ids, wsb) = (b.alloc(rows, m), b.alloc(rows, k), b.alloc(rows, k));
+                    let (logits, ids, wsb) = (b.alloc(rows, m), b.alloc(rows, k), b.alloc(rows, k));
+                    let a = b.act_scratch(rows, n_pad);
+                    let (q, d) = (rows * n_pad, rows * n_pad / 32 * 4);
+                    let parts = [
+                        (xn.ptr, 4 * rows * n),
+                        (logits.ptr, 4 * rows * m),
+                        (ids.ptr, 4 * rows * k),
+                    ];
+                    let parts =
+                        parts
+                            .into_iter()
+                            .chain([(wsb.ptr, 4 * rows * k), (a.q0, q), (a.d0, d), (a.qk, q), (a.dk, d)]);
+                    for (ptr, bytes) in parts {
+                        b.dev.write_bytes(ptr, &vec![0xFF; bytes]);
+                    }
+                    let (mut xn, mut logits) = (xn, logits);
                     b.add_rms_norm(&mut resid, &yb, &norm_w, 1e-6, &mut xn);
                     let fused = b.norm_routed(&router, &xn, &mut logits, &r, ids.ptr, wsb.ptr);
                     if !fused {
                         b.products(&[&router], &xn, &mut [&mut logits]);
                         b.route_rows(logits.ptr, rows, &r, ids.ptr, wsb.ptr, false);
                     }
-                    let a = b.act_scratch(rows, n_pad);
-                    let (q, d) = (rows * n_pad, rows * n_pad / 32 * 4);
                     let bytes = |v: Vec<u8>| v.into_iter().map(|c| c as u32).collect::<Vec<u32>>();
                     let f = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
                     let outs = vec![
@@ -646,12 +660,10 @@ mod tests {
                 });
                 got.push(out);
             }
-            let what = format!("{n} values, {m} experts, k {k}, {rows} rows");
+            let what = format!("{ty:?} router, {n} values, {m} experts, k {k}, {rows} rows");
             assert!(!got[0].0, "{what}: fused with NormRoute off");
-            assert_eq!(got[1].0, layout.is_some(), "{what}: fused or not");
-            if layout.is_some() {
-                fused_so_far += 1;
-            }
+            assert_eq!(got[1].0, fused, "{what}: fused or not");
+            fused_so_far += fused as usize;
             assert_eq!(
                 b.fused(super::super::Fused::NormRoute),
                 fused_so_far,
