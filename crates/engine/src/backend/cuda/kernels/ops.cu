@@ -119,7 +119,8 @@ extern "C" __global__ void add_ws_rms_norm_q8(const float* src, const int* pos, 
 // its lanes' chunks part·256 + lane·8 + i·256·wpr summed in order, the warp's lanes, then the
 // row's parts in order from 0), writes the logits (the router's output) and puts them in block
 // 0's shared memory; block 0 routes them (moe_route_blk, the bits of moe_route). The router's
-// weights of a warp's TM tasks (CM chunks each) are loaded before waiting for the kernel ahead.
+// weights of a warp's TM tasks (CM chunks each) are loaded before waiting for the kernel ahead
+// (HF2Q_CUDA_DEFINE=NR_L2: only asked into the L2 then, and read after the first barrier).
 // Rows of at most NR_MAXN values (512 threads: about 120 registers a thread, one block a
 // multiprocessor).
 #define NR_CL 8
@@ -160,15 +161,26 @@ __device__ void norm_route_t(float* x, const float* y, const float* g, float* ou
     const int c = blockIdx.x, row = blockIdx.y;
     const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const int G = NR_CL * nw, gw = c * nw + wib, S = 256 * wpr, tasks = m * wpr;
+#ifndef NR_L2
     float w[TM][CM][8];
+#endif
 #pragma unroll
     for (int i = 0; i < TM; i++) {
         int task = gw + i * G;
         const u8* wr = W + (u64)(task < tasks ? task / wpr : 0) * rb;
         int j0 = (task % wpr) * 256 + lane * 8;
 #pragma unroll
-        for (int ch = 0; ch < CM; ch++)
-            if (task < tasks && j0 + ch * S < n) deq8<TY>(wr, j0 + ch * S, w[i][ch]);
+        for (int ch = 0; ch < CM; ch++) {
+            if (task < tasks && j0 + ch * S < n) {
+#ifdef NR_L2
+                // (The weights asked into the L2 only, read after the barrier: no registers held, so
+                // a block may share a multiprocessor with the kernel ahead's.)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + (u64)(j0 + ch * S) * Blk<TY>::B));
+#else
+                deq8<TY>(wr, j0 + ch * S, w[i][ch]);
+#endif
+            }
+        }
     }
     if (c == 0) {
         rms_norm_t<true, true>(x, y, g, out, q0, d0, qk, dk, n, n_pad, eps, WSum{}, row);
@@ -195,7 +207,13 @@ __device__ void norm_route_t(float* x, const float* y, const float* g, float* ou
             if (task < tasks && j0 + ch * S < n) {
                 float a[8];
                 ld8(xs + j0 + ch * S, a);
+#ifdef NR_L2
+                float wv[8];
+                deq8<TY>(W + (u64)(task / wpr) * rb, j0 + ch * S, wv);
+                s = __fadd_rn(s, dot8(wv, a));
+#else
                 s = __fadd_rn(s, dot8(w[i][ch], a));
+#endif
             }
         }
         v[i] = warp_sum(s);
