@@ -53,7 +53,8 @@
 #            2026-12-05-h100-e call 3) one-row Q4_K + Q6_K launches. s31 (not run) on an H200:
 #            the MoE's figure and its kernels' costs. s32 (2026-12-05, seventeenth session, one
 #            call, not run: no device time left): the MoE's norm + router + routing launch against
-#            the three, and both tools. Next: s32 on an H200 (carry .dev, rebuilt at HEAD).
+#            the three, and both tools. Next: s32 on an H200 (carry .dev, made at HEAD by
+#            bench/cuda/make_dev.sh).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
