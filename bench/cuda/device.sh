@@ -337,6 +337,16 @@ twice() {
   for k in "$@"; do tgp $tag $m HF2Q_CUDA_TWICE=$k; done
   tgp $tag $m X=1
 }
+fresh_moe() {
+  # A fresh machine's first steps for a MoE phase: the carried binaries, llama-bench and the
+  # 24-layer MoE in the background, copy bandwidth, every op test.
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "" moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests
+}
 case $phase in
 s9a)
   # Written 2026-12-04, ninth session, which had no device time left (carrying .dev: the build with
@@ -630,12 +640,7 @@ s31)
   # figure with HEAD's defaults (the Q4_K + Q6_K launches among them) and where its step goes now.
   # Every op test; the Q4_K + Q6_K launches against a launch per type; each kernel's cost with
   # launches overlapping (HF2Q_CUDA_TWICE); both tools on the MoE; greedy tokens.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests
+  fresh_moe
   wait_for MOE-END
   m=$W/moe.q4_k_m.gguf
   ab moe $m X=1 HF2Q_CUDA_MMQ_MIX=0
@@ -656,12 +661,7 @@ s32)
   # the L2, not held in registers) against the three, alternating; greedy tokens each way; then
   # both tools on the MoE with the faster setting (the three launches where the op tests failed).
   # Each later step only while the call has time left (logs packed by ~360 s).
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests
+  fresh_moe
   HF2Q_CUDA_DEFINE=NR_L2 timeout 100 /tmp/bin/engine-tests --test-threads=1 norm_route 2>&1 | tee $OUT/engine-tests-nr-l2.txt | grep -E "test result|panicked"
   m=$W/moe.q4_k_m.gguf
   wait_for MOE-END

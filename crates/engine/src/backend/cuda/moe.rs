@@ -555,8 +555,7 @@ fn moe_early() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::Cuda;
-    use crate::backend::select::cuda_present;
+    use crate::backend::tests::cuda::cuda;
     use crate::backend::Backend;
     use crate::model::blocks::{route, Routing};
 
@@ -574,14 +573,9 @@ mod tests {
     fn norm_route() {
         use gguf::GgmlType::{BF16, F16, F32};
         use std::io::Write;
-        if !cuda_present() {
-            let _ = writeln!(
-                std::io::stderr(),
-                "NOT RUN: CUDA op test norm_route (no NVIDIA GPU or driver on this machine)"
-            );
+        let Some(mut b) = cuda("norm_route") else {
             return;
-        }
-        let mut b = Cuda::new(0).expect("the CUDA backend on a machine with a GPU");
+        };
         if !b.clusters() {
             let _ = writeln!(
                 std::io::stderr(),
@@ -693,15 +687,9 @@ mod tests {
     /// the in-order sum (±40: terms under 2^-20), rows of tied logits (ties go to the lower id).
     #[test]
     fn routing() {
-        if !cuda_present() {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "NOT RUN: CUDA op test routing (no NVIDIA GPU or driver on this machine)"
-            );
+        let Some(b) = cuda("routing") else {
             return;
-        }
-        let b = Cuda::new(0).expect("the CUDA backend on a machine with a GPU");
+        };
         for (ne, k) in [(8, 2), (16, 4), (60, 5), (128, 8), (160, 6), (256, 8), (1000, 63)] {
             for (softmax_first, normalize) in [(true, true), (true, false), (false, true), (false, false)] {
                 let r = Routing {

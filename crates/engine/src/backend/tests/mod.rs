@@ -1126,11 +1126,12 @@ pub fn matmul_follows_cpu<B: Backend>(b: &B, integer: impl Fn(GgmlType, usize) -
 
 /// The same bodies on the CUDA backend (GPU 0). Without a GPU they do not run, and say so.
 #[cfg(test)]
-mod cuda {
+pub(crate) mod cuda {
     use crate::backend::cuda::{Cuda, Fused};
     use crate::backend::select::cuda_present;
 
-    fn cuda(what: &str) -> Option<Cuda> {
+    /// The backend on GPU 0, or `None` after a visible NOT RUN line for the CUDA op test `what`.
+    pub(crate) fn cuda(what: &str) -> Option<Cuda> {
         if !cuda_present() {
             use std::io::Write;
             // Past the harness's output capture, so a green run without a GPU says what it skipped.
