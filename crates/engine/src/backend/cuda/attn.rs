@@ -83,7 +83,7 @@ impl Cuda {
             let rope =
                 (dec && !merge && self.fuse_on(super::Fused::RopeAttn) && step.plan.seqs.iter().all(|s| s.rows == 1))
                     .then(|| {
-                        self.dev.take_last("rope_store_kv", |a, _| {
+                        self.dev.take_last("rope_store_kv", |a| {
                             a.len() == 17
                                 && a[1] == A::P(q.ptr)
                                 && a[4] == A::I((kb / 2) as i32)

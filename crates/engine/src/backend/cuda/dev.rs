@@ -491,16 +491,16 @@ impl Dev {
     }
 
     /// The arguments of the last launch recorded and not yet issued, taken back (it will not
-    /// run), where it is of kernel `name` and `keep` accepts its arguments and grid: a launch
-    /// that does its work too is recorded in its place. Never while a kernel is recorded twice.
-    pub(super) fn take_last(&self, name: &str, keep: impl Fn(&[A], (u32, u32)) -> bool) -> Option<Vec<A>> {
+    /// run), where it is of kernel `name` and `keep` accepts its arguments: a launch that does
+    /// its work too is recorded in its place. Never while a kernel is recorded twice.
+    pub(super) fn take_last(&self, name: &str, keep: impl Fn(&[A]) -> bool) -> Option<Vec<A>> {
         let f = *self.kernels.by_name.get(name)?;
         if self.twice.is_some() {
             return None;
         }
         let mut rec = self.rec.lock().unwrap_or_else(|e| e.into_inner());
         match rec.pending.last() {
-            Some(l) if l.f == f && keep(&l.args, l.grid) => rec.pending.pop().map(|l| l.args),
+            Some(l) if l.f == f && keep(&l.args) => rec.pending.pop().map(|l| l.args),
             _ => None,
         }
     }
@@ -598,34 +598,6 @@ impl Dev {
         };
         if rc != sys::CUresult::CUDA_SUCCESS {
             self.fail("launching a kernel (programmatic dependent launch)", format!("{rc:?}"));
-        }
-    }
-
-    /// How many clusters of kernel `name` (of its compile-time cluster size) the GPU can hold at
-    /// once with `block` threads a block: 0 where none fits (or the call fails: no clusters).
-    pub(super) fn max_clusters(&self, name: &str, cluster: u32, block: u32) -> i32 {
-        let Some(&f) = self.kernels.by_name.get(name) else {
-            return 0;
-        };
-        let config = sys::CUlaunchConfig {
-            gridDimX: cluster,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: block,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            hStream: self.stream.cu_stream(),
-            attrs: std::ptr::null_mut(),
-            numAttrs: 0,
-        };
-        let mut n: std::ffi::c_int = 0;
-        // SAFETY: a loaded function of this context and a launch configuration without attributes.
-        let rc = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, self.kernels.funcs[f].cu_function(), &config) };
-        if rc == sys::CUresult::CUDA_SUCCESS {
-            n
-        } else {
-            0
         }
     }
 
@@ -825,10 +797,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             .iter()
             .map(|s| s.to_string())
             .collect();
-            // The MoE norm + router + routing launches (float routers; tasks × chunks a warp).
-            for &t in &super::products::FUSED_TYPES {
-                v.extend(["8x1", "4x2", "2x4", "1x8"].map(|s| format!("norm_route_{}_{s}", ty_name(t))));
-            }
             for &t in DEVICE_TYPES {
                 v.push(format!("get_rows_{}", ty_name(t)));
                 v.push(format!("decode_{}", ty_name(t)));

@@ -4,7 +4,7 @@
 /// Launches that do another's work too, so that a decode step has fewer launches
 /// (`Cuda::with_fused`, `Cuda::fused`): the first four in the last of their blocks to finish
 /// (counted through a device counter that it sets back to 0), `GluDown`, `SumNorm`, `RouteIn`
-/// and `RopeAttn` in every block, `NormRoute` in a cluster of blocks.
+/// and `RopeAttn` in every block.
 #[derive(Clone, Copy, Debug)]
 pub enum Fused {
     /// Decode attention (`attn_dec_f16`) whose last block of each (row, KV head) merges the
@@ -29,17 +29,10 @@ pub enum Fused {
     /// the q / k norms, the rope and the KV store of the `rope_store_kv` recorded just before it
     /// (no `rope_store_kv`; no counter).
     RopeAttn,
-    /// A MoE layer's FFN norm (`add_rms_norm_q8`), its router's product (float weights) and the
-    /// routing in one launch of a cluster of blocks a row (`norm_route_*`, sm_90: the blocks wait
-    /// for each other at the cluster's barrier and read the normed row and the logits from each
-    /// other's shared memory; no counter): no router product or `moe_route` launch. Off by
-    /// default until it has run on a GPU (written 2026-12-05 in a session whose device time ran
-    /// out before its one call started): `HF2Q_CUDA_NORM_ROUTE=1` turns it on.
-    NormRoute,
 }
 
 impl Fused {
-    pub const ALL: [Fused; 9] = [
+    pub const ALL: [Fused; 8] = [
         Fused::AttnMerge,
         Fused::Route,
         Fused::Glu,
@@ -48,7 +41,6 @@ impl Fused {
         Fused::SumNorm,
         Fused::RouteIn,
         Fused::RopeAttn,
-        Fused::NormRoute,
     ];
 
     /// On unless its variable says 0: `SumNorm` (MoE tg128 1.012× on an H100,
@@ -69,7 +61,6 @@ impl Fused {
             Fused::SumNorm => "HF2Q_CUDA_SUM_NORM",
             Fused::RouteIn => "HF2Q_CUDA_ROUTE_IN",
             Fused::RopeAttn => "HF2Q_CUDA_ROPE_ATTN",
-            Fused::NormRoute => "HF2Q_CUDA_NORM_ROUTE",
         }
     }
 }

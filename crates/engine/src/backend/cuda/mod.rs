@@ -113,7 +113,7 @@ pub struct Cuda {
     /// H100 (tg128, median of two: the MoE 0.94× / 0.99× / 0.98× / 0.98× / 0.83× for AttnMerge /
     /// Route / Glu / GluDown / RouteIn, the 8B BF16 0.99× / 0.77× for AttnMerge / Add;
     /// bench/runs/2026-12-05-h100 call 2, 2026-12-05-h100-b call 2); SumNorm 1.012×.
-    fuse: [bool; 9],
+    fuse: [bool; 8],
     /// `Backend::top_of_rows` on the GPU (`top_rows`: the values asked for cross to the host,
     /// not the rows); `HF2Q_CUDA_TOPK=0` or `with_tops(false)` reads the rows instead. On an
     /// H100, 64 streams of top_k 40: 1,528.6 against 1,033.0 tokens/s (2026-12-05-h100, call 5).
@@ -124,7 +124,7 @@ pub struct Cuda {
     /// 810.7 tokens/s, the same seeded tokens (2026-12-05-h100, call 5).
     draws: bool,
     /// Launches so far that did another's work too (`Fused`; for the op tests).
-    fused: [std::sync::atomic::AtomicUsize; 9],
+    fused: [std::sync::atomic::AtomicUsize; 8],
     /// Most warps per output row of the matrix-vector kernels (`warps_per_row`; not for a matrix
     /// of at most 256 rows):
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
@@ -138,8 +138,6 @@ pub struct Cuda {
     /// bench/runs/2026-12-05-h200-b). (Pairs in the fused FFN input too measured no faster on an
     /// H100: 2026-12-05-h100-e call 3.)
     pairs: bool,
-    /// A cluster of eight 512-thread blocks fits on the GPU (`Cuda::clusters`).
-    clusters: bool,
 }
 
 /// Whether a usable GPU and NVRTC are present, and what `Cuda::new` would report (for `doctor`).
@@ -166,12 +164,8 @@ impl Cuda {
     /// The backend on GPU `ordinal`: opens the device and compiles (or loads) the kernels.
     pub fn new(ordinal: usize) -> Result<Cuda> {
         let dev = Arc::new(Dev::open(ordinal)?);
-        // A cluster of the largest norm_route launch (8 blocks of 512 threads, the most registers
-        // of its variants) fits on the GPU (sm_90 and later; not, say, on a small MIG slice).
-        let clusters = dev.cc.0 >= 9 && dev.max_clusters("norm_route_TY_F32_8x1", 8, 512) > 0;
         Ok(Cuda {
             dev,
-            clusters,
             q8_of: Mutex::new(None),
             moe_scratch: Mutex::new(None),
             moe_tables: Mutex::new(Vec::new()),
@@ -238,12 +232,6 @@ impl Cuda {
     /// Launches so far that did another's work too, of each kind.
     pub fn fused(&self, kind: Fused) -> usize {
         self.fused[kind as usize].load(Ordering::Relaxed)
-    }
-
-    /// Whether the GPU runs the thread block clusters of `Fused::NormRoute` (sm_90 and later,
-    /// with room for one).
-    pub fn clusters(&self) -> bool {
-        self.clusters
     }
 
     fn count_fused(&self, kind: Fused) {
@@ -1178,7 +1166,7 @@ impl Cuda {
         // y the MoE combine recorded just before (`Fused::SumNorm`): made here instead.
         if let Some(y) = y.filter(|_| q8 && self.fuse_on(Fused::SumNorm)) {
             let (rows, cols) = (A::I(x.rows as i32), A::I(x.cols as i32));
-            let ws = self.dev.take_last("weighted_sum_rows", |a, _| {
+            let ws = self.dev.take_last("weighted_sum_rows", |a| {
                 a.len() == 7 && a[3] == A::P(y.ptr) && a[4] == rows && a[6] == cols
             });
             if let Some(ws) = ws {

@@ -15,7 +15,7 @@ use gguf::GgmlType;
 /// router's) always gets four (`HF2Q_CUDA_WPR_SMALL`, 4 by default): 32 blocks of one warp a row
 /// leave most of the GPU idle (MoE tg128 1.010× against one on an H100,
 /// bench/runs/2026-12-05-h100-d).
-pub(super) fn warps_per_row(m: usize, cap: usize) -> usize {
+fn warps_per_row(m: usize, cap: usize) -> usize {
     static SMALL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let small = *SMALL.get_or_init(|| {
         std::env::var("HF2Q_CUDA_WPR_SMALL")
@@ -284,7 +284,7 @@ impl Cuda {
 
     /// `x`'s rows as runs for the matrix-vector kernels (`split_runs`), or `None` where some
     /// sequence's run goes through cuBLAS.
-    pub(super) fn short_runs(&self, x: &CudaBuf) -> Option<Runs> {
+    fn short_runs(&self, x: &CudaBuf) -> Option<Runs> {
         let (long, small) = self.split_runs(x);
         (x.rows > 0 && long.is_empty()).then_some(small)
     }

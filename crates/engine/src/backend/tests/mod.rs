@@ -1349,8 +1349,7 @@ pub(crate) mod cuda {
             let b = b
                 .with_fused(Fused::Route, false)
                 .with_fused(Fused::Glu, false)
-                .with_fused(Fused::SumNorm, false)
-                .with_fused(Fused::NormRoute, false);
+                .with_fused(Fused::SumNorm, false);
             let plain: Vec<_> = [0, 1].map(|seed| super::moe(&b, seed)).into();
             assert_eq!((b.fused(Fused::Route), b.fused(Fused::Glu)), (0, 0));
             // Every step's outputs the same bits as without the variants.
@@ -1388,14 +1387,6 @@ pub(crate) mod cuda {
             same_as_plain(&b, "the products' own routing");
             // (Their down products make the GLU too: counted again.)
             assert_eq!((b.fused(Fused::RouteIn), b.fused(Fused::GluDown)), (6, 12));
-            // The norm before the MoE FFN, its router's product and the routing in one launch.
-            let b = b
-                .with_fused(Fused::RouteIn, false)
-                .with_fused(Fused::GluDown, false)
-                .with_fused(Fused::NormRoute, true);
-            same_as_plain(&b, "the norm, router product and routing in one launch");
-            // The two steps after a norm, of both seeds (on GPUs with thread block clusters).
-            assert_eq!(b.fused(Fused::NormRoute), if b.clusters() { 4 } else { 0 });
         }
     }
     #[test]

@@ -84,22 +84,6 @@ __device__ __forceinline__ float block_sum(float v) {
     return s;
 }
 
-// (The matrix-vector kernels' and the fused MoE routing's products: matmul.cu, ops.cu.)
-// Eight weights times eight activations, in one fixed order.
-__device__ __forceinline__ float dot8(const float w[8], const float a[8]) {
-    float s = __fmul_rn(w[0], a[0]);
-#pragma unroll
-    for (int i = 1; i < 8; i++) s = __fmaf_rn(w[i], a[i], s);
-    return s;
-}
-
-// Eight floats at p (16-byte aligned).
-__device__ __forceinline__ void ld8(const float* p, float a[8]) {
-    const float4* v = (const float4*)p;
-    float4 b = v[0], c = v[1];
-    a[0] = b.x, a[1] = b.y, a[2] = b.z, a[3] = b.w, a[4] = c.x, a[5] = c.y, a[6] = c.z, a[7] = c.w;
-}
-
 // ---- Programmatic dependent launch (sm_90): a kernel launched with the attribute (the integer
 // products) may start while the kernel before it still runs; `pdl_wait` waits for that kernel to
 // finish and its writes to be visible, `pdl_trigger` lets the next such kernel start now. Both do
@@ -381,9 +365,8 @@ __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, in
 // as a tree where that is exact (every term 0 or ≥ 2^-20, so a multiple of 2^-43, and the sums
 // ≤ 1024 < 2^10: every partial sum is a double, in any order), else by thread 0 in order as
 // moe_route_t; the k largest by rank (how many values are larger, or equal at a lower id: the order
-// of moe_route_t's rounds). The same ids and weights as moe_route_t, bit for bit. GLOBAL: x is read
-// through the L2 (another launch wrote it); else x is in this block's shared memory.
-template <int NMAX = 1024, bool GLOBAL = true>
+// of moe_route_t's rounds). The same ids and weights as moe_route_t, bit for bit.
+template <int NMAX = 1024>
 __device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
     __shared__ __align__(16) float p[NMAX];
     __shared__ double dpart[32];
@@ -394,7 +377,7 @@ __device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, 
     const int ne4 = (ne + 3) & ~3;
     float mx = -INFINITY;
     for (int i = tid; i < ne4; i += nt) {
-        float v = i < ne ? (GLOBAL ? __ldcg(x + i) : x[i]) : -INFINITY;
+        float v = i < ne ? __ldcg(x + i) : -INFINITY;
         p[i] = v;
         mx = fmaxf(mx, v);
     }

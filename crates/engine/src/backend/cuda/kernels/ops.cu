@@ -29,31 +29,29 @@ __device__ __forceinline__ float4 wsum4(const WSum& ws, int r, int n, int i) {
 }
 
 // WS: y is the MoE combine of the slots of ws (wsum4), made here (n a multiple of 4).
-// row: the row this block normalises (blockIdx.x where not given).
 template <bool ADD, bool Q8, bool WS = false>
 __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out, signed char* q0, float* d0,
-                           signed char* qk, float* dk, int n, int n_pad, float eps, WSum ws = WSum{}, int row = -1) {
-    const int rw = row < 0 ? (int)blockIdx.x : row;
+                           signed char* qk, float* dk, int n, int n_pad, float eps, WSum ws = WSum{}) {
     pdl_trigger();
     // The weights of this thread's first four outputs (quantizing) loaded before waiting for the
     // kernel ahead (programmatic dependent launch), which writes x and y.
     float4 w0 = make_float4(0.f, 0.f, 0.f, 0.f);
     if (Q8 && 4 * (int)threadIdx.x < n) w0 = *(const float4*)(w + 4 * threadIdx.x);
     pdl_wait();
-    float* xr = x + (u64)rw * n;
-    float* o = out + (u64)rw * n;
+    float* xr = x + (u64)blockIdx.x * n;
+    float* o = out + (u64)blockIdx.x * n;
     float s = 0.f;
     if ((n & 3) == 0) {
         // 16-byte loads (rows of 4k values are 16-byte aligned).
         float4* x4 = (float4*)xr;
-        const float4* y4 = (const float4*)(y + (u64)rw * n);
+        const float4* y4 = (const float4*)(y + (u64)blockIdx.x * n);
         for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
             float4 v = x4[i];
             if (ADD) {
                 float4 b;
                 if constexpr (WS) {
-                    b = wsum4(ws, rw, n, i);
-                    *(float4*)(ws.sum + (u64)rw * n + 4 * i) = b;
+                    b = wsum4(ws, blockIdx.x, n, i);
+                    *(float4*)(ws.sum + (u64)blockIdx.x * n + 4 * i) = b;
                 } else {
                     b = y4[i];
                 }
@@ -63,7 +61,7 @@ __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out,
             s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
     } else {
-        const float* yr = y + (u64)rw * n;
+        const float* yr = y + (u64)blockIdx.x * n;
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
             float v = xr[i];
             if (ADD) xr[i] = v = v + yr[i];
@@ -77,7 +75,7 @@ __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out,
         for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = (xr[i] * scale) * w[i];
         return;
     }
-    u64 qo = (u64)rw * n_pad, dof = (u64)rw * (n_pad / 32);
+    u64 qo = (u64)blockIdx.x * n_pad, dof = (u64)blockIdx.x * (n_pad / 32);
     for (int base = 0; base < n_pad; base += 4 * blockDim.x) {
         int k = base + 4 * threadIdx.x;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -109,149 +107,6 @@ extern "C" __global__ void add_ws_rms_norm_q8(const float* src, const int* pos, 
                                               const float* w, float* out, Q8_ARGS) {
     rms_norm_t<true, true, true>(x, x, w, out, q0, d0, qk, dk, n, n_pad, eps, WSum{src, pos, wk, sum, k_per});
 }
-
-// ---- A MoE layer's FFN norm, its router's product and the routing in one launch (sm_90; no
-// router product or moe_route launch between the norm and the experts' products). A cluster of
-// NR_CL blocks a row (grid (NR_CL, rows)), which wait for each other at the cluster's barrier and
-// read each other's shared memory: block 0 does add_rms_norm_q8's work for the row (the same
-// bits) and keeps the normed row in its shared memory; every block copies it, multiplies it by its
-// share of the router's rows exactly as mmv_TY_1 does (a task = one of a row's wpr warps' share:
-// its lanes' chunks part·256 + lane·8 + i·256·wpr summed in order, the warp's lanes, then the
-// row's parts in order from 0), writes the logits (the router's output) and puts them in block
-// 0's shared memory; block 0 routes them (moe_route_blk, the bits of moe_route). The router's
-// weights of a warp's TM tasks (CM chunks each) are loaded before waiting for the kernel ahead
-// (HF2Q_CUDA_DEFINE=NR_L2: only asked into the L2 then, and read after the first barrier).
-// Rows of at most NR_MAXN values (512 threads: about 120 registers a thread, one block a
-// multiprocessor).
-#define NR_CL 8
-#define NR_MAXN 2048
-#if __CUDA_ARCH__ >= 900
-#define NR_CLUSTER __cluster_dims__(NR_CL, 1, 1)
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-}
-// The shared::cluster address of what p is in block `rank`'s shared memory.
-__device__ __forceinline__ u32 cluster_addr(const void* p, int rank) {
-    u32 a;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
-    return a;
-}
-__device__ __forceinline__ float4 ld_cluster4(u32 a) {
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
-    return v;
-}
-__device__ __forceinline__ void st_cluster(u32 a, float v) { asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(a), "f"(v) : "memory"); }
-#else
-// (Never launched before sm_90: the host takes the separate launches there.)
-#define NR_CLUSTER
-__device__ __forceinline__ void cluster_sync() {}
-__device__ __forceinline__ u32 cluster_addr(const void* p, int rank) { return 0; }
-__device__ __forceinline__ float4 ld_cluster4(u32 a) { return make_float4(0.f, 0.f, 0.f, 0.f); }
-__device__ __forceinline__ void st_cluster(u32 a, float v) {}
-#endif
-
-template <int TY, int TM, int CM>
-__device__ void norm_route_t(float* x, const float* y, const float* g, float* out, signed char* q0, float* d0, signed char* qk,
-                             float* dk, int n, int n_pad, float eps, const u8* W, u64 rb, int m, int wpr, float* logits, int k,
-                             int softmax_first, int normalize, int* ids, float* ws) {
-    __shared__ __align__(16) float xs[NR_MAXN];
-    __shared__ float lg[1024];
-    __shared__ float red[TM * 32];
-    const int c = blockIdx.x, row = blockIdx.y;
-    const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    const int G = NR_CL * nw, gw = c * nw + wib, S = 256 * wpr, tasks = m * wpr;
-#ifndef NR_L2
-    float w[TM][CM][8];
-#endif
-#pragma unroll
-    for (int i = 0; i < TM; i++) {
-        int task = gw + i * G;
-        const u8* wr = W + (u64)(task < tasks ? task / wpr : 0) * rb;
-        int j0 = (task % wpr) * 256 + lane * 8;
-#pragma unroll
-        for (int ch = 0; ch < CM; ch++) {
-            if (task < tasks && j0 + ch * S < n) {
-#ifdef NR_L2
-                // (The weights asked into the L2 only, read after the barrier: no registers held, so
-                // a block may share a multiprocessor with the kernel ahead's.)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + (u64)(j0 + ch * S) * Blk<TY>::B));
-#else
-                deq8<TY>(wr, j0 + ch * S, w[i][ch]);
-#endif
-            }
-        }
-    }
-    if (c == 0) {
-        rms_norm_t<true, true>(x, y, g, out, q0, d0, qk, dk, n, n_pad, eps, WSum{}, row);
-        // (Each thread copies the values it wrote.)
-        const float* o = out + (u64)row * n;
-        for (int j = 4 * threadIdx.x; j < n; j += 4 * blockDim.x) *(float4*)(xs + j) = *(const float4*)(o + j);
-    } else {
-        pdl_trigger();
-        pdl_wait();
-    }
-    cluster_sync();
-    if (c != 0) {
-        u32 src = cluster_addr(xs, 0);
-        for (int j = 4 * threadIdx.x; j < n; j += 4 * blockDim.x) *(float4*)(xs + j) = ld_cluster4(src + 4 * j);
-    }
-    __syncthreads();
-    float v[TM];
-#pragma unroll
-    for (int i = 0; i < TM; i++) {
-        int task = gw + i * G, j0 = (task % wpr) * 256 + lane * 8;
-        float s = 0.f;
-#pragma unroll
-        for (int ch = 0; ch < CM; ch++) {
-            if (task < tasks && j0 + ch * S < n) {
-                float a[8];
-                ld8(xs + j0 + ch * S, a);
-#ifdef NR_L2
-                float wv[8];
-                deq8<TY>(W + (u64)(task / wpr) * rb, j0 + ch * S, wv);
-                s = __fadd_rn(s, dot8(wv, a));
-#else
-                s = __fadd_rn(s, dot8(w[i][ch], a));
-#endif
-            }
-        }
-        v[i] = warp_sum(s);
-    }
-    if (lane == 0) {
-#pragma unroll
-        for (int i = 0; i < TM; i++) red[i * nw + wib] = v[i];
-    }
-    __syncthreads();
-    // A thread per (task round i, row of the block's share): the row's wpr parts, in order.
-    const int per = nw / wpr;
-    for (int q = threadIdx.x; q < TM * per; q += blockDim.x) {
-        int i = q / per, rr = q % per, task0 = c * nw + i * G + rr * wpr;
-        if (task0 < tasks) {
-            float s = red[i * nw + rr * wpr];
-            if (wpr > 1) {
-                s = 0.f;
-                for (int p = 0; p < wpr; p++) s = __fadd_rn(s, red[i * nw + rr * wpr + p]);
-            }
-            int o = task0 / wpr;
-            logits[(u64)row * m + o] = s;
-            st_cluster(cluster_addr(lg + o, 0), s);
-        }
-    }
-    cluster_sync();
-    if (c == 0) moe_route_blk<1024, false>(lg, m, k, softmax_first, normalize, ids + row * k, ws + row * k);
-}
-#define NORM_ROUTE(NAME, TY, TM, CM) \
-    extern "C" __global__ void NR_CLUSTER __launch_bounds__(512) NAME##_##TM##x##CM(float* x, const float* y, const float* g, float* out, \
-        signed char* q0, float* d0, signed char* qk, float* dk, int n, int n_pad, float eps, const u8* W, u64 rb, int m, int wpr, \
-        float* logits, int k, int softmax_first, int normalize, int* ids, float* ws) { \
-        norm_route_t<TY, TM, CM>(x, y, g, out, q0, d0, qk, dk, n, n_pad, eps, W, rb, m, wpr, logits, k, softmax_first, normalize, ids, ws); \
-    }
-// (The name pasted here, where the type's macro is not expanded: norm_route_TY_F32_4x2 ...)
-#define NORM_ROUTE_ALL(TY) \
-    NORM_ROUTE(norm_route_##TY, TY, 8, 1) NORM_ROUTE(norm_route_##TY, TY, 4, 2) NORM_ROUTE(norm_route_##TY, TY, 2, 4) \
-    NORM_ROUTE(norm_route_##TY, TY, 1, 8)
-NORM_ROUTE_ALL(TY_F32) NORM_ROUTE_ALL(TY_F16) NORM_ROUTE_ALL(TY_BF16)
 
 // Each head of `hd` values normalised in place, times w when given. One warp per head.
 extern "C" __global__ void head_rms_norm(float* x, const float* w, int hd, int heads, float eps) {
