@@ -674,7 +674,7 @@ s34)
   bg_llama_bench
   bg_make "" moe
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests cuda::moe routing matmul
+  op_tests cuda::moe routing matmul_pairs matmul_groups
   m=$W/moe.q4_k_m.gguf
   wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
