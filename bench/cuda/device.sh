@@ -690,6 +690,26 @@ s34)
   echo "s34 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
+s35)
+  # s34 cut to the ~440 s of device time left after a machine taken back mid-call (2026-12-06):
+  # no llama.cpp; the MoE op tests, the sweep (one knob fewer), the greedy tokens of the fastest;
+  # logs packed by ~280 s whatever is left undone.
+  unpack
+  machine_info
+  bg_make "" moe
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests cuda::moe routing
+  m=$W/moe.q4_k_m.gguf
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  set -- HF2Q_CUDA_WPR_SMALL=8 HF2Q_CUDA_MMQ_V5=0 HF2Q_CUDA_MMQ_V5=2000 HF2Q_CUDA_GLU_FUSE=1
+  for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt 255 ] && tgp moe $m $c; done; done
+  pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
+  echo "$pick (s35: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
+  [ $SECONDS -lt 265 ] && greedy_ab $m X=1 "${pick#export }"
+  echo "s35 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
+  ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,
   # reading the expert ids after waiting for the routing): on an H100 its moe op test did not finish
