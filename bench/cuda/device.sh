@@ -710,6 +710,24 @@ s35)
   echo "s35 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
+s36)
+  # The session's last ~250 s of device time (2026-12-06): the MoE op tests of the build without
+  # norm_route, then while time is left the knobs of s35 on an 8-layer MoE (a relative figure);
+  # logs packed by ~120 s.
+  unpack
+  setsid nohup bash -c ": > /tmp/mk.log; python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 8 >> /tmp/mk.log 2>&1 && \
+/tmp/bin/hf2q convert /dev/shm/moe -o $W/moe8.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; \
+echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  timeout 90 /tmp/bin/engine-tests --test-threads=1 cuda::moe routing 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked"
+  echo "op tests done at $SECONDS s" | tee -a $OUT/ab.txt
+  for i in $(seq 1 20); do grep -q MOE-END /tmp/mk.log && break; [ $SECONDS -gt 100 ] && break; sleep 2; done
+  m=$W/moe8.q4_k_m.gguf
+  for c in X=1 HF2Q_CUDA_WPR_SMALL=8 HF2Q_CUDA_MMQ_V5=0 HF2Q_CUDA_MMQ_V5=2000 HF2Q_CUDA_GLU_FUSE=1 X=1; do
+    [ -f $m ] && [ $SECONDS -lt 112 ] && tgp moe8 $m $c
+  done
+  echo "s36 done at $SECONDS s" | tee -a $OUT/ab.txt
+  cp /tmp/mk.log $OUT/make.txt
+  ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,
   # reading the expert ids after waiting for the routing): on an H100 its moe op test did not finish
