@@ -53,8 +53,9 @@
 #            2026-12-05-h100-e call 3) one-row Q4_K + Q6_K launches. s31 (not run) on an H200:
 #            the MoE's figure and its kernels' costs. s32 (2026-12-05, seventeenth session, one
 #            call, not run: no device time left): the MoE's norm + router + routing launch against
-#            the three, and both tools. Next: s32 on an H200 (carry .dev, made at HEAD by
-#            bench/cuda/make_dev.sh).
+#            the three, and both tools: ran 2026-12-06 (bench/runs/2026-12-06-h200), the variant
+#            taken out. Next: s34 on an H200 (s35 / s36 with less device time; carry .dev, made
+#            at HEAD by bench/cuda/make_dev.sh).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -209,13 +210,14 @@ machine_info() {
   nvidia-smi -q > $OUT/nvidia-smi-q.txt
 }
 bg_make() {
-  # bg_make "TYPES" [moe]: in the background, the 8B model in those types (TYPE-END in /tmp/mk.log
-  # after each, MAKE-END after all), then with `moe` the 24-layer MoE in Q4_K_M (MOE-END).
+  # bg_make "TYPES" [moe [LAYERS]]: in the background, the 8B model in those types (TYPE-END in
+  # /tmp/mk.log after each, MAKE-END after all), then with `moe` the MoE of LAYERS (24) of
+  # Qwen3-30B-A3B's layers in Q4_K_M (MOE-END).
   local c=": > /tmp/mk.log"
   [ -n "$1" ] && c="$c; python3 bench/cuda/make_model.py llama8b $W/l8b >> /tmp/mk.log 2>&1 && for q in $1; do \
 /usr/bin/time -v /tmp/bin/hf2q convert $W/l8b -o $W/l8b.\$q.gguf --quant \$q >> /tmp/mk.log 2>&1; echo \$q-END >> /tmp/mk.log; done; \
 rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log"
-  [ "${2:-}" = moe ] && c="$c; python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 24 >> /tmp/mk.log 2>&1 && \
+  [ "${2:-}" = moe ] && c="$c; python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe ${3:-24} >> /tmp/mk.log 2>&1 && \
 /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log"
   setsid nohup bash -c "$c" > /dev/null 2>&1 &
 }
@@ -338,14 +340,14 @@ twice() {
   tgp $tag $m X=1
 }
 fresh_moe() {
-  # A fresh machine's first steps for a MoE phase: the carried binaries, llama-bench and the
-  # 24-layer MoE in the background, copy bandwidth, every op test.
+  # fresh_moe [FILTER ...]: a fresh machine's first steps for a MoE phase: the carried binaries,
+  # llama-bench and the 24-layer MoE in the background, copy bandwidth, the op tests (op_tests).
   unpack
   machine_info
   bg_llama_bench
   bg_make "" moe
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests
+  op_tests "$@"
 }
 case $phase in
 s9a)
@@ -660,68 +662,44 @@ s32 | s33)
   # the three launches'; the variant was taken out. s33 was its cut-down form.
   echo "phase $phase: its variant was taken out (see the comment)" | tee $OUT/phase.txt
   ;;
-s34)
-  # Written 2026-12-06 (eighteenth session) for the session's last ~750 s of device time (carry
-  # .dev at the build without norm_route; a fresh machine): the MoE op tests (the moe test's
-  # counts failed in s32 after norm_route's steps were added; those steps are gone), then the
-  # existing knobs swept on the 24-layer MoE on this card (each was tuned on an H100 or on the 8B):
-  # the router's warps a row (WPR_SMALL 8), the five-row integer kernels' block line (MMQ_V5 0 and
-  # 2000), the routing by a warp a row (ROUTE_WARP), the GLU in gate / up's launch (GLU_FUSE);
-  # alternating, twice; greedy tokens of the fastest against the defaults; both tools on the MoE
-  # with the fastest.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests cuda::moe routing matmul_pairs matmul_groups
+s34 | s35)
+  # Written 2026-12-06 (eighteenth session; carry .dev at the build without norm_route, a fresh
+  # machine): the MoE op tests (the moe test's counts failed in s32 after norm_route's steps were
+  # added; those steps are gone), then the existing knobs swept on the 24-layer MoE on this card
+  # (each was tuned on an H100 or on the 8B): the router's warps a row (WPR_SMALL 8), the five-row
+  # integer kernels' block line (MMQ_V5 0 and 2000), the routing by a warp a row (ROUTE_WARP), the
+  # GLU in gate / up's launch (GLU_FUSE); alternating, twice; greedy tokens of the fastest against
+  # the defaults. s34 (~370 s): then both tools on the MoE with the fastest. s35 (~280 s; a machine
+  # was taken back mid-call in s34's first try): no llama.cpp figure, the sweep cut at 255 s.
+  fresh_moe cuda::moe routing
   m=$W/moe.q4_k_m.gguf
   wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  lim=$([ $phase = s34 ] && echo 300 || echo 255)
   set -- HF2Q_CUDA_WPR_SMALL=8 HF2Q_CUDA_MMQ_V5=0 HF2Q_CUDA_MMQ_V5=2000 HF2Q_CUDA_ROUTE_WARP=1 HF2Q_CUDA_GLU_FUSE=1
-  ab moe $m X=1 "$@"
+  for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt $lim ] && tgp moe $m $c; done; done
   pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
-  echo "$pick (s34: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
-  greedy_ab $m X=1 "${pick#export }"
-  eval "$pick"
-  for i in $(seq 1 60); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 330 ] && break; sleep 3; done
-  tail -n 2 /tmp/lc.log >> $OUT/make.txt
-  [ $SECONDS -lt 340 ] && bench_pair moe $m
-  echo "s34 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
-  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
-  ;;
-s35)
-  # s34 cut to the ~440 s of device time left after a machine taken back mid-call (2026-12-06):
-  # no llama.cpp; the MoE op tests, the sweep (one knob fewer), the greedy tokens of the fastest;
-  # logs packed by ~280 s whatever is left undone.
-  unpack
-  machine_info
-  bg_make "" moe
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  op_tests cuda::moe routing
-  m=$W/moe.q4_k_m.gguf
-  wait_for MOE-END
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  set -- HF2Q_CUDA_WPR_SMALL=8 HF2Q_CUDA_MMQ_V5=0 HF2Q_CUDA_MMQ_V5=2000 HF2Q_CUDA_GLU_FUSE=1
-  for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt 255 ] && tgp moe $m $c; done; done
-  pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
-  echo "$pick (s35: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
-  [ $SECONDS -lt 265 ] && greedy_ab $m X=1 "${pick#export }"
-  echo "s35 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  echo "$pick ($phase: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
+  [ $SECONDS -lt $((lim + 10)) ] && greedy_ab $m X=1 "${pick#export }"
+  if [ $phase = s34 ]; then
+    eval "$pick"
+    for i in $(seq 1 60); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 330 ] && break; sleep 3; done
+    tail -n 2 /tmp/lc.log >> $OUT/make.txt
+    [ $SECONDS -lt 340 ] && bench_pair moe $m
+  fi
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
 s36)
-  # The session's last ~250 s of device time (2026-12-06): the MoE op tests of the build without
-  # norm_route, then while time is left the knobs of s35 on an 8-layer MoE (a relative figure);
-  # logs packed by ~120 s.
+  # The session's last ~250 s of device time (2026-12-06; refused: too little left to start a
+  # machine): the MoE op tests of the build without norm_route, then while time is left the knobs
+  # of s34 on an 8-layer MoE (a relative figure); done by ~120 s.
   unpack
-  setsid nohup bash -c ": > /tmp/mk.log; python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 8 >> /tmp/mk.log 2>&1 && \
-/tmp/bin/hf2q convert /dev/shm/moe -o $W/moe8.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; \
-echo MOE-END >> /tmp/mk.log" > /dev/null 2>&1 &
+  bg_make "" moe 8
   timeout 90 /tmp/bin/engine-tests --test-threads=1 cuda::moe routing 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked"
   echo "op tests done at $SECONDS s" | tee -a $OUT/ab.txt
   for i in $(seq 1 20); do grep -q MOE-END /tmp/mk.log && break; [ $SECONDS -gt 100 ] && break; sleep 2; done
-  m=$W/moe8.q4_k_m.gguf
+  m=$W/moe.q4_k_m.gguf
   for c in X=1 HF2Q_CUDA_WPR_SMALL=8 HF2Q_CUDA_MMQ_V5=0 HF2Q_CUDA_MMQ_V5=2000 HF2Q_CUDA_GLU_FUSE=1 X=1; do
     [ -f $m ] && [ $SECONDS -lt 112 ] && tgp moe8 $m $c
   done

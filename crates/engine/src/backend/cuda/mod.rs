@@ -163,9 +163,8 @@ pub fn check(ordinal: usize) -> Result<String> {
 impl Cuda {
     /// The backend on GPU `ordinal`: opens the device and compiles (or loads) the kernels.
     pub fn new(ordinal: usize) -> Result<Cuda> {
-        let dev = Arc::new(Dev::open(ordinal)?);
         Ok(Cuda {
-            dev,
+            dev: Arc::new(Dev::open(ordinal)?),
             q8_of: Mutex::new(None),
             moe_scratch: Mutex::new(None),
             moe_tables: Mutex::new(Vec::new()),
