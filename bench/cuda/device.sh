@@ -690,6 +690,77 @@ s34 | s35)
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
+s37)
+  # Written 2026-12-06 (nineteenth session; carry .dev at the build with Fused::MoeOne, a fresh
+  # machine): the moe op test (the one-launch MoE step against the launches it replaces, bit for
+  # bit), the MoE's tg128 with HF2Q_CUDA_MOE_ONE=1 against the defaults (alternating, twice), the
+  # greedy tokens of both, then both tools on the MoE with the faster (llama-bench if built by
+  # ~420 s). s34 on an H100 (bench/runs/2026-12-06-h100): no knob beat the defaults by 0.3 %.
+  bg_llama_bench
+  unpack
+  machine_info
+  bg_make "" moe
+  op_tests cuda::moe
+  m=$W/moe.q4_k_m.gguf
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  ab moe $m X=1 HF2Q_CUDA_MOE_ONE=1
+  greedy_ab $m X=1 HF2Q_CUDA_MOE_ONE=1
+  pick=$(best_of moe $OUT/ab.txt X=1 X=1 HF2Q_CUDA_MOE_ONE=1)
+  echo "$pick (s37: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
+  eval "$pick"
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 420 ] && break; sleep 3; done
+  tail -n 2 /tmp/lc.log >> $OUT/make.txt
+  [ $SECONDS -lt 430 ] && bench_pair moe $m
+  echo "s37 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
+  ;;
+s38)
+  # Written 2026-12-06 (nineteenth session, the session's last ~560 s of device time; carry .dev,
+  # a fresh machine): s37 measured the one-launch MoE step 0.907x the defaults on an H200 (the
+  # same tokens). Its settings, alternating, twice, on the 24-layer MoE: routing by a moe_route
+  # launch before it (MOE_ONE_ROUTE=0: no block waits for the routing), and longer sleeps between
+  # a waiting block's reads of a counter (MOE_ONE_NS=200); the greedy tokens of each; both tools
+  # with the fastest if that is not the defaults and time is left. No op tests (s37 ran them).
+  bg_llama_bench
+  unpack
+  machine_info
+  bg_make "" moe
+  m=$W/moe.q4_k_m.gguf
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  set -- HF2Q_CUDA_MOE_ONE=1 "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" \
+    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_NS=200" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_NS=200"
+  for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done
+  greedy_ab $m X=1 "$@"
+  pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
+  echo "$pick (s38: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
+  if [ "$pick" != "export X=1" ] && [ $SECONDS -lt 310 ]; then
+    eval "$pick"
+    for i in $(seq 1 20); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
+    bench_pair moe $m
+  fi
+  echo "s38 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt
+  ;;
+s39)
+  # s38 cut to the session's last ~380 s of device time (s38's start failed, 2026-12-06): the same
+  # settings on an 8-layer MoE (a relative figure; made in ~70 s), alternating, twice, while
+  # SECONDS < 150; the greedy tokens of each.
+  unpack
+  bg_make "" moe 8
+  m=$W/moe.q4_k_m.gguf
+  # (doctor compiles the kernels into the disk cache, ~100 s, while the model is made.)
+  timeout 150 $H doctor > $OUT/doctor.txt 2>&1
+  wait_for MOE-END
+  cp /tmp/mk.log $OUT/make.txt
+  set -- HF2Q_CUDA_MOE_ONE=1 "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" \
+    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_NS=200"
+  for i in 1 2; do for c in X=1 "$@"; do [ -f $m ] && [ $SECONDS -lt 150 ] && tgp moe8 $m $c; done; done
+  [ $SECONDS -lt 165 ] && greedy_ab $m X=1 "$@"
+  echo "s39 done at $SECONDS s" | tee -a $OUT/ab.txt
+  ;;
 s36)
   # The session's last ~250 s of device time (2026-12-06; refused: too little left to start a
   # machine): the MoE op tests of the build without norm_route, then while time is left the knobs

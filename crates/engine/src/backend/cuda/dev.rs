@@ -152,6 +152,8 @@ pub struct Dev {
     /// Each (row, slot) pair's finished gate / up blocks when its last one makes the GLU
     /// (`mmq_moe_glu_*`; the same).
     pub(super) glu_cnt: Mutex<Option<CudaSlice<i32>>>,
+    /// `moe_one_*`'s counters (its ticket, blocks finished, rows routed, pairs' gate / up done).
+    pub(super) moe_cnt: Mutex<Option<CudaSlice<i32>>>,
     /// The fused FFN input's finished blocks when its last one does the residual add (the same).
     pub(super) add_cnt: Mutex<Option<CudaSlice<i32>>>,
     /// Launches (and host writes) so far: a value recorded after a launch says whether anything
@@ -308,6 +310,7 @@ impl Dev {
             attn_cnt: Mutex::new(None),
             route_cnt: Mutex::new(None),
             glu_cnt: Mutex::new(None),
+            moe_cnt: Mutex::new(None),
             add_cnt: Mutex::new(None),
             argmax: Mutex::new(None),
             top_out: Mutex::new(None),
@@ -835,6 +838,10 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "mmq_v5_TY_Q4_K",
                 "mmq_vx_TY_Q4_K_TY_Q6_K",
                 "mmq_vx5_TY_Q4_K_TY_Q6_K",
+                "moe_one_TY_Q4_K_TY_Q4_K",
+                "moe_one_TY_Q4_K_TY_Q6_K",
+                "moe_one_TY_Q6_K_TY_Q6_K",
+                "moe_one_TY_Q8_0_TY_Q8_0",
             ]
             .map(String::from)
             .to_vec();

@@ -53,6 +53,34 @@ fn grouped_nt(pairs: usize, n_expert: usize) -> usize {
     }
 }
 
+/// `moe_one_*`'s kernel for gate / up weights of type `g` and down weights of type `d`, where
+/// there is one (`kernels/mmq.cu`: MOE_ONE).
+fn moe_one_name(g: GgmlType, d: GgmlType) -> Option<&'static str> {
+    use GgmlType::{Q4_K, Q6_K, Q8_0};
+    Some(match (g, d) {
+        (Q4_K, Q4_K) => "moe_one_TY_Q4_K_TY_Q4_K",
+        (Q4_K, Q6_K) => "moe_one_TY_Q4_K_TY_Q6_K",
+        (Q6_K, Q6_K) => "moe_one_TY_Q6_K_TY_Q6_K",
+        (Q8_0, Q8_0) => "moe_one_TY_Q8_0_TY_Q8_0",
+        _ => return None,
+    })
+}
+
+/// `moe_one_*`'s settings, to compare: whether it routes its rows (else a `moe_route` launch
+/// before it does; `HF2Q_CUDA_MOE_ONE_ROUTE=0`) and the nanoseconds its waiting blocks sleep
+/// between reads of a counter (`HF2Q_CUDA_MOE_ONE_NS`, 20).
+fn moe_one_knobs() -> (bool, i32) {
+    static K: std::sync::OnceLock<(bool, i32)> = std::sync::OnceLock::new();
+    *K.get_or_init(|| {
+        let route = std::env::var("HF2Q_CUDA_MOE_ONE_ROUTE").map_or(true, |v| v != "0");
+        let ns = std::env::var("HF2Q_CUDA_MOE_ONE_NS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20);
+        (route, ns)
+    })
+}
+
 /// Device tables of a MoE layer's experts: the tiled weights' addresses of gate, up and down.
 pub(super) struct ExpertTables {
     gate: CudaSlice<u8>,
@@ -158,7 +186,17 @@ impl Cuda {
         // Not grouped, with the GLU in the gate / up launch: its quantized output (both flavours,
         // from a 256-byte boundary), apart from x's (which other blocks of that launch still read).
         let ff_pad = n_ff.next_multiple_of(256);
-        let glu_fused = !grouped && g_ty == u_ty && self.fuse_on(super::Fused::Glu);
+        // Routing, gate / up, GLU and down in one launch (`Fused::MoeOne`, `moe_one_*`), ahead of
+        // the other variants.
+        let one = (!grouped
+            && self.fuse_on(super::Fused::MoeOne)
+            && r.n_expert <= 256
+            && g_ty == u_ty
+            && ff_pad <= GLU_MAX
+            && super::mmq::mmq_v_on())
+        .then(|| moe_one_name(g_ty, d_ty))
+        .flatten();
+        let glu_fused = one.is_none() && !grouped && g_ty == u_ty && self.fuse_on(super::Fused::Glu);
         let glu_at = plain.next_multiple_of(64);
         let words = if grouped {
             sorted_at + 2 * (pairs * n_pad / 4 + pairs * n_pad / 32)
@@ -186,7 +224,8 @@ impl Cuda {
         // Each block of the gate / up and down products routing its pair itself
         // (`Fused::RouteIn`; one gate / up launch, the down products making the GLU): no
         // moe_route.
-        let route_in = !grouped
+        let route_in = one.is_none()
+            && !grouped
             && self.fuse_on(super::Fused::RouteIn)
             && !self.fuse_on(super::Fused::Route)
             && !self.fuse_on(super::Fused::Glu)
@@ -194,7 +233,7 @@ impl Cuda {
             && g_ty == u_ty
             && ff_pad <= GLU_MAX
             && super::mmq::mmq_v_on();
-        let routed = !route_in && self.fuse_on(super::Fused::Route) && {
+        let routed = one.is_none() && !route_in && self.fuse_on(super::Fused::Route) && {
             let cnt = self.grown_zeroed(&self.dev.route_cnt, 1, "MoE routing counter");
             let route = Fuse::Route {
                 cnt,
@@ -209,7 +248,9 @@ impl Cuda {
         if !routed {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
         }
-        if !routed && !route_in {
+        // `moe_one_*` routes its rows itself unless `HF2Q_CUDA_MOE_ONE_ROUTE=0`.
+        let one_routes = one.is_some() && moe_one_knobs().0;
+        if !routed && !route_in && !one_routes {
             self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early());
         }
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the
@@ -264,6 +305,52 @@ impl Cuda {
                 self.dev.launch(&name, grid, 128, &args);
             }
         };
+        if let Some(name) = one {
+            let (qa, ad) = flavour(g_ty, act);
+            let (tf, tn) = (n_ff.div_ceil(16), n.div_ceil(16));
+            let cnt = self.grown_zeroed(&self.dev.moe_cnt, 2 + t + pairs, "MoE step counters");
+            bufs.slots.set_shape(pairs, n);
+            let op = match glu {
+                Glu::Swiglu => 2,
+                Glu::Geglu => 3,
+            };
+            let args = [
+                A::P(if one_routes { bufs.router.ptr } else { 0 }),
+                A::I(r.n_expert as i32),
+                A::I(r.k as i32),
+                A::I(r.softmax_first as i32),
+                A::I(r.normalize as i32),
+                A::P(ids),
+                A::P(ws),
+                A::P(qa),
+                A::P(ad),
+                A::I(n_pad as i32),
+                A::I((n_pad / 256) as i32),
+                A::I(n_ff as i32),
+                A::P(gate_t),
+                A::P(gate),
+                A::P(up_t),
+                A::P(up),
+                A::I(op),
+                A::I(ff_pad as i32),
+                A::I((ff_pad / 256) as i32),
+                A::I(n as i32),
+                A::P(down_t),
+                A::P(bufs.slots.ptr),
+                A::I(t as i32),
+                A::P(cnt),
+                A::I(moe_one_knobs().1),
+            ];
+            let grid = ((if one_routes { t } else { 0 } + pairs * (2 * tf + tn)) as u32, 1);
+            let q8 = g_ty == GgmlType::Q8_0 || d_ty == GgmlType::Q8_0;
+            if !q8 || super::mmq::pdl_q8() {
+                self.dev.launch_early(name, grid, 128, &args);
+            } else {
+                self.dev.launch(name, grid, 128, &args);
+            }
+            self.count_fused(super::Fused::MoeOne);
+            return self.moe_sum(t, r.k, n, bufs, 0, ws, out);
+        }
         let act = if grouped {
             // The pairs sorted by expert, and x's rows in that order.
             self.dev.launch(

@@ -1387,6 +1387,13 @@ pub(crate) mod cuda {
             same_as_plain(&b, "the products' own routing");
             // (Their down products make the GLU too: counted again.)
             assert_eq!((b.fused(Fused::RouteIn), b.fused(Fused::GluDown)), (6, 12));
+            // Routing, gate / up, GLU and down in one launch (`moe_one_*`), ahead of the others.
+            let b = b.with_fused(Fused::MoeOne, true).with_fused(Fused::Glu, true);
+            same_as_plain(&b, "the one-launch MoE step");
+            assert_eq!(
+                (b.fused(Fused::MoeOne), b.fused(Fused::Glu), b.fused(Fused::RouteIn)),
+                (6, 6, 6)
+            );
         }
     }
     #[test]

@@ -346,9 +346,11 @@ struct GluIn {
 
 // XS: the stages in xs, shared memory of the kernel's (of at least 4 · ST · UB bytes), not a buffer
 // of the function's own (a kernel multiplying weights of two types gives both one buffer).
-template <int TY, int NT, bool V = false, int ST = MQ<TY>::STAGES, bool G = false, bool XS = false>
+// SP: after the wait for the kernel ahead, also until *spin reaches spin_for (other blocks of the
+// launch making what this one reads: moe_one_*).
+template <int TY, int NT, bool V = false, int ST = MQ<TY>::STAGES, bool G = false, bool XS = false, bool SP = false>
 __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa, const float* ad, int n_pad, float* out, int t,
-                      GluIn gi = GluIn{}, u8* xs = nullptr) {
+                      GluIn gi = GluIn{}, u8* xs = nullptr, const int* spin = nullptr, int spin_for = 0, int ns = 20) {
     typedef MQ<TY> Q;
     Act x{qa, ad, n_pad, c0, t, (int)(threadIdx.x & 31) >> 2, (int)threadIdx.x & 3};
     u8* smem = xs;
@@ -378,6 +380,7 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
     // activations) is read from here on (programmatic dependent launch, common.cuh).
     pdl_wait();
     pdl_trigger();
+    if constexpr (SP) spin_until(spin, spin_for, ns);
     if constexpr (G) {
         // (The flavour of the weight's type: Q8_0's blocks of 32 with f16 scales, else the
         // K-quants' units of 256.)
@@ -630,6 +633,64 @@ MMQ_MOE_GLU(mmq_moe_glu_TY_Q8_0, TY_Q8_0, false)
 MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q8_0, TY_Q8_0, true)
+
+// ---- A MoE decode step's routing, gate / up products, GLU and down products in one launch
+// (Fused::MoeOne; moe_route, mmq_moe_v_* of gate / up, glu_q8 and mmq_moe_v_* of down otherwise):
+// the same operations, so the same bits, with no launch between them. A block's work is its
+// ticket b (taken in the order blocks start, so a block only waits for blocks that started before
+// it, which wait for nothing it does: no wait can hang, spin_until): b < t routes row b
+// (moe_route_blk, ne ≤ 256); then the pairs' gate / up tiles, pair-major (pair p waits for its
+// row's routing); then the pairs' down tiles, whose weights are asked for before waiting for the
+// pair's 2 · tiles gate / up blocks, then the pair's GLU made and quantized in the block (mmq_t's
+// G, as mmq_moe_gd_*). cnt: [0] the ticket, [1] the blocks finished, [2, 2 + t) the rows routed,
+// then the pairs' gate / up blocks done; the last block to finish sets them back to 0.
+template <int TG, int TD>
+__device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, int* ids, float* ws, const i8* qa, const float* ad,
+                          int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, float* ou, int op, int ff_pad, int Uf,
+                          int n, const u64* Td, float* od, int t, int* cnt, int ns) {
+    constexpr int SG = 4 * MQ<TG>::STAGES * MQ<TG>::UB, SD = 4 * MQ<TD>::STAGES * MQ<TD>::UB;
+    __shared__ __align__(16) u8 sm[SG > SD ? SG : SD];
+    __shared__ int tk;
+    // (Launched early: the router's logits and x's quantized rows are the kernels' ahead.)
+    pdl_wait();
+    if (threadIdx.x == 0) tk = atomicAdd(cnt, 1);
+    __syncthreads();
+    // (logits null: routed by a moe_route launch before, no routing blocks.)
+    int b = tk, pairs = t * k, tf = (m_ff + 15) >> 4, tn = (n + 15) >> 4, tr = logits ? t : 0;
+    int *routed = cnt + 2, *gu = cnt + 2 + t;
+    if (b < tr) {
+        moe_route_blk<256>(logits + (u64)b * ne, ne, k, sf, nz, ids + b * k, ws + b * k);
+        signal_done(routed + b);
+    } else if ((b -= tr) < 2 * pairs * tf) {
+        int p = b / (2 * tf), mat = (b % (2 * tf)) / tf, tile = b % tf, r = p / k;
+        if (tr) spin_until(routed + r, 1, ns);
+        int e = __ldcg(ids + p);
+        mmq_t<TG, 1, true, MQ<TG>::STAGES, false, true>(tile, 0, (const u8*)(mat ? Tu : Tg)[e], U, m_ff, qa + (u64)r * n_pad,
+                                                       ad + (u64)r * (n_pad >> 5), n_pad, (mat ? ou : og) + (u64)p * m_ff, 1,
+                                                       GluIn{}, sm);
+        signal_done(gu + p);
+    } else {
+        b -= 2 * pairs * tf;
+        int p = b / tn, tile = b % tn;
+        if (tr) spin_until(routed + p / k, 1, ns);
+        int e = __ldcg(ids + p);
+        mmq_t<TD, 1, true, MQ<TD>::STAGES, true, true, true>(tile, 0, (const u8*)Td[e], Uf, n, 0, 0, ff_pad, od + (u64)p * n, 1,
+                                                            GluIn{og + (u64)p * m_ff, ou + (u64)p * m_ff, m_ff, op}, sm, gu + p,
+                                                            2 * tf, ns);
+    }
+    if (last_to_finish(cnt + 1, gridDim.x))
+        for (int i = threadIdx.x; i <= t + pairs; i += blockDim.x) cnt[i == 0 ? 0 : i + 1] = 0;
+}
+#define MOE_ONE(TG, TD) \
+    extern "C" __global__ void __launch_bounds__(128) moe_one_##TG##_##TD(const float* logits, int ne, int k, int sf, int nz, \
+        int* ids, float* ws, const i8* qa, const float* ad, int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, \
+        float* ou, int op, int ff_pad, int Uf, int n, const u64* Td, float* od, int t, int* cnt, int ns) { \
+        moe_one_t<TG, TD>(logits, ne, k, sf, nz, ids, ws, qa, ad, n_pad, U, m_ff, Tg, og, Tu, ou, op, ff_pad, Uf, n, Td, od, t, cnt, ns); \
+    }
+MOE_ONE(TY_Q4_K, TY_Q4_K)
+MOE_ONE(TY_Q4_K, TY_Q6_K)
+MOE_ONE(TY_Q6_K, TY_Q6_K)
+MOE_ONE(TY_Q8_0, TY_Q8_0)
 
 // ---- Grouped MoE steps (prompts, wide batches: many pairs per expert), as llama.cpp's MMQ with
 // expert ids (ggml-cuda/mmq.cu) groups them: the pairs sorted by expert, each expert's run cut
