@@ -745,14 +745,17 @@ s38)
   pack bench-summary.txt greedy-ab.txt ab.txt
   ;;
 s39)
-  # s38 cut to the session's last ~380 s of device time (s38's start failed, 2026-12-06): the same
-  # settings on an 8-layer MoE (a relative figure; made in ~70 s), alternating, twice, while
-  # SECONDS < 150; the greedy tokens of each.
+  # s38 cut to the session's last ~380 s of device time (s38's start failed, 2026-12-06), on the
+  # build where MOE_ONE_ROUTE=0 has moe_route set moe_one's counters to 0 (no finished-blocks
+  # counter) and a block's signal is one fence by thread 0: the moe op test with MOE_ONE_ROUTE=0
+  # (its MoeOne step then takes that path), then the settings on an 8-layer MoE (a relative
+  # figure; made in ~70 s), alternating, twice, while SECONDS < 150; the greedy tokens of each.
   unpack
   bg_make "" moe 8
   m=$W/moe.q4_k_m.gguf
   # (doctor compiles the kernels into the disk cache, ~100 s, while the model is made.)
   timeout 150 $H doctor > $OUT/doctor.txt 2>&1
+  HF2Q_CUDA_MOE_ONE_ROUTE=0 timeout 60 /tmp/bin/engine-tests --test-threads=1 cuda::moe 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked"
   wait_for MOE-END
   cp /tmp/mk.log $OUT/make.txt
   set -- HF2Q_CUDA_MOE_ONE=1 "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" \

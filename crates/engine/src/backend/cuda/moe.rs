@@ -97,12 +97,23 @@ impl Cuda {
     pub(super) fn route_rows(&self, logits: u64, t: usize, r: &Routing, ids: u64, ws: u64, early: bool) {
         static WARP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let warp = *WARP.get_or_init(|| std::env::var("HF2Q_CUDA_ROUTE_WARP").is_ok_and(|v| v == "1"));
-        self.route_rows_by(logits, t, r, ids, ws, early, warp);
+        self.route_rows_by(logits, t, r, ids, ws, early, warp, (0, 0));
     }
 
     /// `route_rows` by a block (`moe_route`) or a warp (`moe_route_w`) a row.
     #[allow(clippy::too_many_arguments)]
-    fn route_rows_by(&self, logits: u64, t: usize, r: &Routing, ids: u64, ws: u64, early: bool, warp: bool) {
+    /// `zero`: (address, count) of counters `moe_route` sets to 0 (by a block; not `moe_route_w`).
+    fn route_rows_by(
+        &self,
+        logits: u64,
+        t: usize,
+        r: &Routing,
+        ids: u64,
+        ws: u64,
+        early: bool,
+        warp: bool,
+        zero: (u64, usize),
+    ) {
         let (name, block) = if warp {
             ("moe_route_w", 32)
         } else {
@@ -116,11 +127,14 @@ impl Cuda {
             A::I(r.normalize as i32),
             A::P(ids),
             A::P(ws),
+            A::P(zero.0),
+            A::I(zero.1 as i32),
         ];
+        let args = if warp { &args[..7] } else { &args[..] };
         if early {
-            self.dev.launch_early(name, (t as u32, 1), block, &args)
+            self.dev.launch_early(name, (t as u32, 1), block, args)
         } else {
-            self.dev.launch(name, (t as u32, 1), block, &args)
+            self.dev.launch(name, (t as u32, 1), block, args)
         }
     }
 
@@ -250,8 +264,19 @@ impl Cuda {
         }
         // `moe_one_*` routes its rows itself unless `HF2Q_CUDA_MOE_ONE_ROUTE=0`.
         let one_routes = one.is_some() && moe_one_knobs().0;
+        // Its counters (ticket, blocks finished, rows routed, pairs' gate / up done) set to 0 by
+        // the moe_route launch before it where there is one, else by its own last block.
+        let one_cnt = one.map(|_| {
+            (
+                self.grown_zeroed(&self.dev.moe_cnt, 2 + t + pairs, "MoE step counters"),
+                2 + t + pairs,
+            )
+        });
         if !routed && !route_in && !one_routes {
-            self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early());
+            match one_cnt {
+                Some(z) => self.route_rows_by(bufs.router.ptr, t, r, ids, ws, moe_early(), false, z),
+                None => self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early()),
+            }
         }
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the
         // router's product (an integer one on x itself) did not need the scratch for another input.
@@ -308,7 +333,7 @@ impl Cuda {
         if let Some(name) = one {
             let (qa, ad) = flavour(g_ty, act);
             let (tf, tn) = (n_ff.div_ceil(16), n.div_ceil(16));
-            let cnt = self.grown_zeroed(&self.dev.moe_cnt, 2 + t + pairs, "MoE step counters");
+            let cnt = one_cnt.map_or(0, |c| c.0);
             bufs.slots.set_shape(pairs, n);
             let op = match glu {
                 Glu::Swiglu => 2,
@@ -340,6 +365,7 @@ impl Cuda {
                 A::I(t as i32),
                 A::P(cnt),
                 A::I(moe_one_knobs().1),
+                A::I(one_routes as i32),
             ];
             let grid = ((if one_routes { t } else { 0 } + pairs * (2 * tf + tn)) as u32, 1);
             let q8 = g_ty == GgmlType::Q8_0 || d_ty == GgmlType::Q8_0;
@@ -610,7 +636,7 @@ mod tests {
                             let mut x = b.alloc(4, ne);
                             b.write(&mut x, 4, ne, &logits);
                             let (ids, ws) = (b.alloc(4, k), b.alloc(4, k));
-                            b.route_rows_by(x.ptr, 4, &r, ids.ptr, ws.ptr, false, warp);
+                            b.route_rows_by(x.ptr, 4, &r, ids.ptr, ws.ptr, false, warp, (0, 0));
                             (b.read(&ids), b.read(&ws))
                         })
                     })

@@ -125,9 +125,13 @@ __device__ __forceinline__ bool last_to_finish(int* cnt, int blocks) {
 // then *c += 1 (thread 0); spin_until: thread 0 waits until *c reaches target, then the block goes
 // on (what the others wrote is read through the L2: __ldcg). Every thread of the block calls them.
 __device__ __forceinline__ void signal_done(int* c) {
-    __threadfence();
+    // (The barrier orders the block's writes before thread 0's fence, which is cumulative: PTX's
+    // memory model.)
     __syncthreads();
-    if (threadIdx.x == 0) atomicAdd(c, 1);
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(c, 1);
+    }
 }
 // (ns: the nanoseconds slept between reads.)
 __device__ __forceinline__ void spin_until(const int* c, int target, int ns) {

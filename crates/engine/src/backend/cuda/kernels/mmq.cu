@@ -484,11 +484,15 @@ MMQ_VX(mmq_vx5_TY_Q4_K_TY_Q6_K, 5)
 // build_moe_ffn): one warp per row of router logits (n_expert ≤ 1024) -> the k experts' ids and
 // weights, in rank order (ties to the lower id).
 // A block a row, every thread routing (moe_route_blk, common.cuh; blockDim.x a multiple of 32).
-extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+// zero: n_zero counters set to 0 by block 0 (moe_one_*'s, for the launch after this one; null: none).
+extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws,
+                                     int* zero, int n_zero) {
     // (Launched early: it waits for the router's product before reading the logits.)
     pdl_trigger();
     pdl_wait();
     int row = blockIdx.x;
+    if (zero && row == 0)
+        for (int i = threadIdx.x; i < n_zero; i += blockDim.x) zero[i] = 0;
     moe_route_blk<>(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
 }
 
@@ -647,7 +651,7 @@ MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q8_0, TY_Q8_0, true)
 template <int TG, int TD>
 __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, int* ids, float* ws, const i8* qa, const float* ad,
                           int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, float* ou, int op, int ff_pad, int Uf,
-                          int n, const u64* Td, float* od, int t, int* cnt, int ns) {
+                          int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset) {
     constexpr int SG = 4 * MQ<TG>::STAGES * MQ<TG>::UB, SD = 4 * MQ<TD>::STAGES * MQ<TD>::UB;
     __shared__ __align__(16) u8 sm[SG > SD ? SG : SD];
     __shared__ int tk;
@@ -678,14 +682,15 @@ __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, in
                                                             GluIn{og + (u64)p * m_ff, ou + (u64)p * m_ff, m_ff, op}, sm, gu + p,
                                                             2 * tf, ns);
     }
-    if (last_to_finish(cnt + 1, gridDim.x))
+    // (reset 0: the moe_route launch before this one set them to 0.)
+    if (reset && last_to_finish(cnt + 1, gridDim.x))
         for (int i = threadIdx.x; i <= t + pairs; i += blockDim.x) cnt[i == 0 ? 0 : i + 1] = 0;
 }
 #define MOE_ONE(TG, TD) \
     extern "C" __global__ void __launch_bounds__(128) moe_one_##TG##_##TD(const float* logits, int ne, int k, int sf, int nz, \
         int* ids, float* ws, const i8* qa, const float* ad, int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, \
-        float* ou, int op, int ff_pad, int Uf, int n, const u64* Td, float* od, int t, int* cnt, int ns) { \
-        moe_one_t<TG, TD>(logits, ne, k, sf, nz, ids, ws, qa, ad, n_pad, U, m_ff, Tg, og, Tu, ou, op, ff_pad, Uf, n, Td, od, t, cnt, ns); \
+        float* ou, int op, int ff_pad, int Uf, int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset) { \
+        moe_one_t<TG, TD>(logits, ne, k, sf, nz, ids, ws, qa, ad, n_pad, U, m_ff, Tg, og, Tu, ou, op, ff_pad, Uf, n, Td, od, t, cnt, ns, reset); \
     }
 MOE_ONE(TY_Q4_K, TY_Q4_K)
 MOE_ONE(TY_Q4_K, TY_Q6_K)
