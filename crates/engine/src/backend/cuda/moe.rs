@@ -100,9 +100,9 @@ impl Cuda {
         self.route_rows_by(logits, t, r, ids, ws, early, warp, (0, 0));
     }
 
-    /// `route_rows` by a block (`moe_route`) or a warp (`moe_route_w`) a row.
+    /// `route_rows` by a block (`moe_route`) or a warp (`moe_route_w`) a row; `zero`: (address,
+    /// count) of counters set to 0 too (by a block, `moe_route_z`; count 0: none).
     #[allow(clippy::too_many_arguments)]
-    /// `zero`: (address, count) of counters `moe_route` sets to 0 (by a block; not `moe_route_w`).
     fn route_rows_by(
         &self,
         logits: u64,
@@ -130,7 +130,11 @@ impl Cuda {
             A::P(zero.0),
             A::I(zero.1 as i32),
         ];
-        let args = if warp { &args[..7] } else { &args[..] };
+        // (`moe_route_z` where there are counters to set to 0.)
+        let (name, args) = match (warp, zero.1) {
+            (false, 1..) => ("moe_route_z", &args[..]),
+            _ => (name, &args[..7]),
+        };
         if early {
             self.dev.launch_early(name, (t as u32, 1), block, args)
         } else {
