@@ -15,10 +15,27 @@ use std::path::PathBuf;
 const COMMON: &str = include_str!("kernels/common.cuh");
 const QUANT: &str = include_str!("kernels/quant.cuh");
 
-/// The kernel modules: name and source (each compiled with the common headers in front).
+/// The kernel modules: name and source (each compiled with the common headers in front). The
+/// matrix-vector kernels are one module per row count (`MMV_R`, `kernels/matmul.cu`), so that
+/// compiling them (most of the compile time) is spread over threads (`compile_all`).
 pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),
-    ("matmul", include_str!("kernels/matmul.cu")),
+    (
+        "matmul1",
+        concat!("#define MMV_R 1\n", include_str!("kernels/matmul.cu")),
+    ),
+    (
+        "matmul2",
+        concat!("#define MMV_R 2\n", include_str!("kernels/matmul.cu")),
+    ),
+    (
+        "matmul4",
+        concat!("#define MMV_R 4\n", include_str!("kernels/matmul.cu")),
+    ),
+    (
+        "matmul8",
+        concat!("#define MMV_R 8\n", include_str!("kernels/matmul.cu")),
+    ),
     ("mmq", include_str!("kernels/mmq.cu")),
     ("attention", include_str!("kernels/attention.cu")),
     ("recurrent", include_str!("kernels/recurrent.cu")),
@@ -161,6 +178,27 @@ pub fn module_cubin(name: &str, body: &str, cc: (i32, i32)) -> Result<(Vec<u8>, 
     Ok((cubin, true))
 }
 
+/// `module_cubin` of every module for compute capability `cc`, in parallel (one thread a module:
+/// NVRTC compiles programs of different threads at once), in `MODULES`' order.
+pub fn compile_all(cc: (i32, i32)) -> Vec<Result<(Vec<u8>, bool)>> {
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = MODULES
+            .iter()
+            .map(|&(name, body)| s.spawn(move || module_cubin(name, body, cc)))
+            .collect();
+        jobs.into_iter()
+            .zip(MODULES)
+            .map(|(j, (name, _))| {
+                j.join().unwrap_or_else(|_| {
+                    Err(EngineError::Backend(format!(
+                        "compiling module {name}: the thread panicked"
+                    )))
+                })
+            })
+            .collect()
+    })
+}
+
 fn compile(name: &str, src: &str, opts: &[&str]) -> Result<Vec<u8>> {
     let fail =
         |what: &str, e: &dyn std::fmt::Debug| EngineError::Backend(format!("NVRTC {what} of module {name}: {e:?}"));
@@ -225,9 +263,22 @@ mod tests {
             );
             return;
         }
-        for (name, body) in MODULES {
-            let src = format!("{COMMON}{QUANT}{body}");
-            let cubin = compile(name, &src, &["--gpu-architecture=sm_90", "--std=c++17"]).unwrap();
+        // (In parallel, as `compile_all`.)
+        let cubins: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let jobs: Vec<_> = MODULES
+                .iter()
+                .map(|&(name, body)| {
+                    s.spawn(move || {
+                        let src = format!("{COMMON}{QUANT}{body}");
+                        compile(name, &src, &["--gpu-architecture=sm_90", "--std=c++17"]).unwrap()
+                    })
+                })
+                .collect();
+            jobs.into_iter()
+                .map(|j| j.join().expect("a module's compile"))
+                .collect()
+        });
+        for ((name, _), cubin) in MODULES.iter().zip(cubins) {
             assert!(cubin.len() > 1000, "module {name}: {} bytes of cubin", cubin.len());
             // Every kernel the backend loads is defined (a macro-made name can come out wrong): its
             // name is a whole entry of the cubin's (ELF) string table, NUL on both sides.

@@ -252,8 +252,8 @@ impl Dev {
         let mut names = Vec::new();
         let mut modules = Vec::new();
         let mut compiled = 0;
-        for (m, src) in compile::MODULES {
-            let (cubin, fresh) = compile::module_cubin(m, src, cc)?;
+        for ((m, _), built) in compile::MODULES.iter().zip(compile::compile_all(cc)) {
+            let (cubin, fresh) = built?;
             compiled += fresh as usize;
             let module = ctx
                 .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
@@ -806,22 +806,19 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             }
             v
         }
-        "matmul" => {
+        // The matrix-vector kernels of one row count (matmul1 ... matmul8).
+        m if m.starts_with("matmul") => {
+            let r: usize = m["matmul".len()..].parse().expect("a row count");
+            assert!(MMV_ROWS.contains(&r), "no matrix-vector kernels of {r} rows");
             let mut v: Vec<String> = DEVICE_TYPES
                 .iter()
-                .flat_map(|&t| {
-                    MMV_ROWS
-                        .iter()
-                        .flat_map(move |r| [format!("mmv_{}_{r}", ty_name(t)), format!("mmv_{}3_{r}", ty_name(t))])
-                })
+                .flat_map(|&t| [format!("mmv_{}_{r}", ty_name(t)), format!("mmv_{}3_{r}", ty_name(t))])
                 .collect();
             // The fused variants (`Fuse`) of the float weights: the FFN input, the MoE routing.
             for &t in &super::products::FUSED_TYPES {
-                v.extend(MMV_ROWS.map(|r| format!("mmv_{}g_{r}", ty_name(t))));
-                v.extend(MMV_ROWS.map(|r| format!("mmv_{}r_{r}", ty_name(t))));
-                v.extend(MMV_ROWS.map(|r| format!("mmv_{}ga_{r}", ty_name(t))));
-                v.extend(MMV_ROWS.map(|r| format!("mmv_{}p_{r}", ty_name(t))));
-                v.extend(MMV_ROWS.map(|r| format!("mmv_{}p3_{r}", ty_name(t))));
+                for s in ["g", "r", "ga", "p", "p3"] {
+                    v.push(format!("mmv_{}{s}_{r}", ty_name(t)));
+                }
             }
             v
         }

@@ -225,11 +225,18 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
         else if ((b -= nb0) < nb1) mmv_t<TY, R, false, NW, false, PAIR>(b, W1, W1, rb1, x, o1, n, m1, t, wpr1, 0, 0.f, 0); \
         else mmv_t<TY, R, false, NW, false, PAIR>(b - nb1, W2, W2, rb2, x, o2, n, m2, t, wpr2, 0, 0.f, 0); \
     }
+// This file is compiled once per row count of the kernels (compile.rs: modules matmul1, matmul2,
+// matmul4 and matmul8, compiled in parallel), MMV_R defined in front: each part makes the kernels
+// of its R (MMV_AT expands MMV_R before the name is pasted).
+#ifndef MMV_R
+#define MMV_R 1
+#endif
+#define MMV_AT(M, NAME, TY, R) M(NAME, TY, R)
 #define MMV(NAME, TY, R) MMV_K(NAME, , TY, R, 1, false)
-#define MMV_ALL(TY) MMV(mmv_##TY, TY, 1) MMV(mmv_##TY, TY, 2) MMV(mmv_##TY, TY, 4) MMV(mmv_##TY, TY, 8)
+#define MMV_ALL(TY) MMV_AT(MMV, mmv_##TY, TY, MMV_R)
 FOR_EACH_TYPE(MMV_ALL)
 #define MMVP(NAME, TY, R) MMV_K(NAME, p, TY, R, 2, true)
-#define MMVP_ALL(TY) MMVP(mmv_##TY, TY, 1) MMVP(mmv_##TY, TY, 2) MMVP(mmv_##TY, TY, 4) MMVP(mmv_##TY, TY, 8)
+#define MMVP_ALL(TY) MMV_AT(MMVP, mmv_##TY, TY, MMV_R)
 MMVP_ALL(TY_F32) MMVP_ALL(TY_F16) MMVP_ALL(TY_BF16)
 
 // The fused FFN input for the float weights (F32, F16, BF16): gate (W) and up (W1) by the RMS
@@ -242,7 +249,7 @@ MMVP_ALL(TY_F32) MMVP_ALL(TY_F16) MMVP_ALL(TY_BF16)
         const float* g, float eps, const u8* W1, int op) { \
         mmv_t<TY, R, true, 2>(blockIdx.x, W, W1, rb, x, out, n, m, t, wpr, g, eps, op); \
     }
-#define MMVF_ALL(TY) MMVF(mmv_##TY, TY, 1) MMVF(mmv_##TY, TY, 2) MMVF(mmv_##TY, TY, 4) MMVF(mmv_##TY, TY, 8)
+#define MMVF_ALL(TY) MMV_AT(MMVF, mmv_##TY, TY, MMV_R)
 MMVF_ALL(TY_F32) MMVF_ALL(TY_F16) MMVF_ALL(TY_BF16)
 
 // The fused FFN input with the residual add before it: the norm of x + y (each sum rounded as
@@ -267,7 +274,7 @@ MMVF_ALL(TY_F32) MMVF_ALL(TY_F16) MMVF_ALL(TY_BF16)
             for (int i = threadIdx.x; i < t * n; i += blockDim.x) x[i] = __fadd_rn(x[i], y[i]); \
         } \
     }
-#define MMVFA_ALL(TY) MMVFA(mmv_##TY, TY, 1) MMVFA(mmv_##TY, TY, 2) MMVFA(mmv_##TY, TY, 4) MMVFA(mmv_##TY, TY, 8)
+#define MMVFA_ALL(TY) MMV_AT(MMVFA, mmv_##TY, TY, MMV_R)
 MMVFA_ALL(TY_F32) MMVFA_ALL(TY_F16) MMVFA_ALL(TY_BF16)
 
 // A MoE router's product (the float weights) and its routing in one launch: the products as
@@ -280,5 +287,5 @@ MMVFA_ALL(TY_F32) MMVFA_ALL(TY_F16) MMVFA_ALL(TY_BF16)
         if (!last_to_finish(cnt, gridDim.x)) return; \
         moe_route_rows(out, t, m, k, softmax_first, normalize, ids, ws); \
     }
-#define MMVR_ALL(TY) MMVR(mmv_##TY, TY, 1) MMVR(mmv_##TY, TY, 2) MMVR(mmv_##TY, TY, 4) MMVR(mmv_##TY, TY, 8)
+#define MMVR_ALL(TY) MMV_AT(MMVR, mmv_##TY, TY, MMV_R)
 MMVR_ALL(TY_F32) MMVR_ALL(TY_F16) MMVR_ALL(TY_BF16)
