@@ -263,21 +263,25 @@ mod tests {
             );
             return;
         }
-        // (In parallel, as `compile_all`.)
-        let cubins: Vec<Vec<u8>> = std::thread::scope(|s| {
-            let jobs: Vec<_> = MODULES
+        // Through `compile_all` (the modules in parallel) into an empty cache, then again: every
+        // module from the cache, the same bytes.
+        let dir = tempfile::tempdir().unwrap();
+        // SAFETY: as above; only this test compiles kernels on a machine without a GPU.
+        std::env::set_var("HF2Q_CACHE", dir.path());
+        let built = |want_fresh: bool| -> Vec<Vec<u8>> {
+            let out = compile_all((9, 0));
+            MODULES
                 .iter()
-                .map(|&(name, body)| {
-                    s.spawn(move || {
-                        let src = format!("{COMMON}{QUANT}{body}");
-                        compile(name, &src, &["--gpu-architecture=sm_90", "--std=c++17"]).unwrap()
-                    })
+                .zip(out)
+                .map(|((name, _), r)| {
+                    let (cubin, fresh) = r.unwrap_or_else(|e| panic!("module {name}: {e}"));
+                    assert_eq!(fresh, want_fresh, "module {name}: compiled now {fresh}");
+                    cubin
                 })
-                .collect();
-            jobs.into_iter()
-                .map(|j| j.join().expect("a module's compile"))
                 .collect()
-        });
+        };
+        let cubins = built(true);
+        assert_eq!(built(false), cubins, "the cached cubins differ from the compiled ones");
         for ((name, _), cubin) in MODULES.iter().zip(cubins) {
             assert!(cubin.len() > 1000, "module {name}: {} bytes of cubin", cubin.len());
             // Every kernel the backend loads is defined (a macro-made name can come out wrong): its
