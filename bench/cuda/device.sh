@@ -57,8 +57,8 @@
 #            taken out. s34 (2026-12-06, nineteenth session) ran on an H100 (bench/runs/
 #            2026-12-06-h100): no knob won. s37 on an H200 (bench/runs/2026-12-06-h200 call 2): the
 #            one-launch MoE step (MoeOne) 0.907x, both tools on the MoE 1.474x. s38 could not start.
-#            Next: s39 (carry .dev made at HEAD by bench/cuda/make_dev.sh; ~250 s, any one-GPU kind):
-#            MoeOne with the routing in moe_route_z.
+#            Next: s38 (carry .dev made at HEAD by bench/cuda/make_dev.sh; ~450 s) or s39 (~250 s,
+#            any one-GPU kind): MoeOne's modes (routing in moe_route_z, the GLU made once a pair).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -720,47 +720,49 @@ s37)
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
 s38)
-  # Written 2026-12-06 (nineteenth session, the session's last ~560 s of device time; carry .dev,
-  # a fresh machine): s37 measured the one-launch MoE step 0.907x the defaults on an H200 (the
-  # same tokens). Its settings, alternating, twice, on the 24-layer MoE: routing by a moe_route
-  # launch before it (MOE_ONE_ROUTE=0: no block waits for the routing), and longer sleeps between
-  # a waiting block's reads of a counter (MOE_ONE_NS=200); the greedy tokens of each; both tools
-  # with the fastest if that is not the defaults and time is left. No op tests (s37 ran them).
+  # Written 2026-12-06 (nineteenth session; carry .dev made at HEAD, a fresh machine, ~450 s): s37
+  # measured the one-launch MoE step (MoeOne) 0.907x the defaults on an H200 (the same tokens).
+  # The moe op test (MoeOne in its four modes against the launches, bit for bit), then its modes
+  # on the 24-layer MoE against the defaults, alternating, twice: the routing by a moe_route_z
+  # launch before it (MOE_ONE_ROUTE=0: no block waits for the routing, no finished-blocks counter),
+  # each pair's GLU made once by its last gate / up block (MOE_ONE_GLU=1: not by every down
+  # block), both; the greedy tokens of each; both tools with the fastest if that is not the
+  # defaults and time is left.
   bg_llama_bench
   unpack
   machine_info
   bg_make "" moe
+  op_tests cuda::moe
   m=$W/moe.q4_k_m.gguf
   wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  set -- HF2Q_CUDA_MOE_ONE=1 "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" \
-    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_NS=200" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_NS=200"
+  set -- "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_GLU=1" \
+    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1" HF2Q_CUDA_MOE_ONE=1
   for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done
   greedy_ab $m X=1 "$@"
   pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
   echo "$pick (s38: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
-  if [ "$pick" != "export X=1" ] && [ $SECONDS -lt 310 ]; then
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  if [ "$pick" != "export X=1" ] && [ $SECONDS -lt 360 ]; then
     eval "$pick"
-    for i in $(seq 1 20); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
+    for i in $(seq 1 30); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
     bench_pair moe $m
   fi
   echo "s38 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
-  pack bench-summary.txt greedy-ab.txt ab.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
 s39)
-  # s38 cut to the session's last ~370 s of device time (s38's start failed, 2026-12-06), on the
-  # build where MOE_ONE_ROUTE=0 has moe_route_z set moe_one's counters to 0 (no finished-blocks
-  # counter) and a block's signal is one fence by thread 0: the moe op test with MOE_ONE_ROUTE=0
-  # (its MoeOne step then takes that path; it compiles the kernels, ~170 s, while an 8-layer MoE is
-  # made), then the settings on that MoE (a relative figure), alternating, twice, while
-  # SECONDS < 215; the greedy tokens of each if SECONDS < 230.
+  # s38 cut to ~250 s (an 8-layer MoE: a relative figure; no llama.cpp): the moe op test (the
+  # kernels compile first, in parallel, while the model is made), then the modes alternating,
+  # twice, while SECONDS < 215; the greedy tokens of each if SECONDS < 230.
   unpack
   bg_make "" moe 8
   m=$W/moe.q4_k_m.gguf
-  HF2Q_CUDA_MOE_ONE_ROUTE=0 timeout 200 /tmp/bin/engine-tests --test-threads=1 cuda::moe 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked"
+  timeout 200 /tmp/bin/engine-tests --test-threads=1 cuda::moe 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked"
   wait_for MOE-END
   cp /tmp/mk.log $OUT/make.txt
-  set -- "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" HF2Q_CUDA_MOE_ONE=1
+  set -- "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_GLU=1" \
+    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1"
   for i in 1 2; do for c in X=1 "$@"; do [ -f $m ] && [ $SECONDS -lt 215 ] && tgp moe8 $m $c; done; done
   [ $SECONDS -lt 230 ] && greedy_ab $m X=1 "$@"
   echo "s39 done at $SECONDS s" | tee -a $OUT/ab.txt

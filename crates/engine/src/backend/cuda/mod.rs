@@ -22,6 +22,7 @@ mod sample;
 
 pub use fused::Fused;
 pub use kv::{CudaKv, GpuPage};
+pub use moe::MoeOneMode;
 
 use dev::{blocks, Dev, StepArgs, A};
 use mmq::{mmq_fits, mmq_on, MMQ_MOE_NT, MMQ_NT, MMQ_TYPES};
@@ -105,6 +106,8 @@ pub struct Cuda {
     /// Q4_K_M's step took 2,378 µs against 2,441 µs without it and 2,477 µs with it for every
     /// launch (bench/runs/2026-12-04-h200/cuda-session6, call 2).
     mmq_v5_blocks: u32,
+    /// How the one-launch MoE step runs (`Fused::MoeOne`; `with_moe_one`).
+    moe_one: MoeOneMode,
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
     /// `attn_split_f16`, its keys loaded one after another).
     attn_dec: bool,
@@ -174,6 +177,7 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
+            moe_one: MoeOneMode::from_env(),
             fuse: Fused::ALL.map(|k| std::env::var(k.var()).map_or(k.default_on(), |v| v == "1")),
             tops: std::env::var("HF2Q_CUDA_TOPK").map_or(true, |v| v != "0"),
             draws: std::env::var("HF2Q_CUDA_SAMPLE").map_or(true, |v| v != "0"),
@@ -246,6 +250,12 @@ impl Cuda {
     /// Q4_K's one-row products through `mmq_v5_*` for launches of at most `blocks` blocks.
     pub fn with_mmq_v5(mut self, blocks: u32) -> Cuda {
         self.mmq_v5_blocks = blocks;
+        self
+    }
+
+    /// How the one-launch MoE step runs (`Fused::MoeOne`).
+    pub fn with_moe_one(mut self, mode: MoeOneMode) -> Cuda {
+        self.moe_one = mode;
         self
     }
 

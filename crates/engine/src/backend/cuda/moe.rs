@@ -66,19 +66,30 @@ fn moe_one_name(g: GgmlType, d: GgmlType) -> Option<&'static str> {
     })
 }
 
-/// `moe_one_*`'s settings, to compare: whether it routes its rows (else a `moe_route` launch
-/// before it does; `HF2Q_CUDA_MOE_ONE_ROUTE=0`) and the nanoseconds its waiting blocks sleep
-/// between reads of a counter (`HF2Q_CUDA_MOE_ONE_NS`, 20).
-fn moe_one_knobs() -> (bool, i32) {
-    static K: std::sync::OnceLock<(bool, i32)> = std::sync::OnceLock::new();
-    *K.get_or_init(|| {
-        let route = std::env::var("HF2Q_CUDA_MOE_ONE_ROUTE").map_or(true, |v| v != "0");
-        let ns = std::env::var("HF2Q_CUDA_MOE_ONE_NS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(20);
-        (route, ns)
-    })
+/// How `moe_one_*` (`Fused::MoeOne`) runs, to compare (`Cuda::with_moe_one`; by default from the
+/// environment): whether it routes its rows (else a `moe_route_z` launch before it does, and sets
+/// its counters to 0: `HF2Q_CUDA_MOE_ONE_ROUTE=0`), whether each pair's GLU is made once, by its
+/// last gate / up block, for the down blocks to read (else by every down block:
+/// `HF2Q_CUDA_MOE_ONE_GLU=1`), and the nanoseconds a waiting block sleeps between reads of a
+/// counter (`HF2Q_CUDA_MOE_ONE_NS`, 20).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeOneMode {
+    pub route: bool,
+    pub glu_once: bool,
+    pub ns: i32,
+}
+
+impl MoeOneMode {
+    pub fn from_env() -> MoeOneMode {
+        MoeOneMode {
+            route: std::env::var("HF2Q_CUDA_MOE_ONE_ROUTE").map_or(true, |v| v != "0"),
+            glu_once: std::env::var("HF2Q_CUDA_MOE_ONE_GLU").is_ok_and(|v| v == "1"),
+            ns: std::env::var("HF2Q_CUDA_MOE_ONE_NS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(20),
+        }
+    }
 }
 
 /// Device tables of a MoE layer's experts: the tiled weights' addresses of gate, up and down.
@@ -218,7 +229,7 @@ impl Cuda {
         let glu_at = plain.next_multiple_of(64);
         let words = if grouped {
             sorted_at + 2 * (pairs * n_pad / 4 + pairs * n_pad / 32)
-        } else if glu_fused {
+        } else if glu_fused || one.is_some() {
             glu_at + 2 * (pairs * ff_pad / 4 + pairs * ff_pad / 32)
         } else {
             plain
@@ -266,15 +277,14 @@ impl Cuda {
         if !routed {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
         }
-        // `moe_one_*` routes its rows itself unless `HF2Q_CUDA_MOE_ONE_ROUTE=0`.
-        let one_routes = one.is_some() && moe_one_knobs().0;
-        // Its counters (ticket, blocks finished, rows routed, pairs' gate / up done) set to 0 by
-        // the moe_route launch before it where there is one, else by its own last block.
+        // `moe_one_*` routes its rows itself unless `MoeOneMode::route` is off.
+        let one_routes = one.is_some() && self.moe_one.route;
+        // Its counters (ticket, blocks finished, rows routed, pairs' gate / up done, pairs' GLUs
+        // made) set to 0 by the moe_route launch before it where there is one, else by its own
+        // last block.
         let one_cnt = one.map(|_| {
-            (
-                self.grown_zeroed(&self.dev.moe_cnt, 2 + t + pairs, "MoE step counters"),
-                2 + t + pairs,
-            )
+            let words = 2 + t + 2 * pairs;
+            (self.grown_zeroed(&self.dev.moe_cnt, words, "MoE step counters"), words)
         });
         if !routed && !route_in && !one_routes {
             match one_cnt {
@@ -368,9 +378,18 @@ impl Cuda {
                 A::P(bufs.slots.ptr),
                 A::I(t as i32),
                 A::P(cnt),
-                A::I(moe_one_knobs().1),
+                A::I(self.moe_one.ns),
                 A::I(one_routes as i32),
             ];
+            // Each pair's GLU made once (`MoeOneMode::glu_once`), quantized in the down weights'
+            // flavour (glu_fused's scratch).
+            let glu_once = self.moe_one.glu_once;
+            let act2 = ActScratch::packed(base + 4 * glu_at as u64, pairs * ff_pad);
+            let (q2, d2) = flavour(d_ty, act2);
+            let args: Vec<A> = args
+                .into_iter()
+                .chain([A::P(q2), A::P(d2), A::P(act_f), A::I(glu_once as i32)])
+                .collect();
             let grid = ((if one_routes { t } else { 0 } + pairs * (2 * tf + tn)) as u32, 1);
             let q8 = g_ty == GgmlType::Q8_0 || d_ty == GgmlType::Q8_0;
             if !q8 || super::mmq::pdl_q8() {

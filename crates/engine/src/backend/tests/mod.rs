@@ -1387,12 +1387,24 @@ pub(crate) mod cuda {
             same_as_plain(&b, "the products' own routing");
             // (Their down products make the GLU too: counted again.)
             assert_eq!((b.fused(Fused::RouteIn), b.fused(Fused::GluDown)), (6, 12));
-            // Routing, gate / up, GLU and down in one launch (`moe_one_*`), ahead of the others.
-            let b = b.with_fused(Fused::MoeOne, true).with_fused(Fused::Glu, true);
-            same_as_plain(&b, "the one-launch MoE step");
+            // Routing, gate / up, GLU and down in one launch (`moe_one_*`), ahead of the others:
+            // routing in it or by moe_route_z before it, each pair's GLU made by every down block
+            // or once.
+            let mut b = b.with_fused(Fused::MoeOne, true).with_fused(Fused::Glu, true);
+            for (route, glu_once) in [(true, false), (false, false), (true, true), (false, true)] {
+                b = b.with_moe_one(crate::backend::cuda::MoeOneMode {
+                    route,
+                    glu_once,
+                    ns: 20,
+                });
+                same_as_plain(
+                    &b,
+                    &format!("the one-launch MoE step (route {route}, GLU once {glu_once})"),
+                );
+            }
             assert_eq!(
                 (b.fused(Fused::MoeOne), b.fused(Fused::Glu), b.fused(Fused::RouteIn)),
-                (6, 6, 6)
+                (24, 6, 6)
             );
         }
     }

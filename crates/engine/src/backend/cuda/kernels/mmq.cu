@@ -610,9 +610,9 @@ MMQ_MOE_GD(mmq_moe_gd_v_TY_Q8_0, TY_Q8_0, true)
 // 0 by it): act their gated
 // activation (op 2 SwiGLU, 3 GeGLU), also quantized for the down products (rows of n_pad values,
 // zeros past m; q0 / qk may be null). Every thread of the block calls it.
-__device__ __forceinline__ void moe_glu_last(int p, int tiles, int* cnt, const float* gate, const float* up, int m, float* act,
-                                             signed char* q0, float* d0, signed char* qk, float* dk, int n_pad, int op) {
-    if (!last_to_finish(cnt + p, gridDim.y * tiles)) return;
+// glu_pair_q8: that GLU and quantization of pair p by the calling block (moe_one_*'s too).
+__device__ __forceinline__ void glu_pair_q8(int p, const float* gate, const float* up, int m, float* act, signed char* q0, float* d0,
+                                            signed char* qk, float* dk, int n_pad, int op) {
     u64 i0 = (u64)p * m, qo = (u64)p * n_pad, dof = (u64)p * (n_pad / 32);
     for (int c0 = 0; c0 < n_pad; c0 += 4 * blockDim.x) {
         int k = c0 + 4 * threadIdx.x;
@@ -625,6 +625,10 @@ __device__ __forceinline__ void moe_glu_last(int p, int tiles, int* cnt, const f
         }
         act_q8x4(r, k, q0 ? q0 + qo : 0, q0 ? d0 + dof : 0, qk ? qk + qo : 0, qk ? dk + dof : 0, k < n_pad);
     }
+}
+__device__ __forceinline__ void moe_glu_last(int p, int tiles, int* cnt, const float* gate, const float* up, int m, float* act,
+                                             signed char* q0, float* d0, signed char* qk, float* dk, int n_pad, int op) {
+    if (last_to_finish(cnt + p, gridDim.y * tiles)) glu_pair_q8(p, gate, up, m, act, q0, d0, qk, dk, n_pad, op);
 }
 
 // mmq_moe_* of gate (T0, into o0) and up (T1, o1) then, by each pair's last block, their GLU and
@@ -652,12 +656,16 @@ MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q8_0, TY_Q8_0, true)
 // (moe_route_blk, ne ≤ 256); then the pairs' gate / up tiles, pair-major (pair p waits for its
 // row's routing); then the pairs' down tiles, whose weights are asked for before waiting for the
 // pair's 2 · tiles gate / up blocks, then the pair's GLU made and quantized in the block (mmq_t's
-// G, as mmq_moe_gd_*). cnt: [0] the ticket, [1] the blocks finished, [2, 2 + t) the rows routed,
-// then the pairs' gate / up blocks done; the last block to finish sets them back to 0.
+// G, as mmq_moe_gd_*). With glu_once, the pair's last gate / up block to finish makes its GLU once
+// (glu_pair_q8, as glu_q8: into actf and q2 / d2, the down weights' flavour) and the down blocks
+// wait for that instead. cnt: [0] the ticket, [1] the blocks finished, [2, 2 + t) the rows routed,
+// then the pairs' gate / up blocks done, then (glu_once) the pairs' GLUs made; the last block to
+// finish sets them back to 0 (reset; else the moe_route_z launch before did).
 template <int TG, int TD>
 __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, int* ids, float* ws, const i8* qa, const float* ad,
                           int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, float* ou, int op, int ff_pad, int Uf,
-                          int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset) {
+                          int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset, i8* q2, float* d2,
+                          float* actf, int glu_once) {
     constexpr int SG = 4 * MQ<TG>::STAGES * MQ<TG>::UB, SD = 4 * MQ<TD>::STAGES * MQ<TD>::UB;
     __shared__ __align__(16) u8 sm[SG > SD ? SG : SD];
     __shared__ int tk;
@@ -667,7 +675,7 @@ __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, in
     __syncthreads();
     // (logits null: routed by a moe_route launch before, no routing blocks.)
     int b = tk, pairs = t * k, tf = (m_ff + 15) >> 4, tn = (n + 15) >> 4, tr = logits ? t : 0;
-    int *routed = cnt + 2, *gu = cnt + 2 + t;
+    int *routed = cnt + 2, *gu = cnt + 2 + t, *gr = gu + pairs;
     if (b < tr) {
         moe_route_blk<256>(logits + (u64)b * ne, ne, k, sf, nz, ids + b * k, ws + b * k);
         signal_done(routed + b);
@@ -678,25 +686,38 @@ __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, in
         mmq_t<TG, 1, true, MQ<TG>::STAGES, false, true>(tile, 0, (const u8*)(mat ? Tu : Tg)[e], U, m_ff, qa + (u64)r * n_pad,
                                                        ad + (u64)r * (n_pad >> 5), n_pad, (mat ? ou : og) + (u64)p * m_ff, 1,
                                                        GluIn{}, sm);
-        signal_done(gu + p);
+        if (!glu_once) {
+            signal_done(gu + p);
+        } else if (last_to_finish(gu + p, 2 * tf)) {
+            const bool q0 = TD == TY_Q8_0;
+            glu_pair_q8(p, og, ou, m_ff, actf, q0 ? q2 : 0, q0 ? d2 : 0, q0 ? 0 : q2, q0 ? 0 : d2, ff_pad, op);
+            signal_done(gr + p);
+        }
     } else {
         b -= 2 * pairs * tf;
         int p = b / tn, tile = b % tn;
         if (tr) spin_until(routed + p / k, 1, ns);
         int e = __ldcg(ids + p);
-        mmq_t<TD, 1, true, MQ<TD>::STAGES, true, true, true>(tile, 0, (const u8*)Td[e], Uf, n, 0, 0, ff_pad, od + (u64)p * n, 1,
+        if (glu_once)
+            mmq_t<TD, 1, true, MQ<TD>::STAGES, false, true, true>(tile, 0, (const u8*)Td[e], Uf, n, q2 + (u64)p * ff_pad,
+                                                                 d2 + (u64)p * (ff_pad >> 5), ff_pad, od + (u64)p * n, 1,
+                                                                 GluIn{}, sm, gr + p, 1, ns);
+        else
+            mmq_t<TD, 1, true, MQ<TD>::STAGES, true, true, true>(tile, 0, (const u8*)Td[e], Uf, n, 0, 0, ff_pad, od + (u64)p * n, 1,
                                                             GluIn{og + (u64)p * m_ff, ou + (u64)p * m_ff, m_ff, op}, sm, gu + p,
                                                             2 * tf, ns);
     }
     // (reset 0: the moe_route launch before this one set them to 0.)
     if (reset && last_to_finish(cnt + 1, gridDim.x))
-        for (int i = threadIdx.x; i <= t + pairs; i += blockDim.x) cnt[i == 0 ? 0 : i + 1] = 0;
+        for (int i = threadIdx.x; i <= t + 2 * pairs; i += blockDim.x) cnt[i == 0 ? 0 : i + 1] = 0;
 }
 #define MOE_ONE(TG, TD) \
     extern "C" __global__ void __launch_bounds__(128) moe_one_##TG##_##TD(const float* logits, int ne, int k, int sf, int nz, \
         int* ids, float* ws, const i8* qa, const float* ad, int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, \
-        float* ou, int op, int ff_pad, int Uf, int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset) { \
-        moe_one_t<TG, TD>(logits, ne, k, sf, nz, ids, ws, qa, ad, n_pad, U, m_ff, Tg, og, Tu, ou, op, ff_pad, Uf, n, Td, od, t, cnt, ns, reset); \
+        float* ou, int op, int ff_pad, int Uf, int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset, i8* q2, \
+        float* d2, float* actf, int glu_once) { \
+        moe_one_t<TG, TD>(logits, ne, k, sf, nz, ids, ws, qa, ad, n_pad, U, m_ff, Tg, og, Tu, ou, op, ff_pad, Uf, n, Td, od, t, \
+                          cnt, ns, reset, q2, d2, actf, glu_once); \
     }
 MOE_ONE(TY_Q4_K, TY_Q4_K)
 MOE_ONE(TY_Q4_K, TY_Q6_K)
