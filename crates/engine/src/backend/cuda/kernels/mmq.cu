@@ -337,10 +337,14 @@ template <> struct MQ<TY_Q8_0> {
 // A one-row product's activations made by its own block from two rows of floats: their GLU (op
 // 2 SwiGLU, 3 GeGLU; m values, zeros up to n_pad ≤ GLU_MAX) quantized as glu_q8 quantizes it,
 // into shared memory, once the kernel ahead (which wrote them) has finished.
+// (q / d given: the activations made already, by another block of the launch, copied through
+// the L2 instead: glu_pair_q8's rows, whose scale rows share cache lines with other pairs'.)
 struct GluIn {
     const float* gate;
     const float* up;
     int m, op;
+    const i8* q = nullptr;
+    const float* d = nullptr;
 };
 #define GLU_MAX 2048
 
@@ -387,7 +391,11 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
         __shared__ __align__(16) i8 gq[GLU_MAX];
         __shared__ float gd[GLU_MAX / 32];
         const bool q0 = TY == TY_Q8_0;
-        for (int c = 0; c < n_pad; c += 4 * blockDim.x) {
+        if (gi.q) {
+            for (int c = 16 * threadIdx.x; c < n_pad; c += 16 * blockDim.x) *(int4*)(gq + c) = __ldcg((const int4*)(gi.q + c));
+            for (int c = threadIdx.x; c < n_pad / 32; c += blockDim.x) gd[c] = __ldcg(gi.d + c);
+        }
+        for (int c = 0; c < n_pad && !gi.q; c += 4 * blockDim.x) {
             int k = c + 4 * threadIdx.x;
             float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
             if (k < gi.m) {
@@ -699,9 +707,9 @@ __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, in
         if (tr) spin_until(routed + p / k, 1, ns);
         int e = __ldcg(ids + p);
         if (glu_once)
-            mmq_t<TD, 1, true, MQ<TD>::STAGES, false, true, true>(tile, 0, (const u8*)Td[e], Uf, n, q2 + (u64)p * ff_pad,
-                                                                 d2 + (u64)p * (ff_pad >> 5), ff_pad, od + (u64)p * n, 1,
-                                                                 GluIn{}, sm, gr + p, 1, ns);
+            mmq_t<TD, 1, true, MQ<TD>::STAGES, true, true, true>(
+                tile, 0, (const u8*)Td[e], Uf, n, 0, 0, ff_pad, od + (u64)p * n, 1,
+                GluIn{0, 0, m_ff, op, q2 + (u64)p * ff_pad, d2 + (u64)p * (ff_pad >> 5)}, sm, gr + p, 1, ns);
         else
             mmq_t<TD, 1, true, MQ<TD>::STAGES, true, true, true>(tile, 0, (const u8*)Td[e], Uf, n, 0, 0, ff_pad, od + (u64)p * n, 1,
                                                             GluIn{og + (u64)p * m_ff, ou + (u64)p * m_ff, m_ff, op}, sm, gu + p,
