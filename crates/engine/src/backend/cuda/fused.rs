@@ -31,7 +31,7 @@ pub enum Fused {
     RopeAttn,
     /// A MoE decode step's routing, gate / up products, GLU and down products in one launch
     /// (`moe_one_*`: blocks numbered by a ticket as they start, later ones waiting for earlier
-    /// ones; no `moe_route`, `glu_q8` or second product launch).
+    /// ones; no `moe_route`, `glu_q8` or second product launch; its modes: `MoeOneMode`).
     MoeOne,
 }
 

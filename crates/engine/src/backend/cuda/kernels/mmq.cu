@@ -715,7 +715,7 @@ __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, in
                                                             GluIn{og + (u64)p * m_ff, ou + (u64)p * m_ff, m_ff, op}, sm, gu + p,
                                                             2 * tf, ns);
     }
-    // (reset 0: the moe_route launch before this one set them to 0.)
+    // (reset 0: the moe_route_z launch before this one set them to 0.)
     if (reset && last_to_finish(cnt + 1, gridDim.x))
         for (int i = threadIdx.x; i <= t + 2 * pairs; i += blockDim.x) cnt[i == 0 ? 0 : i + 1] = 0;
 }
