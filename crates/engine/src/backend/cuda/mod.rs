@@ -253,8 +253,22 @@ impl Cuda {
         self
     }
 
-    /// How the one-launch MoE step runs (`Fused::MoeOne`).
+    /// How the one-launch MoE step runs (`Fused::MoeOne`). Its counters are left as each mode
+    /// leaves them (routing outside: set for the `moe_route_z` of the next step to clear), so a
+    /// change of mode waits for the launches so far and starts from zeros.
     pub fn with_moe_one(mut self, mode: MoeOneMode) -> Cuda {
+        if mode != self.moe_one {
+            self.dev.sync();
+            let mut cnt = self.dev.moe_cnt.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(c) = cnt.as_mut() {
+                self.dev
+                    .stream
+                    .memset_zeros(c)
+                    .unwrap_or_else(|e| self.dev.fail("clearing the MoE step counters", e));
+            }
+            drop(cnt);
+            self.dev.sync();
+        }
         self.moe_one = mode;
         self
     }
