@@ -722,12 +722,12 @@ s37)
 s38)
   # Written 2026-12-06 (nineteenth session; carry .dev made at HEAD, a fresh machine, ~450 s): s37
   # measured the one-launch MoE step (MoeOne) 0.907x the defaults on an H200 (the same tokens).
-  # The moe op test (MoeOne in its four modes against the launches, bit for bit), then its modes
-  # on the 24-layer MoE against the defaults, alternating, twice: the routing by a moe_route_z
-  # launch before it (MOE_ONE_ROUTE=0: no block waits for the routing, no finished-blocks counter),
-  # each pair's GLU made once by its last gate / up block (MOE_ONE_GLU=1: not by every down
-  # block), both; the greedy tokens of each; both tools with the fastest if that is not the
-  # defaults and time is left.
+  # The moe op test (MoeOne in six modes against the launches, bit for bit), then its modes on
+  # the 24-layer MoE against the defaults, alternating, twice: the routing by a moe_route_z launch
+  # before it (MOE_ONE_ROUTE=0: no block waits for the routing, no finished-blocks counter), each
+  # pair's GLU made once by its last gate / up block (MOE_ONE_GLU=1: not by every down block), the
+  # lean kernels (MOE_ONE_LEAN=1: fewer stages, six blocks a multiprocessor, not five); the greedy
+  # tokens of each; both tools with the fastest if that is not the defaults and time is left.
   bg_llama_bench
   unpack
   machine_info
@@ -736,8 +736,9 @@ s38)
   m=$W/moe.q4_k_m.gguf
   wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  set -- "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_GLU=1" \
-    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1" HF2Q_CUDA_MOE_ONE=1
+  set -- "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1 HF2Q_CUDA_MOE_ONE_LEAN=1" \
+    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" \
+    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_GLU=1" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_LEAN=1"
   for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done
   greedy_ab $m X=1 "$@"
   pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
@@ -761,8 +762,8 @@ s39)
   timeout 200 /tmp/bin/engine-tests --test-threads=1 cuda::moe 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked"
   wait_for MOE-END
   cp /tmp/mk.log $OUT/make.txt
-  set -- "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_GLU=1" \
-    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1"
+  set -- "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1 HF2Q_CUDA_MOE_ONE_LEAN=1" \
+    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_LEAN=1"
   for i in 1 2; do for c in X=1 "$@"; do [ -f $m ] && [ $SECONDS -lt 215 ] && tgp moe8 $m $c; done; done
   [ $SECONDS -lt 230 ] && greedy_ab $m X=1 "$@"
   echo "s39 done at $SECONDS s" | tee -a $OUT/ab.txt

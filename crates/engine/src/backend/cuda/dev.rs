@@ -840,6 +840,10 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "moe_one_TY_Q4_K_TY_Q6_K",
                 "moe_one_TY_Q6_K_TY_Q6_K",
                 "moe_one_TY_Q8_0_TY_Q8_0",
+                "moe_one_lean_TY_Q4_K_TY_Q4_K",
+                "moe_one_lean_TY_Q4_K_TY_Q6_K",
+                "moe_one_lean_TY_Q6_K_TY_Q6_K",
+                "moe_one_lean_TY_Q8_0_TY_Q8_0",
             ]
             .map(String::from)
             .to_vec();

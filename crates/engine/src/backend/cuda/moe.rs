@@ -54,14 +54,18 @@ fn grouped_nt(pairs: usize, n_expert: usize) -> usize {
 }
 
 /// `moe_one_*`'s kernel for gate / up weights of type `g` and down weights of type `d`, where
-/// there is one (`kernels/mmq.cu`: MOE_ONE).
-fn moe_one_name(g: GgmlType, d: GgmlType) -> Option<&'static str> {
+/// there is one (`kernels/mmq.cu`: MOE_ONE), or its lean form (`moe_one_lean_*`).
+fn moe_one_name(g: GgmlType, d: GgmlType, lean: bool) -> Option<&'static str> {
     use GgmlType::{Q4_K, Q6_K, Q8_0};
-    Some(match (g, d) {
-        (Q4_K, Q4_K) => "moe_one_TY_Q4_K_TY_Q4_K",
-        (Q4_K, Q6_K) => "moe_one_TY_Q4_K_TY_Q6_K",
-        (Q6_K, Q6_K) => "moe_one_TY_Q6_K_TY_Q6_K",
-        (Q8_0, Q8_0) => "moe_one_TY_Q8_0_TY_Q8_0",
+    Some(match (g, d, lean) {
+        (Q4_K, Q4_K, false) => "moe_one_TY_Q4_K_TY_Q4_K",
+        (Q4_K, Q6_K, false) => "moe_one_TY_Q4_K_TY_Q6_K",
+        (Q6_K, Q6_K, false) => "moe_one_TY_Q6_K_TY_Q6_K",
+        (Q8_0, Q8_0, false) => "moe_one_TY_Q8_0_TY_Q8_0",
+        (Q4_K, Q4_K, true) => "moe_one_lean_TY_Q4_K_TY_Q4_K",
+        (Q4_K, Q6_K, true) => "moe_one_lean_TY_Q4_K_TY_Q6_K",
+        (Q6_K, Q6_K, true) => "moe_one_lean_TY_Q6_K_TY_Q6_K",
+        (Q8_0, Q8_0, true) => "moe_one_lean_TY_Q8_0_TY_Q8_0",
         _ => return None,
     })
 }
@@ -70,12 +74,14 @@ fn moe_one_name(g: GgmlType, d: GgmlType) -> Option<&'static str> {
 /// environment): whether it routes its rows (else a `moe_route_z` launch before it does, and sets
 /// its counters to 0: `HF2Q_CUDA_MOE_ONE_ROUTE=0`), whether each pair's GLU is made once, by its
 /// last gate / up block, for the down blocks to read (else by every down block:
-/// `HF2Q_CUDA_MOE_ONE_GLU=1`), and the nanoseconds a waiting block sleeps between reads of a
-/// counter (`HF2Q_CUDA_MOE_ONE_NS`, 20).
+/// `HF2Q_CUDA_MOE_ONE_GLU=1`), whether it takes the lean kernels where the shapes allow (fewer
+/// stages, at least six blocks a multiprocessor: `HF2Q_CUDA_MOE_ONE_LEAN=1`), and the nanoseconds
+/// a waiting block sleeps between reads of a counter (`HF2Q_CUDA_MOE_ONE_NS`, 20).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MoeOneMode {
     pub route: bool,
     pub glu_once: bool,
+    pub lean: bool,
     pub ns: i32,
 }
 
@@ -84,6 +90,7 @@ impl MoeOneMode {
         MoeOneMode {
             route: std::env::var("HF2Q_CUDA_MOE_ONE_ROUTE").map_or(true, |v| v != "0"),
             glu_once: std::env::var("HF2Q_CUDA_MOE_ONE_GLU").is_ok_and(|v| v == "1"),
+            lean: std::env::var("HF2Q_CUDA_MOE_ONE_LEAN").is_ok_and(|v| v == "1"),
             ns: std::env::var("HF2Q_CUDA_MOE_ONE_NS")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -223,7 +230,11 @@ impl Cuda {
             && g_ty == u_ty
             && ff_pad <= GLU_MAX
             && super::mmq::mmq_v_on())
-        .then(|| moe_one_name(g_ty, d_ty))
+        .then(|| {
+            // (The lean kernels' stages hold every unit of a warp: n ≤ 2048, n_ff ≤ 1024.)
+            let lean = self.moe_one.lean && n_pad <= 2048 && ff_pad <= 1024;
+            moe_one_name(g_ty, d_ty, lean)
+        })
         .flatten();
         let glu_fused = one.is_none() && !grouped && g_ty == u_ty && self.fuse_on(super::Fused::Glu);
         let glu_at = plain.next_multiple_of(64);

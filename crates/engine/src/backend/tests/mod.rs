@@ -1389,22 +1389,29 @@ pub(crate) mod cuda {
             assert_eq!((b.fused(Fused::RouteIn), b.fused(Fused::GluDown)), (6, 12));
             // Routing, gate / up, GLU and down in one launch (`moe_one_*`), ahead of the others:
             // routing in it or by moe_route_z before it, each pair's GLU made by every down block
-            // or once.
+            // or once, the lean kernels or not.
             let mut b = b.with_fused(Fused::MoeOne, true).with_fused(Fused::Glu, true);
-            for (route, glu_once) in [(true, false), (false, false), (true, true), (false, true)] {
+            let modes = [
+                (true, false, false),
+                (false, false, false),
+                (true, true, false),
+                (false, true, false),
+                (false, true, true),
+                (true, false, true),
+            ];
+            for (route, glu_once, lean) in modes {
                 b = b.with_moe_one(crate::backend::cuda::MoeOneMode {
                     route,
                     glu_once,
+                    lean,
                     ns: 20,
                 });
-                same_as_plain(
-                    &b,
-                    &format!("the one-launch MoE step (route {route}, GLU once {glu_once})"),
-                );
+                let what = format!("the one-launch MoE step (route {route}, GLU once {glu_once}, lean {lean})");
+                same_as_plain(&b, &what);
             }
             assert_eq!(
                 (b.fused(Fused::MoeOne), b.fused(Fused::Glu), b.fused(Fused::RouteIn)),
-                (24, 6, 6)
+                (36, 6, 6)
             );
         }
     }

@@ -669,12 +669,14 @@ MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q8_0, TY_Q8_0, true)
 // wait for that instead. cnt: [0] the ticket, [1] the blocks finished, [2, 2 + t) the rows routed,
 // then the pairs' gate / up blocks done, then (glu_once) the pairs' GLUs made; the last block to
 // finish sets them back to 0 (reset; else the moe_route_z launch before did).
-template <int TG, int TD>
+// SGS / SDS: the gate / up and down products' stages (the lean kernels: fewer, for the shapes where
+// each warp has that few units less one, so less shared memory and more blocks a multiprocessor).
+template <int TG, int TD, int SGS = MQ<TG>::STAGES, int SDS = MQ<TD>::STAGES>
 __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, int* ids, float* ws, const i8* qa, const float* ad,
                           int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, float* ou, int op, int ff_pad, int Uf,
                           int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset, i8* q2, float* d2,
                           float* actf, int glu_once) {
-    constexpr int SG = 4 * MQ<TG>::STAGES * MQ<TG>::UB, SD = 4 * MQ<TD>::STAGES * MQ<TD>::UB;
+    constexpr int SG = 4 * SGS * MQ<TG>::UB, SD = 4 * SDS * MQ<TD>::UB;
     __shared__ __align__(16) u8 sm[SG > SD ? SG : SD];
     __shared__ int tk;
     // (Launched early: the router's logits and x's quantized rows are the kernels' ahead.)
@@ -691,7 +693,7 @@ __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, in
         int p = b / (2 * tf), mat = (b % (2 * tf)) / tf, tile = b % tf, r = p / k;
         if (tr) spin_until(routed + r, 1, ns);
         int e = __ldcg(ids + p);
-        mmq_t<TG, 1, true, MQ<TG>::STAGES, false, true>(tile, 0, (const u8*)(mat ? Tu : Tg)[e], U, m_ff, qa + (u64)r * n_pad,
+        mmq_t<TG, 1, true, SGS, false, true>(tile, 0, (const u8*)(mat ? Tu : Tg)[e], U, m_ff, qa + (u64)r * n_pad,
                                                        ad + (u64)r * (n_pad >> 5), n_pad, (mat ? ou : og) + (u64)p * m_ff, 1,
                                                        GluIn{}, sm);
         if (!glu_once) {
@@ -707,11 +709,11 @@ __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, in
         if (tr) spin_until(routed + p / k, 1, ns);
         int e = __ldcg(ids + p);
         if (glu_once)
-            mmq_t<TD, 1, true, MQ<TD>::STAGES, true, true, true>(
+            mmq_t<TD, 1, true, SDS, true, true, true>(
                 tile, 0, (const u8*)Td[e], Uf, n, 0, 0, ff_pad, od + (u64)p * n, 1,
                 GluIn{0, 0, m_ff, op, q2 + (u64)p * ff_pad, d2 + (u64)p * (ff_pad >> 5)}, sm, gr + p, 1, ns);
         else
-            mmq_t<TD, 1, true, MQ<TD>::STAGES, true, true, true>(tile, 0, (const u8*)Td[e], Uf, n, 0, 0, ff_pad, od + (u64)p * n, 1,
+            mmq_t<TD, 1, true, SDS, true, true, true>(tile, 0, (const u8*)Td[e], Uf, n, 0, 0, ff_pad, od + (u64)p * n, 1,
                                                             GluIn{og + (u64)p * m_ff, ou + (u64)p * m_ff, m_ff, op}, sm, gu + p,
                                                             2 * tf, ns);
     }
@@ -719,14 +721,20 @@ __device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, in
     if (reset && last_to_finish(cnt + 1, gridDim.x))
         for (int i = threadIdx.x; i <= t + 2 * pairs; i += blockDim.x) cnt[i == 0 ? 0 : i + 1] = 0;
 }
-#define MOE_ONE(TG, TD) \
-    extern "C" __global__ void __launch_bounds__(128) moe_one_##TG##_##TD(const float* logits, int ne, int k, int sf, int nz, \
-        int* ids, float* ws, const i8* qa, const float* ad, int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, \
-        float* ou, int op, int ff_pad, int Uf, int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset, i8* q2, \
-        float* d2, float* actf, int glu_once) { \
-        moe_one_t<TG, TD>(logits, ne, k, sf, nz, ids, ws, qa, ad, n_pad, U, m_ff, Tg, og, Tu, ou, op, ff_pad, Uf, n, Td, od, t, \
-                          cnt, ns, reset, q2, d2, actf, glu_once); \
+#define MOE_ONE_K(NAME, TG, TD, SGS, SDS, MINB) \
+    extern "C" __global__ void __launch_bounds__(128, MINB) NAME(const float* logits, int ne, int k, int sf, int nz, int* ids, \
+        float* ws, const i8* qa, const float* ad, int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, float* ou, \
+        int op, int ff_pad, int Uf, int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset, i8* q2, float* d2, \
+        float* actf, int glu_once) { \
+        moe_one_t<TG, TD, SGS, SDS>(logits, ne, k, sf, nz, ids, ws, qa, ad, n_pad, U, m_ff, Tg, og, Tu, ou, op, ff_pad, Uf, n, \
+                                    Td, od, t, cnt, ns, reset, q2, d2, actf, glu_once); \
     }
+// moe_one_lean_*: three stages for gate / up (two units a warp in flight: n ≤ 2048), two for down
+// (one unit a warp: n_ff ≤ 1024), at least six blocks a multiprocessor (registers capped to fit,
+// no spills in ptxas -v; ~33 KB of shared memory against ~45 KB).
+#define MOE_ONE(TG, TD) \
+    MOE_ONE_K(moe_one_##TG##_##TD, TG, TD, MQ<TG>::STAGES, MQ<TD>::STAGES, 1) \
+    MOE_ONE_K(moe_one_lean_##TG##_##TD, TG, TD, (MQ<TG>::STAGES < 3 ? MQ<TG>::STAGES : 3), 2, 6)
 MOE_ONE(TY_Q4_K, TY_Q4_K)
 MOE_ONE(TY_Q4_K, TY_Q6_K)
 MOE_ONE(TY_Q6_K, TY_Q6_K)
