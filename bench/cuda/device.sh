@@ -728,11 +728,7 @@ s38)
   # pair's GLU made once by its last gate / up block (MOE_ONE_GLU=1: not by every down block), the
   # lean kernels (MOE_ONE_LEAN=1: fewer stages, six blocks a multiprocessor, not five); the greedy
   # tokens of each; both tools with the fastest if that is not the defaults and time is left.
-  bg_llama_bench
-  unpack
-  machine_info
-  bg_make "" moe
-  op_tests cuda::moe
+  fresh_moe cuda::moe
   m=$W/moe.q4_k_m.gguf
   wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
@@ -743,7 +739,6 @@ s38)
   greedy_ab $m X=1 "$@"
   pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
   echo "$pick (s38: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   if [ "$pick" != "export X=1" ] && [ $SECONDS -lt 360 ]; then
     eval "$pick"
     for i in $(seq 1 30); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done

@@ -70,6 +70,18 @@ fn moe_one_name(g: GgmlType, d: GgmlType, lean: bool) -> Option<&'static str> {
     })
 }
 
+/// A routing launch's first arguments: the router's logits and the routing's numbers (`moe_route*`,
+/// `moe_one_*`, `mmq_moe_*` routing their pairs).
+fn route_head(logits: u64, r: &Routing) -> [A; 5] {
+    [
+        A::P(logits),
+        A::I(r.n_expert as i32),
+        A::I(r.k as i32),
+        A::I(r.softmax_first as i32),
+        A::I(r.normalize as i32),
+    ]
+}
+
 /// How `moe_one_*` (`Fused::MoeOne`) runs, to compare (`Cuda::with_moe_one`; by default from the
 /// environment): whether it routes its rows (else a `moe_route_z` launch before it does, and sets
 /// its counters to 0: `HF2Q_CUDA_MOE_ONE_ROUTE=0`), whether each pair's GLU is made once, by its
@@ -137,17 +149,8 @@ impl Cuda {
         } else {
             ("moe_route", (r.n_expert.next_multiple_of(32)).clamp(32, 1024) as u32)
         };
-        let args = [
-            A::P(logits),
-            A::I(r.n_expert as i32),
-            A::I(r.k as i32),
-            A::I(r.softmax_first as i32),
-            A::I(r.normalize as i32),
-            A::P(ids),
-            A::P(ws),
-            A::P(zero.0),
-            A::I(zero.1 as i32),
-        ];
+        let mut args = route_head(logits, r).to_vec();
+        args.extend([A::P(ids), A::P(ws), A::P(zero.0), A::I(zero.1 as i32)]);
         // (`moe_route_z` where there are counters to set to 0.)
         let (name, args) = match (warp, zero.1) {
             (false, 1..) => ("moe_route_z", &args[..]),
@@ -355,21 +358,17 @@ impl Cuda {
                 self.dev.launch(&name, grid, 128, &args);
             }
         };
+        let op = match glu {
+            Glu::Swiglu => 2,
+            Glu::Geglu => 3,
+        };
         if let Some(name) = one {
             let (qa, ad) = flavour(g_ty, act);
             let (tf, tn) = (n_ff.div_ceil(16), n.div_ceil(16));
             let cnt = one_cnt.map_or(0, |c| c.0);
             bufs.slots.set_shape(pairs, n);
-            let op = match glu {
-                Glu::Swiglu => 2,
-                Glu::Geglu => 3,
-            };
+            let head = route_head(if one_routes { bufs.router.ptr } else { 0 }, r);
             let args = [
-                A::P(if one_routes { bufs.router.ptr } else { 0 }),
-                A::I(r.n_expert as i32),
-                A::I(r.k as i32),
-                A::I(r.softmax_first as i32),
-                A::I(r.normalize as i32),
                 A::P(ids),
                 A::P(ws),
                 A::P(qa),
@@ -397,8 +396,9 @@ impl Cuda {
             let glu_once = self.moe_one.glu_once;
             let act2 = ActScratch::packed(base + 4 * glu_at as u64, pairs * ff_pad);
             let (q2, d2) = flavour(d_ty, act2);
-            let args: Vec<A> = args
+            let args: Vec<A> = head
                 .into_iter()
+                .chain(args)
                 .chain([A::P(q2), A::P(d2), A::P(act_f), A::I(glu_once as i32)])
                 .collect();
             let grid = ((if one_routes { t } else { 0 } + pairs * (2 * tf + tn)) as u32, 1);
@@ -453,10 +453,6 @@ impl Cuda {
         } else {
             act
         };
-        let op = match glu {
-            Glu::Swiglu => 2,
-            Glu::Geglu => 3,
-        };
         // The down products making each pair's GLU themselves (`Fused::GluDown`): no glu_q8.
         let glu_down = route_in
             || (!grouped
@@ -465,15 +461,7 @@ impl Cuda {
                 && super::mmq::mmq_v_on()
                 && self.fuse_on(super::Fused::GluDown));
         // The router's logits and routing for the launches that route their pairs (route_in).
-        let route_args = |logits: u64| {
-            [
-                A::P(logits),
-                A::I(r.n_expert as i32),
-                A::I(r.k as i32),
-                A::I(r.softmax_first as i32),
-                A::I(r.normalize as i32),
-            ]
-        };
+        let route_args = |logits: u64| route_head(logits, r);
         let act2 = if glu_fused {
             // The GLU of every pair, quantized for the down products, by the gate / up launch.
             let act2 = ActScratch::packed(base + 4 * glu_at as u64, pairs * ff_pad);

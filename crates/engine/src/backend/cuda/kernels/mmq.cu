@@ -492,22 +492,23 @@ MMQ_VX(mmq_vx5_TY_Q4_K_TY_Q6_K, 5)
 // build_moe_ffn): one warp per row of router logits (n_expert ≤ 1024) -> the k experts' ids and
 // weights, in rank order (ties to the lower id).
 // A block a row, every thread routing (moe_route_blk, common.cuh; blockDim.x a multiple of 32).
-extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+// zero: n_zero counters block 0 also sets to 0 (moe_route_z: moe_one_*'s, for the launch after it).
+__device__ __forceinline__ void moe_route_t(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws,
+                                            int* zero, int n_zero) {
     // (Launched early: it waits for the router's product before reading the logits.)
     pdl_trigger();
     pdl_wait();
     int row = blockIdx.x;
-    moe_route_blk<>(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
-}
-// moe_route whose block 0 also sets n_zero counters to 0 (moe_one_*'s, for the launch after it).
-extern "C" __global__ void moe_route_z(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws,
-                                       int* zero, int n_zero) {
-    pdl_trigger();
-    pdl_wait();
-    int row = blockIdx.x;
-    if (row == 0)
+    if (zero && row == 0)
         for (int i = threadIdx.x; i < n_zero; i += blockDim.x) zero[i] = 0;
     moe_route_blk<>(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
+}
+extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+    moe_route_t(logits, ne, k, softmax_first, normalize, ids, ws, nullptr, 0);
+}
+extern "C" __global__ void moe_route_z(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws,
+                                       int* zero, int n_zero) {
+    moe_route_t(logits, ne, k, softmax_first, normalize, ids, ws, zero, n_zero);
 }
 
 // The same by one warp a row (moe_route_t, common.cuh: the serial sum and k rounds of argmax),
