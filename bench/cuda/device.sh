@@ -747,6 +747,41 @@ s38)
   echo "s38 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
+s40)
+  # Written 2026-12-06 (twentieth session; carry .dev made at HEAD, a fresh machine, ~420 s): the
+  # MoE's one-row expert products through kernels with only the stages their warps' units need
+  # and more blocks a multiprocessor (HF2Q_CUDA_MOE_LEAN=1: mmq_moe_v3_* for gate / up, 768
+  # blocks, and mmq_moe_v2_* for down, 1,024 blocks, each launch resident at once on 132
+  # multiprocessors instead of in two waves; the same sums, so the same bits). The moe op test,
+  # the A/B (alternating, three rounds; S40_EXTRA: more settings), the greedy tokens, each MoE
+  # kernel's cost with launches overlapping under the faster setting (HF2Q_CUDA_TWICE) while time
+  # is left, then both tools on the MoE with the faster.
+  bg_llama_bench
+  unpack
+  machine_info
+  bg_make "" moe
+  op_tests cuda::moe
+  m=$W/moe.q4_k_m.gguf
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  set -- HF2Q_CUDA_MOE_LEAN=1 ${S40_EXTRA:-}
+  for i in 1 2 3; do for c in X=1 "$@"; do tgp moe $m $c; done; done
+  greedy_ab $m X=1 "$@"
+  pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
+  echo "$pick (s40: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
+  eval "$pick"
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  for k in X=1 mmq_moe_v3_TY_Q4_K mmq_moe_v2_TY_Q4_K mmq_moe_v2_TY_Q6_K mmq_moe_v_TY_Q4_K mmq_moe_v_TY_Q6_K moe_route \
+    attn_dec_f16_rope attn_combine_q8 glu_q8 mmv_TY_F32_1 add_ws_rms_norm_q8 add_rms_norm_q8 X=1; do
+    [ $SECONDS -lt 330 ] || break
+    if [ $k = X=1 ]; then tgp moe-twice $m X=1; else tgp moe-twice $m HF2Q_CUDA_TWICE=$k; fi
+  done
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 420 ] && break; sleep 3; done
+  tail -n 2 /tmp/lc.log >> $OUT/make.txt
+  [ $SECONDS -lt 430 ] && bench_pair moe $m
+  echo "s40 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
+  ;;
 s39)
   # s38 cut to ~250 s (an 8-layer MoE: a relative figure; no llama.cpp): the moe op test (the
   # kernels compile first, in parallel, while the model is made), then the modes alternating,

@@ -108,6 +108,12 @@ pub struct Cuda {
     mmq_v5_blocks: u32,
     /// How the one-launch MoE step runs (`Fused::MoeOne`; `with_moe_one`).
     moe_one: MoeOneMode,
+    /// A MoE step's one-row expert products through kernels with only the stages their warps'
+    /// units need and more blocks a multiprocessor (`mmq_moe_v2_*`, `mmq_moe_v3_*`; the same
+    /// bits): `HF2Q_CUDA_MOE_LEAN=1`, `with_moe_lean`.
+    moe_lean: bool,
+    /// Launches of the lean kernels so far (for the op tests).
+    moe_lean_n: std::sync::atomic::AtomicUsize,
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
     /// `attn_split_f16`, its keys loaded one after another).
     attn_dec: bool,
@@ -178,6 +184,8 @@ impl Cuda {
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
             moe_one: MoeOneMode::from_env(),
+            moe_lean: std::env::var("HF2Q_CUDA_MOE_LEAN").is_ok_and(|v| v == "1"),
+            moe_lean_n: Default::default(),
             fuse: Fused::ALL.map(|k| std::env::var(k.var()).map_or(k.default_on(), |v| v == "1")),
             tops: std::env::var("HF2Q_CUDA_TOPK").map_or(true, |v| v != "0"),
             draws: std::env::var("HF2Q_CUDA_SAMPLE").map_or(true, |v| v != "0"),
@@ -271,6 +279,17 @@ impl Cuda {
         }
         self.moe_one = mode;
         self
+    }
+
+    /// A MoE step's one-row expert products through the lean kernels (`moe_lean`) or not.
+    pub fn with_moe_lean(mut self, on: bool) -> Cuda {
+        self.moe_lean = on;
+        self
+    }
+
+    /// Launches of the lean kernels so far.
+    pub fn moe_lean_launches(&self) -> usize {
+        self.moe_lean_n.load(Ordering::Relaxed)
     }
 
     /// Free and total device memory in bytes.

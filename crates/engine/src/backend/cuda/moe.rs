@@ -70,6 +70,19 @@ fn moe_one_name(g: GgmlType, d: GgmlType, lean: bool) -> Option<&'static str> {
     })
 }
 
+/// `mmq_moe_v{ST}_*` (kernels/mmq.cu: MMQ_MOE_L) for a one-row expert product of `ty` weights
+/// `np` values wide whose warps' units (at most ⌈np / 1024⌉ each) need fewer stages than the
+/// type's own, where there is one.
+fn moe_lean_name(ty: GgmlType, np: usize) -> Option<&'static str> {
+    use GgmlType::{Q4_K, Q6_K};
+    Some(match (ty, (np / 256).div_ceil(4) + 1) {
+        (Q4_K, 2) => "mmq_moe_v2_TY_Q4_K",
+        (Q4_K, 3) => "mmq_moe_v3_TY_Q4_K",
+        (Q6_K, 2) => "mmq_moe_v2_TY_Q6_K",
+        _ => return None,
+    })
+}
+
 /// A routing launch's first arguments: the router's logits and the routing's numbers (`moe_route*`,
 /// `moe_one_*`, `mmq_moe_*` routing their pairs).
 fn route_head(logits: u64, r: &Routing) -> [A; 5] {
@@ -345,8 +358,15 @@ impl Cuda {
                 args.extend([A::P(ids), A::I(div as i32)]);
                 let v = if super::mmq::mmq_v_on() { "v_" } else { "" };
                 let g = if glu.is_empty() { "" } else { "glu_" };
+                // The lean kernels where they take the product (`with_moe_lean`).
+                let lean = (self.moe_lean && glu.is_empty() && !v.is_empty())
+                    .then(|| moe_lean_name(ty, np))
+                    .flatten();
+                if lean.is_some() {
+                    self.moe_lean_n.fetch_add(1, Ordering::Relaxed);
+                }
                 (
-                    format!("mmq_moe_{g}{v}{}", ty_name(ty)),
+                    lean.map_or_else(|| format!("mmq_moe_{g}{v}{}", ty_name(ty)), str::to_string),
                     ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
                 )
             };

@@ -1387,6 +1387,15 @@ pub(crate) mod cuda {
             same_as_plain(&b, "the products' own routing");
             // (Their down products make the GLU too: counted again.)
             assert_eq!((b.fused(Fused::RouteIn), b.fused(Fused::GluDown)), (6, 12));
+            // The experts' products through the lean kernels (two stages, more blocks a
+            // multiprocessor: `mmq_moe_v2_*`), the GLU by glu_q8, then by the down blocks.
+            let b = b.with_fused(Fused::RouteIn, false).with_moe_lean(true);
+            same_as_plain(&b, "the lean kernels' products");
+            let b = b.with_fused(Fused::GluDown, true);
+            same_as_plain(&b, "the lean kernels' gate / up products (GLU by the down blocks)");
+            // The steps of 1, 2 and 5 rows: gate / up and down, then gate / up alone.
+            assert_eq!((b.moe_lean_launches(), b.fused(Fused::GluDown)), (18, 18));
+            let b = b.with_fused(Fused::GluDown, false).with_moe_lean(false);
             // Routing, gate / up, GLU and down in one launch (`moe_one_*`), ahead of the others:
             // routing in it or by moe_route_z before it, each pair's GLU made by every down block
             // or once, the lean kernels or not.

@@ -556,7 +556,7 @@ __device__ __forceinline__ int route_in(const RouteIn& ri, int p, const int* ids
 // row): grid (pairs · tiles, mats); pair p = blockIdx.x / tiles multiplies activation row p / div
 // by expert ids[p]'s (or, ri.logits given, its own routing's) weight of matrix blockIdx.y (T0 or T1: the experts' tiled weights'
 // addresses), into row p of o0 / o1 (m outputs each).
-template <int TY, bool V>
+template <int TY, bool V, int ST = MQ<TY>::STAGES>
 __device__ __forceinline__ void mmq_pair(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, int m,
                                          const u64* T0, float* o0, const u64* T1, float* o1, RouteIn ri = RouteIn{},
                                          int* out_ids = 0, float* out_ws = 0) {
@@ -567,7 +567,7 @@ __device__ __forceinline__ void mmq_pair(const i8* qa, const float* ad, int n_pa
     int e = route_in(ri, p, ids, writer ? out_ids : 0, out_ws);
     const u64* T = blockIdx.y ? T1 : T0;
     float* o = blockIdx.y ? o1 : o0;
-    mmq_t<TY, 1, V>(tile, 0, (const u8*)T[e], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1);
+    mmq_t<TY, 1, V, ST>(tile, 0, (const u8*)T[e], U, m, qa + (u64)r * n_pad, ad + (u64)r * (n_pad >> 5), n_pad, o + (u64)p * m, 1);
 }
 #define MMQ_MOE(NAME, TY, V) \
     extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, int div, \
@@ -580,6 +580,20 @@ MMQ_MOE(mmq_moe_TY_Q8_0, TY_Q8_0, false)
 MMQ_MOE(mmq_moe_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
+// The same one-row products with ST stages, for products whose warps have at most ST - 1 units
+// each (U ≤ 4 · (ST - 1): every weight asked for before the wait for the kernel ahead), and at
+// least MB blocks a multiprocessor (registers capped to fit; no spills in ptxas -v): a decode
+// step's 1,024 down blocks (or 768 gate / up ones) resident at once on 132 multiprocessors, not in
+// two waves (HF2Q_CUDA_MOE_LEAN). The same sums in the same order as mmq_moe_v_*. (Q8_0 has two
+// stages already, and 34 KB of them: no lean form.)
+#define MMQ_MOE_L(NAME, TY, ST, MB) \
+    extern "C" __global__ void __launch_bounds__(128, MB) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, \
+        int div, int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
+        mmq_pair<TY, true, ST>(qa, ad, n_pad, U, ids, div, m, T0, o0, T1, o1); \
+    }
+MMQ_MOE_L(mmq_moe_v2_TY_Q4_K, TY_Q4_K, 2, 8)
+MMQ_MOE_L(mmq_moe_v3_TY_Q4_K, TY_Q4_K, 3, 7)
+MMQ_MOE_L(mmq_moe_v2_TY_Q6_K, TY_Q6_K, 2, 8)
 
 // mmq_moe_* (gate and up) routing their pairs themselves (mmq_pair with route_in).
 #define MMQ_MOE_R(NAME, TY, V) \
