@@ -56,9 +56,9 @@
 #            the three, and both tools: ran 2026-12-06 (bench/runs/2026-12-06-h200), the variant
 #            taken out. s34 (2026-12-06, nineteenth session) ran on an H100 (bench/runs/
 #            2026-12-06-h100): no knob won. s37 on an H200 (bench/runs/2026-12-06-h200 call 2): the
-#            one-launch MoE step (MoeOne) 0.907x, both tools on the MoE 1.474x. s38 could not start.
-#            Next: s38 (carry .dev made at HEAD by bench/cuda/make_dev.sh; ~450 s) or s39 (~250 s,
-#            any one-GPU kind): MoeOne's modes (routing in moe_route_z, the GLU made once a pair).
+#            one-launch MoE step (MoeOne) 0.907x, both tools on the MoE 1.474x. s38 (2026-12-06,
+#            twentieth session, on an H100: 2026-12-06-h100 call 2): MoeOne's modes all slower, the
+#            variant taken out. s40: the lean expert products (HF2Q_CUDA_MOE_LEAN).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -693,60 +693,6 @@ s34 | s35)
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
-s37)
-  # Written 2026-12-06 (nineteenth session; carry .dev at the build with Fused::MoeOne, a fresh
-  # machine): the moe op test (the one-launch MoE step against the launches it replaces, bit for
-  # bit), the MoE's tg128 with HF2Q_CUDA_MOE_ONE=1 against the defaults (alternating, twice), the
-  # greedy tokens of both, then both tools on the MoE with the faster (llama-bench if built by
-  # ~420 s). s34 on an H100 (bench/runs/2026-12-06-h100): no knob beat the defaults by 0.3 %.
-  bg_llama_bench
-  unpack
-  machine_info
-  bg_make "" moe
-  op_tests cuda::moe
-  m=$W/moe.q4_k_m.gguf
-  wait_for MOE-END
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  ab moe $m X=1 HF2Q_CUDA_MOE_ONE=1
-  greedy_ab $m X=1 HF2Q_CUDA_MOE_ONE=1
-  pick=$(best_of moe $OUT/ab.txt X=1 X=1 HF2Q_CUDA_MOE_ONE=1)
-  echo "$pick (s37: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
-  eval "$pick"
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 420 ] && break; sleep 3; done
-  tail -n 2 /tmp/lc.log >> $OUT/make.txt
-  [ $SECONDS -lt 430 ] && bench_pair moe $m
-  echo "s37 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
-  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
-  ;;
-s38)
-  # Written 2026-12-06 (nineteenth session; carry .dev made at HEAD, a fresh machine, ~450 s): s37
-  # measured the one-launch MoE step (MoeOne) 0.907x the defaults on an H200 (the same tokens).
-  # The moe op test (MoeOne in six modes against the launches, bit for bit), then its modes on
-  # the 24-layer MoE against the defaults, alternating, twice: the routing by a moe_route_z launch
-  # before it (MOE_ONE_ROUTE=0: no block waits for the routing, no finished-blocks counter), each
-  # pair's GLU made once by its last gate / up block (MOE_ONE_GLU=1: not by every down block), the
-  # lean kernels (MOE_ONE_LEAN=1: fewer stages, six blocks a multiprocessor, not five); the greedy
-  # tokens of each; both tools with the fastest if that is not the defaults and time is left.
-  fresh_moe cuda::moe
-  m=$W/moe.q4_k_m.gguf
-  wait_for MOE-END
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
-  set -- "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1 HF2Q_CUDA_MOE_ONE_LEAN=1" \
-    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0" \
-    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_GLU=1" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_LEAN=1"
-  for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done
-  greedy_ab $m X=1 "$@"
-  pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
-  echo "$pick (s38: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
-  if [ "$pick" != "export X=1" ] && [ $SECONDS -lt 360 ]; then
-    eval "$pick"
-    for i in $(seq 1 30); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
-    bench_pair moe $m
-  fi
-  echo "s38 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
-  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
-  ;;
 s40)
   # Written 2026-12-06 (twentieth session; carry .dev made at HEAD, a fresh machine, ~420 s): the
   # MoE's one-row expert products through kernels with only the stages their warps' units need
@@ -782,22 +728,6 @@ s40)
   echo "s40 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
-s39)
-  # s38 cut to ~250 s (an 8-layer MoE: a relative figure; no llama.cpp): the moe op test (the
-  # kernels compile first, in parallel, while the model is made), then the modes alternating,
-  # twice, while SECONDS < 215; the greedy tokens of each if SECONDS < 230.
-  unpack
-  bg_make "" moe 8
-  m=$W/moe.q4_k_m.gguf
-  timeout 200 /tmp/bin/engine-tests --test-threads=1 cuda::moe 2>&1 | tee $OUT/engine-tests.txt | grep -E "^test |test result|panicked"
-  wait_for MOE-END
-  cp /tmp/mk.log $OUT/make.txt
-  set -- "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1 HF2Q_CUDA_MOE_ONE_LEAN=1" \
-    "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_ROUTE=0 HF2Q_CUDA_MOE_ONE_GLU=1" "HF2Q_CUDA_MOE_ONE=1 HF2Q_CUDA_MOE_ONE_LEAN=1"
-  for i in 1 2; do for c in X=1 "$@"; do [ -f $m ] && [ $SECONDS -lt 215 ] && tgp moe8 $m $c; done; done
-  [ $SECONDS -lt 230 ] && greedy_ab $m X=1 "$@"
-  echo "s39 done at $SECONDS s" | tee -a $OUT/ab.txt
-  ;;
 s36)
   # The session's last ~250 s of device time (2026-12-06; refused: too little left to start a
   # machine): the MoE op tests of the build without norm_route, then while time is left the knobs
@@ -813,6 +743,12 @@ s36)
   done
   echo "s36 done at $SECONDS s" | tee -a $OUT/ab.txt
   cp /tmp/mk.log $OUT/make.txt
+  ;;
+s37 | s38 | s39)
+  # Written 2026-12-06 for Fused::MoeOne (a MoE decode step in one launch) and its modes: s37 ran on
+  # an H200 (0.907x, bench/runs/2026-12-06-h200 call 2), s38 on an H100 (0.861-0.943x,
+  # bench/runs/2026-12-06-h100 call 2); the variant was taken out.
+  echo "phase $phase: its variant was taken out (see the comment)" | tee $OUT/phase.txt
   ;;
 s17 | s18)
   # Written 2026-12-05 for HF2Q_CUDA_GATE_EARLY=1 (a MoE step's gate / up products launched early,

@@ -290,8 +290,23 @@ mod tests {
                 let needle = [&[0u8][..], k.as_bytes(), &[0u8][..]].concat();
                 cubin.windows(needle.len()).any(|w| w == needle.as_slice())
             };
-            for k in super::super::dev::kernel_names(name) {
-                assert!(has(&k), "module {name} defines no kernel {k}");
+            let listed = super::super::dev::kernel_names(name);
+            for k in &listed {
+                assert!(has(k), "module {name} defines no kernel {k}");
+            }
+            // And every kernel it defines is loaded (a kernel left out of the list panics at its
+            // first launch): each one's code is a section `.text.NAME` (NAME unmangled, extern "C").
+            for entry in cubin.split(|&b| b == 0) {
+                let Some(k) = entry.strip_prefix(b".text.") else {
+                    continue;
+                };
+                let k = String::from_utf8_lossy(k);
+                if !k.starts_with("_Z") {
+                    assert!(
+                        listed.contains(&k.to_string()),
+                        "module {name}: kernel {k} is not in kernel_names"
+                    );
+                }
             }
         }
     }

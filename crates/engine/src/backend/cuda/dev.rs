@@ -152,8 +152,6 @@ pub struct Dev {
     /// Each (row, slot) pair's finished gate / up blocks when its last one makes the GLU
     /// (`mmq_moe_glu_*`; the same).
     pub(super) glu_cnt: Mutex<Option<CudaSlice<i32>>>,
-    /// `moe_one_*`'s counters (its ticket, blocks finished, rows routed, pairs' gate / up done).
-    pub(super) moe_cnt: Mutex<Option<CudaSlice<i32>>>,
     /// The fused FFN input's finished blocks when its last one does the residual add (the same).
     pub(super) add_cnt: Mutex<Option<CudaSlice<i32>>>,
     /// Launches (and host writes) so far: a value recorded after a launch says whether anything
@@ -310,7 +308,6 @@ impl Dev {
             attn_cnt: Mutex::new(None),
             route_cnt: Mutex::new(None),
             glu_cnt: Mutex::new(None),
-            moe_cnt: Mutex::new(None),
             add_cnt: Mutex::new(None),
             argmax: Mutex::new(None),
             top_out: Mutex::new(None),
@@ -830,20 +827,14 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "top_rows",
                 "moe_route",
                 "moe_route_w",
-                "moe_route_z",
                 "moe_group",
                 "gather_act",
                 "mmq_v5_TY_Q4_K",
                 "mmq_vx_TY_Q4_K_TY_Q6_K",
                 "mmq_vx5_TY_Q4_K_TY_Q6_K",
-                "moe_one_TY_Q4_K_TY_Q4_K",
-                "moe_one_TY_Q4_K_TY_Q6_K",
-                "moe_one_TY_Q6_K_TY_Q6_K",
-                "moe_one_TY_Q8_0_TY_Q8_0",
-                "moe_one_lean_TY_Q4_K_TY_Q4_K",
-                "moe_one_lean_TY_Q4_K_TY_Q6_K",
-                "moe_one_lean_TY_Q6_K_TY_Q6_K",
-                "moe_one_lean_TY_Q8_0_TY_Q8_0",
+                "mmq_moe_v2_TY_Q4_K",
+                "mmq_moe_v3_TY_Q4_K",
+                "mmq_moe_v2_TY_Q6_K",
             ]
             .map(String::from)
             .to_vec();

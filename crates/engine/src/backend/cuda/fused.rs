@@ -29,14 +29,10 @@ pub enum Fused {
     /// the q / k norms, the rope and the KV store of the `rope_store_kv` recorded just before it
     /// (no `rope_store_kv`; no counter).
     RopeAttn,
-    /// A MoE decode step's routing, gate / up products, GLU and down products in one launch
-    /// (`moe_one_*`: blocks numbered by a ticket as they start, later ones waiting for earlier
-    /// ones; no `moe_route`, `glu_q8` or second product launch; its modes: `MoeOneMode`).
-    MoeOne,
 }
 
 impl Fused {
-    pub const ALL: [Fused; 9] = [
+    pub const ALL: [Fused; 8] = [
         Fused::AttnMerge,
         Fused::Route,
         Fused::Glu,
@@ -45,7 +41,6 @@ impl Fused {
         Fused::SumNorm,
         Fused::RouteIn,
         Fused::RopeAttn,
-        Fused::MoeOne,
     ];
 
     /// On unless its variable says 0: `SumNorm` (MoE tg128 1.012× on an H100,
@@ -66,7 +61,6 @@ impl Fused {
             Fused::SumNorm => "HF2Q_CUDA_SUM_NORM",
             Fused::RouteIn => "HF2Q_CUDA_ROUTE_IN",
             Fused::RopeAttn => "HF2Q_CUDA_ROPE_ATTN",
-            Fused::MoeOne => "HF2Q_CUDA_MOE_ONE",
         }
     }
 }

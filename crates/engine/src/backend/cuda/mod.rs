@@ -22,7 +22,6 @@ mod sample;
 
 pub use fused::Fused;
 pub use kv::{CudaKv, GpuPage};
-pub use moe::MoeOneMode;
 
 use dev::{blocks, Dev, StepArgs, A};
 use mmq::{mmq_fits, mmq_on, MMQ_MOE_NT, MMQ_NT, MMQ_TYPES};
@@ -106,8 +105,6 @@ pub struct Cuda {
     /// Q4_K_M's step took 2,378 µs against 2,441 µs without it and 2,477 µs with it for every
     /// launch (bench/runs/2026-12-04-h200/cuda-session6, call 2).
     mmq_v5_blocks: u32,
-    /// How the one-launch MoE step runs (`Fused::MoeOne`; `with_moe_one`).
-    moe_one: MoeOneMode,
     /// A MoE step's one-row expert products through kernels with only the stages their warps'
     /// units need and more blocks a multiprocessor (`mmq_moe_v2_*`, `mmq_moe_v3_*`; the same
     /// bits): `HF2Q_CUDA_MOE_LEAN=1`, `with_moe_lean`.
@@ -122,7 +119,7 @@ pub struct Cuda {
     /// H100 (tg128, median of two: the MoE 0.94× / 0.99× / 0.98× / 0.98× / 0.83× for AttnMerge /
     /// Route / Glu / GluDown / RouteIn, the 8B BF16 0.99× / 0.77× for AttnMerge / Add;
     /// bench/runs/2026-12-05-h100 call 2, 2026-12-05-h100-b call 2); SumNorm 1.012×.
-    fuse: [bool; 9],
+    fuse: [bool; 8],
     /// `Backend::top_of_rows` on the GPU (`top_rows`: the values asked for cross to the host,
     /// not the rows); `HF2Q_CUDA_TOPK=0` or `with_tops(false)` reads the rows instead. On an
     /// H100, 64 streams of top_k 40: 1,528.6 against 1,033.0 tokens/s (2026-12-05-h100, call 5).
@@ -133,7 +130,7 @@ pub struct Cuda {
     /// 810.7 tokens/s, the same seeded tokens (2026-12-05-h100, call 5).
     draws: bool,
     /// Launches so far that did another's work too (`Fused`; for the op tests).
-    fused: [std::sync::atomic::AtomicUsize; 9],
+    fused: [std::sync::atomic::AtomicUsize; 8],
     /// Most warps per output row of the matrix-vector kernels (`warps_per_row`; not for a matrix
     /// of at most 256 rows):
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
@@ -183,7 +180,6 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
-            moe_one: MoeOneMode::from_env(),
             moe_lean: std::env::var("HF2Q_CUDA_MOE_LEAN").is_ok_and(|v| v == "1"),
             moe_lean_n: Default::default(),
             fuse: Fused::ALL.map(|k| std::env::var(k.var()).map_or(k.default_on(), |v| v == "1")),
@@ -258,26 +254,6 @@ impl Cuda {
     /// Q4_K's one-row products through `mmq_v5_*` for launches of at most `blocks` blocks.
     pub fn with_mmq_v5(mut self, blocks: u32) -> Cuda {
         self.mmq_v5_blocks = blocks;
-        self
-    }
-
-    /// How the one-launch MoE step runs (`Fused::MoeOne`). Its counters are left as each mode
-    /// leaves them (routing outside: set for the `moe_route_z` of the next step to clear), so a
-    /// change of mode waits for the launches so far and starts from zeros.
-    pub fn with_moe_one(mut self, mode: MoeOneMode) -> Cuda {
-        if mode != self.moe_one {
-            self.dev.sync();
-            let mut cnt = self.dev.moe_cnt.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(c) = cnt.as_mut() {
-                self.dev
-                    .stream
-                    .memset_zeros(c)
-                    .unwrap_or_else(|e| self.dev.fail("clearing the MoE step counters", e));
-            }
-            drop(cnt);
-            self.dev.sync();
-        }
-        self.moe_one = mode;
         self
     }
 

@@ -53,23 +53,6 @@ fn grouped_nt(pairs: usize, n_expert: usize) -> usize {
     }
 }
 
-/// `moe_one_*`'s kernel for gate / up weights of type `g` and down weights of type `d`, where
-/// there is one (`kernels/mmq.cu`: MOE_ONE), or its lean form (`moe_one_lean_*`).
-fn moe_one_name(g: GgmlType, d: GgmlType, lean: bool) -> Option<&'static str> {
-    use GgmlType::{Q4_K, Q6_K, Q8_0};
-    Some(match (g, d, lean) {
-        (Q4_K, Q4_K, false) => "moe_one_TY_Q4_K_TY_Q4_K",
-        (Q4_K, Q6_K, false) => "moe_one_TY_Q4_K_TY_Q6_K",
-        (Q6_K, Q6_K, false) => "moe_one_TY_Q6_K_TY_Q6_K",
-        (Q8_0, Q8_0, false) => "moe_one_TY_Q8_0_TY_Q8_0",
-        (Q4_K, Q4_K, true) => "moe_one_lean_TY_Q4_K_TY_Q4_K",
-        (Q4_K, Q6_K, true) => "moe_one_lean_TY_Q4_K_TY_Q6_K",
-        (Q6_K, Q6_K, true) => "moe_one_lean_TY_Q6_K_TY_Q6_K",
-        (Q8_0, Q8_0, true) => "moe_one_lean_TY_Q8_0_TY_Q8_0",
-        _ => return None,
-    })
-}
-
 /// `mmq_moe_v{ST}_*` (kernels/mmq.cu: MMQ_MOE_L) for a one-row expert product of `ty` weights
 /// `np` values wide whose warps' units (at most ⌈np / 1024⌉ each) need fewer stages than the
 /// type's own, where there is one.
@@ -83,8 +66,8 @@ fn moe_lean_name(ty: GgmlType, np: usize) -> Option<&'static str> {
     })
 }
 
-/// A routing launch's first arguments: the router's logits and the routing's numbers (`moe_route*`,
-/// `moe_one_*`, `mmq_moe_*` routing their pairs).
+/// A routing launch's first arguments: the router's logits and the routing's numbers (`moe_route`,
+/// `moe_route_w`, `mmq_moe_*` routing their pairs).
 fn route_head(logits: u64, r: &Routing) -> [A; 5] {
     [
         A::P(logits),
@@ -93,35 +76,6 @@ fn route_head(logits: u64, r: &Routing) -> [A; 5] {
         A::I(r.softmax_first as i32),
         A::I(r.normalize as i32),
     ]
-}
-
-/// How `moe_one_*` (`Fused::MoeOne`) runs, to compare (`Cuda::with_moe_one`; by default from the
-/// environment): whether it routes its rows (else a `moe_route_z` launch before it does, and sets
-/// its counters to 0: `HF2Q_CUDA_MOE_ONE_ROUTE=0`), whether each pair's GLU is made once, by its
-/// last gate / up block, for the down blocks to read (else by every down block:
-/// `HF2Q_CUDA_MOE_ONE_GLU=1`), whether it takes the lean kernels where the shapes allow (fewer
-/// stages, at least six blocks a multiprocessor: `HF2Q_CUDA_MOE_ONE_LEAN=1`), and the nanoseconds
-/// a waiting block sleeps between reads of a counter (`HF2Q_CUDA_MOE_ONE_NS`, 20).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct MoeOneMode {
-    pub route: bool,
-    pub glu_once: bool,
-    pub lean: bool,
-    pub ns: i32,
-}
-
-impl MoeOneMode {
-    pub fn from_env() -> MoeOneMode {
-        MoeOneMode {
-            route: std::env::var("HF2Q_CUDA_MOE_ONE_ROUTE").map_or(true, |v| v != "0"),
-            glu_once: std::env::var("HF2Q_CUDA_MOE_ONE_GLU").is_ok_and(|v| v == "1"),
-            lean: std::env::var("HF2Q_CUDA_MOE_ONE_LEAN").is_ok_and(|v| v == "1"),
-            ns: std::env::var("HF2Q_CUDA_MOE_ONE_NS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(20),
-        }
-    }
 }
 
 /// Device tables of a MoE layer's experts: the tiled weights' addresses of gate, up and down.
@@ -140,39 +94,23 @@ impl Cuda {
     pub(super) fn route_rows(&self, logits: u64, t: usize, r: &Routing, ids: u64, ws: u64, early: bool) {
         static WARP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let warp = *WARP.get_or_init(|| std::env::var("HF2Q_CUDA_ROUTE_WARP").is_ok_and(|v| v == "1"));
-        self.route_rows_by(logits, t, r, ids, ws, early, warp, (0, 0));
+        self.route_rows_by(logits, t, r, ids, ws, early, warp);
     }
 
-    /// `route_rows` by a block (`moe_route`) or a warp (`moe_route_w`) a row; `zero`: (address,
-    /// count) of counters set to 0 too (by a block, `moe_route_z`; count 0: none).
+    /// `route_rows` by a block (`moe_route`) or a warp (`moe_route_w`) a row.
     #[allow(clippy::too_many_arguments)]
-    fn route_rows_by(
-        &self,
-        logits: u64,
-        t: usize,
-        r: &Routing,
-        ids: u64,
-        ws: u64,
-        early: bool,
-        warp: bool,
-        zero: (u64, usize),
-    ) {
+    fn route_rows_by(&self, logits: u64, t: usize, r: &Routing, ids: u64, ws: u64, early: bool, warp: bool) {
         let (name, block) = if warp {
             ("moe_route_w", 32)
         } else {
             ("moe_route", (r.n_expert.next_multiple_of(32)).clamp(32, 1024) as u32)
         };
         let mut args = route_head(logits, r).to_vec();
-        args.extend([A::P(ids), A::P(ws), A::P(zero.0), A::I(zero.1 as i32)]);
-        // (`moe_route_z` where there are counters to set to 0.)
-        let (name, args) = match (warp, zero.1) {
-            (false, 1..) => ("moe_route_z", &args[..]),
-            _ => (name, &args[..7]),
-        };
+        args.extend([A::P(ids), A::P(ws)]);
         if early {
-            self.dev.launch_early(name, (t as u32, 1), block, args)
+            self.dev.launch_early(name, (t as u32, 1), block, &args)
         } else {
-            self.dev.launch(name, (t as u32, 1), block, args)
+            self.dev.launch(name, (t as u32, 1), block, &args)
         }
     }
 
@@ -238,25 +176,11 @@ impl Cuda {
         // Not grouped, with the GLU in the gate / up launch: its quantized output (both flavours,
         // from a 256-byte boundary), apart from x's (which other blocks of that launch still read).
         let ff_pad = n_ff.next_multiple_of(256);
-        // Routing, gate / up, GLU and down in one launch (`Fused::MoeOne`, `moe_one_*`), ahead of
-        // the other variants.
-        let one = (!grouped
-            && self.fuse_on(super::Fused::MoeOne)
-            && r.n_expert <= 256
-            && g_ty == u_ty
-            && ff_pad <= GLU_MAX
-            && super::mmq::mmq_v_on())
-        .then(|| {
-            // (The lean kernels' stages hold every unit of a warp: n ≤ 2048, n_ff ≤ 1024.)
-            let lean = self.moe_one.lean && n_pad <= 2048 && ff_pad <= 1024;
-            moe_one_name(g_ty, d_ty, lean)
-        })
-        .flatten();
-        let glu_fused = one.is_none() && !grouped && g_ty == u_ty && self.fuse_on(super::Fused::Glu);
+        let glu_fused = !grouped && g_ty == u_ty && self.fuse_on(super::Fused::Glu);
         let glu_at = plain.next_multiple_of(64);
         let words = if grouped {
             sorted_at + 2 * (pairs * n_pad / 4 + pairs * n_pad / 32)
-        } else if glu_fused || one.is_some() {
+        } else if glu_fused {
             glu_at + 2 * (pairs * ff_pad / 4 + pairs * ff_pad / 32)
         } else {
             plain
@@ -280,8 +204,7 @@ impl Cuda {
         // Each block of the gate / up and down products routing its pair itself
         // (`Fused::RouteIn`; one gate / up launch, the down products making the GLU): no
         // moe_route.
-        let route_in = one.is_none()
-            && !grouped
+        let route_in = !grouped
             && self.fuse_on(super::Fused::RouteIn)
             && !self.fuse_on(super::Fused::Route)
             && !self.fuse_on(super::Fused::Glu)
@@ -289,7 +212,7 @@ impl Cuda {
             && g_ty == u_ty
             && ff_pad <= GLU_MAX
             && super::mmq::mmq_v_on();
-        let routed = one.is_none() && !route_in && self.fuse_on(super::Fused::Route) && {
+        let routed = !route_in && self.fuse_on(super::Fused::Route) && {
             let cnt = self.grown_zeroed(&self.dev.route_cnt, 1, "MoE routing counter");
             let route = Fuse::Route {
                 cnt,
@@ -304,20 +227,8 @@ impl Cuda {
         if !routed {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
         }
-        // `moe_one_*` routes its rows itself unless `MoeOneMode::route` is off.
-        let one_routes = one.is_some() && self.moe_one.route;
-        // Its counters (ticket, blocks finished, rows routed, pairs' gate / up done, pairs' GLUs
-        // made) set to 0 by the moe_route launch before it where there is one, else by its own
-        // last block.
-        let one_cnt = one.map(|_| {
-            let words = 2 + t + 2 * pairs;
-            (self.grown_zeroed(&self.dev.moe_cnt, words, "MoE step counters"), words)
-        });
-        if !routed && !route_in && !one_routes {
-            match one_cnt {
-                Some(z) => self.route_rows_by(bufs.router.ptr, t, r, ids, ws, moe_early(), false, z),
-                None => self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early()),
-            }
+        if !routed && !route_in {
+            self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early());
         }
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the
         // router's product (an integer one on x itself) did not need the scratch for another input.
@@ -382,55 +293,6 @@ impl Cuda {
             Glu::Swiglu => 2,
             Glu::Geglu => 3,
         };
-        if let Some(name) = one {
-            let (qa, ad) = flavour(g_ty, act);
-            let (tf, tn) = (n_ff.div_ceil(16), n.div_ceil(16));
-            let cnt = one_cnt.map_or(0, |c| c.0);
-            bufs.slots.set_shape(pairs, n);
-            let head = route_head(if one_routes { bufs.router.ptr } else { 0 }, r);
-            let args = [
-                A::P(ids),
-                A::P(ws),
-                A::P(qa),
-                A::P(ad),
-                A::I(n_pad as i32),
-                A::I((n_pad / 256) as i32),
-                A::I(n_ff as i32),
-                A::P(gate_t),
-                A::P(gate),
-                A::P(up_t),
-                A::P(up),
-                A::I(op),
-                A::I(ff_pad as i32),
-                A::I((ff_pad / 256) as i32),
-                A::I(n as i32),
-                A::P(down_t),
-                A::P(bufs.slots.ptr),
-                A::I(t as i32),
-                A::P(cnt),
-                A::I(self.moe_one.ns),
-                A::I(one_routes as i32),
-            ];
-            // Each pair's GLU made once (`MoeOneMode::glu_once`), quantized in the down weights'
-            // flavour (glu_fused's scratch).
-            let glu_once = self.moe_one.glu_once;
-            let act2 = ActScratch::packed(base + 4 * glu_at as u64, pairs * ff_pad);
-            let (q2, d2) = flavour(d_ty, act2);
-            let args: Vec<A> = head
-                .into_iter()
-                .chain(args)
-                .chain([A::P(q2), A::P(d2), A::P(act_f), A::I(glu_once as i32)])
-                .collect();
-            let grid = ((if one_routes { t } else { 0 } + pairs * (2 * tf + tn)) as u32, 1);
-            let q8 = g_ty == GgmlType::Q8_0 || d_ty == GgmlType::Q8_0;
-            if !q8 || super::mmq::pdl_q8() {
-                self.dev.launch_early(name, grid, 128, &args);
-            } else {
-                self.dev.launch(name, grid, 128, &args);
-            }
-            self.count_fused(super::Fused::MoeOne);
-            return self.moe_sum(t, r.k, n, bufs, 0, ws, out);
-        }
         let act = if grouped {
             // The pairs sorted by expert, and x's rows in that order.
             self.dev.launch(
@@ -678,7 +540,7 @@ mod tests {
                             let mut x = b.alloc(4, ne);
                             b.write(&mut x, 4, ne, &logits);
                             let (ids, ws) = (b.alloc(4, k), b.alloc(4, k));
-                            b.route_rows_by(x.ptr, 4, &r, ids.ptr, ws.ptr, false, warp, (0, 0));
+                            b.route_rows_by(x.ptr, 4, &r, ids.ptr, ws.ptr, false, warp);
                             (b.read(&ids), b.read(&ws))
                         })
                     })

@@ -1395,33 +1395,6 @@ pub(crate) mod cuda {
             same_as_plain(&b, "the lean kernels' gate / up products (GLU by the down blocks)");
             // The steps of 1, 2 and 5 rows: gate / up and down, then gate / up alone.
             assert_eq!((b.moe_lean_launches(), b.fused(Fused::GluDown)), (18, 18));
-            let b = b.with_fused(Fused::GluDown, false).with_moe_lean(false);
-            // Routing, gate / up, GLU and down in one launch (`moe_one_*`), ahead of the others:
-            // routing in it or by moe_route_z before it, each pair's GLU made by every down block
-            // or once, the lean kernels or not.
-            let mut b = b.with_fused(Fused::MoeOne, true).with_fused(Fused::Glu, true);
-            let modes = [
-                (true, false, false),
-                (false, false, false),
-                (true, true, false),
-                (false, true, false),
-                (false, true, true),
-                (true, false, true),
-            ];
-            for (route, glu_once, lean) in modes {
-                b = b.with_moe_one(crate::backend::cuda::MoeOneMode {
-                    route,
-                    glu_once,
-                    lean,
-                    ns: 20,
-                });
-                let what = format!("the one-launch MoE step (route {route}, GLU once {glu_once}, lean {lean})");
-                same_as_plain(&b, &what);
-            }
-            assert_eq!(
-                (b.fused(Fused::MoeOne), b.fused(Fused::Glu), b.fused(Fused::RouteIn)),
-                (36, 6, 6)
-            );
         }
     }
     #[test]

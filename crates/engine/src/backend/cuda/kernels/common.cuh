@@ -118,34 +118,6 @@ __device__ __forceinline__ bool last_to_finish(int* cnt, int blocks) {
     return true;
 }
 
-// ---- Blocks of one launch waiting for others (moe_one_*, mmq.cu). Only blocks that started
-// later wait, for blocks that started earlier and wait for nothing after them (the launch's
-// blocks numbered in the order they start, by a ticket), so every wait ends whatever the GPU
-// keeps resident. signal_done: every thread's writes so far visible to the launch's other blocks,
-// then *c += 1 (thread 0); spin_until: thread 0 waits until *c reaches target, then the block goes
-// on (what the others wrote is read through the L2: __ldcg). Every thread of the block calls them.
-__device__ __forceinline__ void signal_done(int* c) {
-    // (The barrier orders the block's writes before thread 0's fence, which is cumulative: PTX's
-    // memory model.)
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(c, 1);
-    }
-}
-// (ns: the nanoseconds slept between reads.)
-__device__ __forceinline__ void spin_until(const int* c, int target, int ns) {
-    if (threadIdx.x == 0) {
-        for (;;) {
-            int v;
-            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
-            if (v >= target) break;
-            __nanosleep(ns);
-        }
-    }
-    __syncthreads();
-}
-
 // ---- Asynchronous copies global -> shared (sm_80+): 16 bytes each (both addresses 16-byte
 // aligned), in groups committed and waited for in order.
 __device__ __forceinline__ u32 smem_addr(const void* p) {

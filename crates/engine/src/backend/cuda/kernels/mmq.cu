@@ -337,24 +337,18 @@ template <> struct MQ<TY_Q8_0> {
 // A one-row product's activations made by its own block from two rows of floats: their GLU (op
 // 2 SwiGLU, 3 GeGLU; m values, zeros up to n_pad ≤ GLU_MAX) quantized as glu_q8 quantizes it,
 // into shared memory, once the kernel ahead (which wrote them) has finished.
-// (q / d given: the activations made already, by another block of the launch, copied through
-// the L2 instead: glu_pair_q8's rows, whose scale rows share cache lines with other pairs'.)
 struct GluIn {
     const float* gate;
     const float* up;
     int m, op;
-    const i8* q = nullptr;
-    const float* d = nullptr;
 };
 #define GLU_MAX 2048
 
 // XS: the stages in xs, shared memory of the kernel's (of at least 4 · ST · UB bytes), not a buffer
 // of the function's own (a kernel multiplying weights of two types gives both one buffer).
-// SP: after the wait for the kernel ahead, also until *spin reaches spin_for (other blocks of the
-// launch making what this one reads: moe_one_*).
-template <int TY, int NT, bool V = false, int ST = MQ<TY>::STAGES, bool G = false, bool XS = false, bool SP = false>
+template <int TY, int NT, bool V = false, int ST = MQ<TY>::STAGES, bool G = false, bool XS = false>
 __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa, const float* ad, int n_pad, float* out, int t,
-                      GluIn gi = GluIn{}, u8* xs = nullptr, const int* spin = nullptr, int spin_for = 0, int ns = 20) {
+                      GluIn gi = GluIn{}, u8* xs = nullptr) {
     typedef MQ<TY> Q;
     Act x{qa, ad, n_pad, c0, t, (int)(threadIdx.x & 31) >> 2, (int)threadIdx.x & 3};
     u8* smem = xs;
@@ -384,18 +378,13 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
     // activations) is read from here on (programmatic dependent launch, common.cuh).
     pdl_wait();
     pdl_trigger();
-    if constexpr (SP) spin_until(spin, spin_for, ns);
     if constexpr (G) {
         // (The flavour of the weight's type: Q8_0's blocks of 32 with f16 scales, else the
         // K-quants' units of 256.)
         __shared__ __align__(16) i8 gq[GLU_MAX];
         __shared__ float gd[GLU_MAX / 32];
         const bool q0 = TY == TY_Q8_0;
-        if (gi.q) {
-            for (int c = 16 * threadIdx.x; c < n_pad; c += 16 * blockDim.x) *(int4*)(gq + c) = __ldcg((const int4*)(gi.q + c));
-            for (int c = threadIdx.x; c < n_pad / 32; c += blockDim.x) gd[c] = __ldcg(gi.d + c);
-        }
-        for (int c = 0; c < n_pad && !gi.q; c += 4 * blockDim.x) {
+        for (int c = 0; c < n_pad; c += 4 * blockDim.x) {
             int k = c + 4 * threadIdx.x;
             float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
             if (k < gi.m) {
@@ -492,23 +481,12 @@ MMQ_VX(mmq_vx5_TY_Q4_K_TY_Q6_K, 5)
 // build_moe_ffn): one warp per row of router logits (n_expert ≤ 1024) -> the k experts' ids and
 // weights, in rank order (ties to the lower id).
 // A block a row, every thread routing (moe_route_blk, common.cuh; blockDim.x a multiple of 32).
-// zero: n_zero counters block 0 also sets to 0 (moe_route_z: moe_one_*'s, for the launch after it).
-__device__ __forceinline__ void moe_route_t(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws,
-                                            int* zero, int n_zero) {
+extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
     // (Launched early: it waits for the router's product before reading the logits.)
     pdl_trigger();
     pdl_wait();
     int row = blockIdx.x;
-    if (zero && row == 0)
-        for (int i = threadIdx.x; i < n_zero; i += blockDim.x) zero[i] = 0;
     moe_route_blk<>(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
-}
-extern "C" __global__ void moe_route(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
-    moe_route_t(logits, ne, k, softmax_first, normalize, ids, ws, nullptr, 0);
-}
-extern "C" __global__ void moe_route_z(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws,
-                                       int* zero, int n_zero) {
-    moe_route_t(logits, ne, k, softmax_first, normalize, ids, ws, zero, n_zero);
 }
 
 // The same by one warp a row (moe_route_t, common.cuh: the serial sum and k rounds of argmax),
@@ -633,9 +611,9 @@ MMQ_MOE_GD(mmq_moe_gd_v_TY_Q8_0, TY_Q8_0, true)
 // 0 by it): act their gated
 // activation (op 2 SwiGLU, 3 GeGLU), also quantized for the down products (rows of n_pad values,
 // zeros past m; q0 / qk may be null). Every thread of the block calls it.
-// glu_pair_q8: that GLU and quantization of pair p by the calling block (moe_one_*'s too).
-__device__ __forceinline__ void glu_pair_q8(int p, const float* gate, const float* up, int m, float* act, signed char* q0, float* d0,
-                                            signed char* qk, float* dk, int n_pad, int op) {
+__device__ __forceinline__ void moe_glu_last(int p, int tiles, int* cnt, const float* gate, const float* up, int m, float* act,
+                                             signed char* q0, float* d0, signed char* qk, float* dk, int n_pad, int op) {
+    if (!last_to_finish(cnt + p, gridDim.y * tiles)) return;
     u64 i0 = (u64)p * m, qo = (u64)p * n_pad, dof = (u64)p * (n_pad / 32);
     for (int c0 = 0; c0 < n_pad; c0 += 4 * blockDim.x) {
         int k = c0 + 4 * threadIdx.x;
@@ -648,10 +626,6 @@ __device__ __forceinline__ void glu_pair_q8(int p, const float* gate, const floa
         }
         act_q8x4(r, k, q0 ? q0 + qo : 0, q0 ? d0 + dof : 0, qk ? qk + qo : 0, qk ? dk + dof : 0, k < n_pad);
     }
-}
-__device__ __forceinline__ void moe_glu_last(int p, int tiles, int* cnt, const float* gate, const float* up, int m, float* act,
-                                             signed char* q0, float* d0, signed char* qk, float* dk, int n_pad, int op) {
-    if (last_to_finish(cnt + p, gridDim.y * tiles)) glu_pair_q8(p, gate, up, m, act, q0, d0, qk, dk, n_pad, op);
 }
 
 // mmq_moe_* of gate (T0, into o0) and up (T1, o1) then, by each pair's last block, their GLU and
@@ -670,90 +644,6 @@ MMQ_MOE_GLU(mmq_moe_glu_TY_Q8_0, TY_Q8_0, false)
 MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE_GLU(mmq_moe_glu_v_TY_Q8_0, TY_Q8_0, true)
-
-// ---- A MoE decode step's routing, gate / up products, GLU and down products in one launch
-// (Fused::MoeOne; moe_route, mmq_moe_v_* of gate / up, glu_q8 and mmq_moe_v_* of down otherwise):
-// the same operations, so the same bits, with no launch between them. A block's work is its
-// ticket b (taken in the order blocks start, so a block only waits for blocks that started before
-// it, which wait for nothing it does: no wait can hang, spin_until): b < t routes row b
-// (moe_route_blk, ne ≤ 256); then the pairs' gate / up tiles, pair-major (pair p waits for its
-// row's routing); then the pairs' down tiles, whose weights are asked for before waiting for the
-// pair's 2 · tiles gate / up blocks, then the pair's GLU made and quantized in the block (mmq_t's
-// G, as mmq_moe_gd_*). With glu_once, the pair's last gate / up block to finish makes its GLU once
-// (glu_pair_q8, as glu_q8: into actf and q2 / d2, the down weights' flavour) and the down blocks
-// wait for that instead. cnt: [0] the ticket, [1] the blocks finished, [2, 2 + t) the rows routed,
-// then the pairs' gate / up blocks done, then (glu_once) the pairs' GLUs made; the last block to
-// finish sets them back to 0 (reset; else the moe_route_z launch before did).
-// SGS / SDS: the gate / up and down products' stages (the lean kernels: fewer, for the shapes where
-// each warp has that few units less one, so less shared memory and more blocks a multiprocessor).
-template <int TG, int TD, int SGS = MQ<TG>::STAGES, int SDS = MQ<TD>::STAGES>
-__device__ void moe_one_t(const float* logits, int ne, int k, int sf, int nz, int* ids, float* ws, const i8* qa, const float* ad,
-                          int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, float* ou, int op, int ff_pad, int Uf,
-                          int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset, i8* q2, float* d2,
-                          float* actf, int glu_once) {
-    constexpr int SG = 4 * SGS * MQ<TG>::UB, SD = 4 * SDS * MQ<TD>::UB;
-    __shared__ __align__(16) u8 sm[SG > SD ? SG : SD];
-    __shared__ int tk;
-    // (Launched early: the router's logits and x's quantized rows are the kernels' ahead.)
-    pdl_wait();
-    if (threadIdx.x == 0) tk = atomicAdd(cnt, 1);
-    __syncthreads();
-    // (logits null: routed by a moe_route launch before, no routing blocks.)
-    int b = tk, pairs = t * k, tf = (m_ff + 15) >> 4, tn = (n + 15) >> 4, tr = logits ? t : 0;
-    int *routed = cnt + 2, *gu = cnt + 2 + t, *gr = gu + pairs;
-    if (b < tr) {
-        moe_route_blk<256>(logits + (u64)b * ne, ne, k, sf, nz, ids + b * k, ws + b * k);
-        signal_done(routed + b);
-    } else if ((b -= tr) < 2 * pairs * tf) {
-        int p = b / (2 * tf), mat = (b % (2 * tf)) / tf, tile = b % tf, r = p / k;
-        if (tr) spin_until(routed + r, 1, ns);
-        int e = __ldcg(ids + p);
-        mmq_t<TG, 1, true, SGS, false, true>(tile, 0, (const u8*)(mat ? Tu : Tg)[e], U, m_ff, qa + (u64)r * n_pad,
-                                                       ad + (u64)r * (n_pad >> 5), n_pad, (mat ? ou : og) + (u64)p * m_ff, 1,
-                                                       GluIn{}, sm);
-        if (!glu_once) {
-            signal_done(gu + p);
-        } else if (last_to_finish(gu + p, 2 * tf)) {
-            const bool q0 = TD == TY_Q8_0;
-            glu_pair_q8(p, og, ou, m_ff, actf, q0 ? q2 : 0, q0 ? d2 : 0, q0 ? 0 : q2, q0 ? 0 : d2, ff_pad, op);
-            signal_done(gr + p);
-        }
-    } else {
-        b -= 2 * pairs * tf;
-        int p = b / tn, tile = b % tn;
-        if (tr) spin_until(routed + p / k, 1, ns);
-        int e = __ldcg(ids + p);
-        if (glu_once)
-            mmq_t<TD, 1, true, SDS, true, true, true>(
-                tile, 0, (const u8*)Td[e], Uf, n, 0, 0, ff_pad, od + (u64)p * n, 1,
-                GluIn{0, 0, m_ff, op, q2 + (u64)p * ff_pad, d2 + (u64)p * (ff_pad >> 5)}, sm, gr + p, 1, ns);
-        else
-            mmq_t<TD, 1, true, SDS, true, true, true>(tile, 0, (const u8*)Td[e], Uf, n, 0, 0, ff_pad, od + (u64)p * n, 1,
-                                                            GluIn{og + (u64)p * m_ff, ou + (u64)p * m_ff, m_ff, op}, sm, gu + p,
-                                                            2 * tf, ns);
-    }
-    // (reset 0: the moe_route_z launch before this one set them to 0.)
-    if (reset && last_to_finish(cnt + 1, gridDim.x))
-        for (int i = threadIdx.x; i <= t + 2 * pairs; i += blockDim.x) cnt[i == 0 ? 0 : i + 1] = 0;
-}
-#define MOE_ONE_K(NAME, TG, TD, SGS, SDS, MINB) \
-    extern "C" __global__ void __launch_bounds__(128, MINB) NAME(const float* logits, int ne, int k, int sf, int nz, int* ids, \
-        float* ws, const i8* qa, const float* ad, int n_pad, int U, int m_ff, const u64* Tg, float* og, const u64* Tu, float* ou, \
-        int op, int ff_pad, int Uf, int n, const u64* Td, float* od, int t, int* cnt, int ns, int reset, i8* q2, float* d2, \
-        float* actf, int glu_once) { \
-        moe_one_t<TG, TD, SGS, SDS>(logits, ne, k, sf, nz, ids, ws, qa, ad, n_pad, U, m_ff, Tg, og, Tu, ou, op, ff_pad, Uf, n, \
-                                    Td, od, t, cnt, ns, reset, q2, d2, actf, glu_once); \
-    }
-// moe_one_lean_*: three stages for gate / up (two units a warp in flight: n ≤ 2048), two for down
-// (one unit a warp: n_ff ≤ 1024), at least six blocks a multiprocessor (registers capped to fit,
-// no spills in ptxas -v; ~33 KB of shared memory against ~45 KB).
-#define MOE_ONE(TG, TD) \
-    MOE_ONE_K(moe_one_##TG##_##TD, TG, TD, MQ<TG>::STAGES, MQ<TD>::STAGES, 1) \
-    MOE_ONE_K(moe_one_lean_##TG##_##TD, TG, TD, (MQ<TG>::STAGES < 3 ? MQ<TG>::STAGES : 3), 2, 6)
-MOE_ONE(TY_Q4_K, TY_Q4_K)
-MOE_ONE(TY_Q4_K, TY_Q6_K)
-MOE_ONE(TY_Q6_K, TY_Q6_K)
-MOE_ONE(TY_Q8_0, TY_Q8_0)
 
 // ---- Grouped MoE steps (prompts, wide batches: many pairs per expert), as llama.cpp's MMQ with
 // expert ids (ggml-cuda/mmq.cu) groups them: the pairs sorted by expert, each expert's run cut
