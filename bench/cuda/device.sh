@@ -693,7 +693,7 @@ s34 | s35)
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
-s40)
+s40 | s41)
   # Written 2026-12-06 (twentieth session; carry .dev made at HEAD, a fresh machine, ~420 s): the
   # MoE's one-row expert products through kernels with only the stages their warps' units need
   # and more blocks a multiprocessor (HF2Q_CUDA_MOE_LEAN=1: mmq_moe_v3_* for gate / up, 768
@@ -701,7 +701,9 @@ s40)
   # multiprocessors instead of in two waves; the same sums, so the same bits). The moe op test,
   # the A/B (alternating, three rounds; S40_EXTRA: more settings), the greedy tokens, each MoE
   # kernel's cost with launches overlapping under the faster setting (HF2Q_CUDA_TWICE) while time
-  # is left, then both tools on the MoE with the faster.
+  # is left, then both tools on the MoE with the faster. (s40's build lacked the lean kernels in
+  # kernel_names, so its lean runs panicked.) s41 also A/Bs the lean gate / up launched early,
+  # reading the expert ids after waiting for the routing (HF2Q_CUDA_MOE_GATE_EARLY=1).
   bg_llama_bench
   unpack
   machine_info
@@ -711,21 +713,24 @@ s40)
   wait_for MOE-END
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
   set -- HF2Q_CUDA_MOE_LEAN=1 ${S40_EXTRA:-}
+  [ $phase = s41 ] && set -- HF2Q_CUDA_MOE_LEAN=1 "HF2Q_CUDA_MOE_LEAN=1 HF2Q_CUDA_MOE_GATE_EARLY=1"
   for i in 1 2 3; do for c in X=1 "$@"; do tgp moe $m $c; done; done
   greedy_ab $m X=1 "$@"
   pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
-  echo "$pick (s40: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
+  echo "$pick ($phase: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
   eval "$pick"
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  for k in X=1 mmq_moe_v3_TY_Q4_K mmq_moe_v2_TY_Q4_K mmq_moe_v2_TY_Q6_K mmq_moe_v_TY_Q4_K mmq_moe_v_TY_Q6_K moe_route \
+  # (s41: no kernel costs; the llama.cpp build took past 420 s on s40's H100.)
+  [ $phase = s41 ] && LC_WAIT=470 || LC_WAIT=420
+  [ $phase = s41 ] || for k in X=1 mmq_moe_v3_TY_Q4_K mmq_moe_e3_TY_Q4_K mmq_moe_v2_TY_Q4_K mmq_moe_v2_TY_Q6_K mmq_moe_v_TY_Q4_K mmq_moe_v_TY_Q6_K moe_route \
     attn_dec_f16_rope attn_combine_q8 glu_q8 mmv_TY_F32_1 add_ws_rms_norm_q8 add_rms_norm_q8 X=1; do
     [ $SECONDS -lt 330 ] || break
     if [ $k = X=1 ]; then tgp moe-twice $m X=1; else tgp moe-twice $m HF2Q_CUDA_TWICE=$k; fi
   done
-  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 420 ] && break; sleep 3; done
+  for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt $LC_WAIT ] && break; sleep 3; done
   tail -n 2 /tmp/lc.log >> $OUT/make.txt
-  [ $SECONDS -lt 430 ] && bench_pair moe $m
-  echo "s40 done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  [ $SECONDS -lt $((LC_WAIT + 10)) ] && bench_pair moe $m
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
 s36)
