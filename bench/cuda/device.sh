@@ -58,7 +58,8 @@
 #            2026-12-06-h100): no knob won. s37 on an H200 (bench/runs/2026-12-06-h200 call 2): the
 #            one-launch MoE step (MoeOne) 0.907x, both tools on the MoE 1.474x. s38 (2026-12-06,
 #            twentieth session, on an H100: 2026-12-06-h100 call 2): MoeOne's modes all slower, the
-#            variant taken out. s40: the lean expert products (HF2Q_CUDA_MOE_LEAN).
+#            variant taken out. s40 / s41 (on H100s, 2026-12-06-h100 calls 3 and 4): the lean expert
+#            products (HF2Q_CUDA_MOE_LEAN), 1.020x; s42 (an H200): both tools with them the defaults.
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -703,7 +704,9 @@ s40 | s41)
   # kernel's cost with launches overlapping under the faster setting (HF2Q_CUDA_TWICE) while time
   # is left, then both tools on the MoE with the faster. (s40's build lacked the lean kernels in
   # kernel_names, so its lean runs panicked.) s41 also A/Bs the lean gate / up launched early,
-  # reading the expert ids after waiting for the routing (HF2Q_CUDA_MOE_GATE_EARLY=1).
+  # reading the expert ids after waiting for the routing (HF2Q_CUDA_MOE_GATE_EARLY=1; taken out
+  # after s41: 1.013x against the lean kernels' 1.020x). Since s42 the lean kernels are the
+  # defaults (HF2Q_CUDA_MOE_LEAN=0 for the others).
   bg_llama_bench
   unpack
   machine_info
@@ -748,6 +751,29 @@ s36)
   done
   echo "s36 done at $SECONDS s" | tee -a $OUT/ab.txt
   cp /tmp/mk.log $OUT/make.txt
+  ;;
+s42)
+  # Written 2026-12-06 (twentieth session; carry .dev made at HEAD, a fresh machine, ~330-450 s):
+  # the lean expert products on by default (s41 on an H100: 1.020x, the same tokens; the early
+  # gate / up 1.013x, taken out). The moe op test, the defaults against HF2Q_CUDA_MOE_LEAN=0
+  # (alternating, two rounds), the greedy tokens of both, copy bandwidth, then both tools on the
+  # MoE with the defaults (llama-bench waited for until 440 s).
+  bg_llama_bench
+  unpack
+  machine_info
+  bg_make "" moe
+  op_tests cuda::moe
+  m=$W/moe.q4_k_m.gguf
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  for i in 1 2; do for c in X=1 HF2Q_CUDA_MOE_LEAN=0; do tgp moe $m $c; done; done
+  greedy_ab $m X=1 HF2Q_CUDA_MOE_LEAN=0
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 440 ] && break; sleep 3; done
+  tail -n 2 /tmp/lc.log >> $OUT/make.txt
+  [ $SECONDS -lt 450 ] && bench_pair moe $m
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
   ;;
 s37 | s38 | s39)
   # Written 2026-12-06 for Fused::MoeOne (a MoE decode step in one launch) and its modes: s37 ran on

@@ -835,9 +835,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "mmq_moe_v2_TY_Q4_K",
                 "mmq_moe_v3_TY_Q4_K",
                 "mmq_moe_v2_TY_Q6_K",
-                "mmq_moe_e2_TY_Q4_K",
-                "mmq_moe_e3_TY_Q4_K",
-                "mmq_moe_e2_TY_Q6_K",
             ]
             .map(String::from)
             .to_vec();

@@ -107,10 +107,9 @@ pub struct Cuda {
     mmq_v5_blocks: u32,
     /// A MoE step's one-row expert products through kernels with only the stages their warps'
     /// units need and more blocks a multiprocessor (`mmq_moe_v2_*`, `mmq_moe_v3_*`; the same
-    /// bits): `HF2Q_CUDA_MOE_LEAN=1`; and (second) their gate / up launched early, reading the
-    /// expert ids after the wait for the routing (`mmq_moe_e*_`): `HF2Q_CUDA_MOE_GATE_EARLY=1`
-    /// (with the first). `with_moe_lean`.
-    moe_lean: (bool, bool),
+    /// bits). On by default: MoE tg128 1.020× on an H100 (bench/runs/2026-12-06-h100 call 4);
+    /// `HF2Q_CUDA_MOE_LEAN=0` or `with_moe_lean(false)` for `mmq_moe_v_*`.
+    moe_lean: bool,
     /// Launches of the lean kernels so far (for the op tests).
     moe_lean_n: std::sync::atomic::AtomicUsize,
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
@@ -182,10 +181,7 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
-            moe_lean: (
-                std::env::var("HF2Q_CUDA_MOE_LEAN").is_ok_and(|v| v == "1"),
-                std::env::var("HF2Q_CUDA_MOE_GATE_EARLY").is_ok_and(|v| v == "1"),
-            ),
+            moe_lean: std::env::var("HF2Q_CUDA_MOE_LEAN").map_or(true, |v| v != "0"),
             moe_lean_n: Default::default(),
             fuse: Fused::ALL.map(|k| std::env::var(k.var()).map_or(k.default_on(), |v| v == "1")),
             tops: std::env::var("HF2Q_CUDA_TOPK").map_or(true, |v| v != "0"),
@@ -262,10 +258,9 @@ impl Cuda {
         self
     }
 
-    /// A MoE step's one-row expert products through the lean kernels or not, and their gate / up
-    /// launched early or not (`moe_lean`).
-    pub fn with_moe_lean(mut self, on: bool, gate_early: bool) -> Cuda {
-        self.moe_lean = (on, gate_early);
+    /// A MoE step's one-row expert products through the lean kernels (`moe_lean`) or not.
+    pub fn with_moe_lean(mut self, on: bool) -> Cuda {
+        self.moe_lean = on;
         self
     }
 

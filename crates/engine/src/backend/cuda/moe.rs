@@ -55,17 +55,13 @@ fn grouped_nt(pairs: usize, n_expert: usize) -> usize {
 
 /// `mmq_moe_v{ST}_*` (kernels/mmq.cu: MMQ_MOE_L) for a one-row expert product of `ty` weights
 /// `np` values wide whose warps' units (at most ⌈np / 1024⌉ each) need fewer stages than the
-/// type's own, where there is one; `late`: its `mmq_moe_e{ST}_*` form, which reads the expert ids
-/// after waiting for the kernel ahead (launched early after the routing).
-fn moe_lean_name(ty: GgmlType, np: usize, late: bool) -> Option<&'static str> {
+/// type's own, where there is one.
+fn moe_lean_name(ty: GgmlType, np: usize) -> Option<&'static str> {
     use GgmlType::{Q4_K, Q6_K};
-    Some(match (ty, (np / 256).div_ceil(4) + 1, late) {
-        (Q4_K, 2, false) => "mmq_moe_v2_TY_Q4_K",
-        (Q4_K, 3, false) => "mmq_moe_v3_TY_Q4_K",
-        (Q6_K, 2, false) => "mmq_moe_v2_TY_Q6_K",
-        (Q4_K, 2, true) => "mmq_moe_e2_TY_Q4_K",
-        (Q4_K, 3, true) => "mmq_moe_e3_TY_Q4_K",
-        (Q6_K, 2, true) => "mmq_moe_e2_TY_Q6_K",
+    Some(match (ty, (np / 256).div_ceil(4) + 1) {
+        (Q4_K, 2) => "mmq_moe_v2_TY_Q4_K",
+        (Q4_K, 3) => "mmq_moe_v3_TY_Q4_K",
+        (Q6_K, 2) => "mmq_moe_v2_TY_Q6_K",
         _ => return None,
     })
 }
@@ -262,26 +258,20 @@ impl Cuda {
             let (qa, ad) = flavour(ty, a);
             let (t1, o1) = mats.get(1).copied().unwrap_or((0, 0));
             let mut args = vec![A::P(qa), A::P(ad), A::I(np as i32), A::I((np / 256) as i32)];
-            // `late`: a lean gate / up kernel that reads its ids after waiting for the routing,
-            // launched early (`with_moe_lean`).
-            let (name, grid, late) = if grouped {
+            let (name, grid) = if grouped {
                 // Grid (mats · weight tiles, row tiles at most); the pairs through the tile table.
                 args.push(A::P(tiles));
                 (
                     format!("mmq_moe_g_{}_{nt}", ty_name(ty)),
                     ((mats.len() * m.div_ceil(16)) as u32, max_tiles as u32),
-                    false,
                 )
             } else {
                 args.extend([A::P(ids), A::I(div as i32)]);
                 let v = if super::mmq::mmq_v_on() { "v_" } else { "" };
                 let g = if glu.is_empty() { "" } else { "glu_" };
-                // The lean kernels where they take the product; gate / up's (`early` false: right
-                // after the routing) in their late form where asked.
-                let (lean_on, late_on) = self.moe_lean;
-                let late = late_on && !early;
-                let lean = (lean_on && glu.is_empty() && !v.is_empty())
-                    .then(|| moe_lean_name(ty, np, late))
+                // The lean kernels where they take the product (`with_moe_lean`).
+                let lean = (self.moe_lean && glu.is_empty() && !v.is_empty())
+                    .then(|| moe_lean_name(ty, np))
                     .flatten();
                 if lean.is_some() {
                     self.moe_lean_n.fetch_add(1, Ordering::Relaxed);
@@ -289,14 +279,11 @@ impl Cuda {
                 (
                     lean.map_or_else(|| format!("mmq_moe_{g}{v}{}", ty_name(ty)), str::to_string),
                     ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
-                    late && lean.is_some(),
                 )
             };
             args.extend([A::I(m as i32), A::P(mats[0].0), A::P(mats[0].1), A::P(t1), A::P(o1)]);
             args.extend(glu);
-            if late {
-                self.dev.launch_early(&name, grid, 128, &args);
-            } else if early && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
+            if early && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
                 launch(&name, grid, 128, &args);
             } else {
                 self.dev.launch(&name, grid, 128, &args);

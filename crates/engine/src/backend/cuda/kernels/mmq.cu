@@ -562,23 +562,19 @@ MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
 // each (U ≤ 4 · (ST - 1): every weight asked for before the wait for the kernel ahead), and at
 // least MB blocks a multiprocessor (registers capped to fit; no spills in ptxas -v): a decode
 // step's 1,024 down blocks (or 768 gate / up ones) resident at once on 132 multiprocessors, not in
-// two waves (HF2Q_CUDA_MOE_LEAN). The same sums in the same order as mmq_moe_v_*. (Q8_0 has two
+// two waves (on by default: MoE tg128 1.020x on an H100; HF2Q_CUDA_MOE_LEAN=0 for mmq_moe_v_*).
+// The same sums in the same order as mmq_moe_v_*. (Q8_0 has two
 // stages already, and 34 KB of them: no lean form.)
-// LATE (mmq_moe_e*_: gate / up launched early, HF2Q_CUDA_MOE_GATE_EARLY): the expert ids read
-// after the wait for the kernel ahead (the routing, which writes them), so the weights are asked
-// for after it too; the blocks are resident and waiting when it ends instead of launched then.
-#define MMQ_MOE_L(NAME, TY, ST, MB, LATE) \
+// (Gate / up launched early with the expert ids read after the wait for the routing was slower:
+// MoE tg128 1.013x against these kernels' 1.020x on an H100, bench/runs/2026-12-06-h100 call 4.)
+#define MMQ_MOE_L(NAME, TY, ST, MB) \
     extern "C" __global__ void __launch_bounds__(128, MB) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, \
         int div, int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
-        if (LATE) pdl_wait(); \
         mmq_pair<TY, true, ST>(qa, ad, n_pad, U, ids, div, m, T0, o0, T1, o1); \
     }
-MMQ_MOE_L(mmq_moe_v2_TY_Q4_K, TY_Q4_K, 2, 8, false)
-MMQ_MOE_L(mmq_moe_v3_TY_Q4_K, TY_Q4_K, 3, 7, false)
-MMQ_MOE_L(mmq_moe_v2_TY_Q6_K, TY_Q6_K, 2, 8, false)
-MMQ_MOE_L(mmq_moe_e2_TY_Q4_K, TY_Q4_K, 2, 8, true)
-MMQ_MOE_L(mmq_moe_e3_TY_Q4_K, TY_Q4_K, 3, 7, true)
-MMQ_MOE_L(mmq_moe_e2_TY_Q6_K, TY_Q6_K, 2, 8, true)
+MMQ_MOE_L(mmq_moe_v2_TY_Q4_K, TY_Q4_K, 2, 8)
+MMQ_MOE_L(mmq_moe_v3_TY_Q4_K, TY_Q4_K, 3, 7)
+MMQ_MOE_L(mmq_moe_v2_TY_Q6_K, TY_Q6_K, 2, 8)
 
 // mmq_moe_* (gate and up) routing their pairs themselves (mmq_pair with route_in).
 #define MMQ_MOE_R(NAME, TY, V) \
