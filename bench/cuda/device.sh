@@ -59,7 +59,10 @@
 #            one-launch MoE step (MoeOne) 0.907x, both tools on the MoE 1.474x. s38 (2026-12-06,
 #            twentieth session, on an H100: 2026-12-06-h100 call 2): MoeOne's modes all slower, the
 #            variant taken out. s40 / s41 (on H100s, 2026-12-06-h100 calls 3 and 4): the lean expert
-#            products (HF2Q_CUDA_MOE_LEAN), 1.020x; s42 (an H200): both tools with them the defaults.
+#            products (HF2Q_CUDA_MOE_LEAN), 1.020x; s42 (asked for an H200, ran on an H100:
+#            2026-12-06-h100 call 5): 1.024x as the defaults, both tools 1.446x on that H100.
+#            Next: s43 (carry .dev made at HEAD; ~450 s; for an H200): the MoE's Done-when figure
+#            with the lean kernels, and the GLU variants A/B'd again with them.
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -768,6 +771,34 @@ s42)
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
   for i in 1 2; do for c in X=1 HF2Q_CUDA_MOE_LEAN=0; do tgp moe $m $c; done; done
   greedy_ab $m X=1 HF2Q_CUDA_MOE_LEAN=0
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 440 ] && break; sleep 3; done
+  tail -n 2 /tmp/lc.log >> $OUT/make.txt
+  [ $SECONDS -lt 450 ] && bench_pair moe $m
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
+  ;;
+s43)
+  # Written 2026-12-06 (twentieth session, for the next one; carry .dev made at HEAD, a fresh
+  # machine, ~450 s): s42 on an H200 (it ran on an H100), with the GLU variants A/B'd again now that
+  # the expert products are lean: the defaults, HF2Q_CUDA_MOE_LEAN=0, HF2Q_CUDA_GLU_FUSE=1 (each
+  # pair's GLU by its last gate / up block; 0.973x before the lean kernels) and HF2Q_CUDA_GLU_DOWN=1
+  # (by every down block, mmq_moe_gd_v_*, not lean; 0.98x before), alternating, two rounds; the
+  # greedy tokens of each; both tools on the MoE with the fastest.
+  bg_llama_bench
+  unpack
+  machine_info
+  bg_make "" moe
+  op_tests cuda::moe
+  m=$W/moe.q4_k_m.gguf
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  set -- HF2Q_CUDA_MOE_LEAN=0 HF2Q_CUDA_GLU_FUSE=1 HF2Q_CUDA_GLU_DOWN=1
+  for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done
+  greedy_ab $m X=1 "$@"
+  pick=$(best_of moe $OUT/ab.txt X=1 X=1 HF2Q_CUDA_GLU_FUSE=1 HF2Q_CUDA_GLU_DOWN=1)
+  echo "$pick ($phase: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
+  eval "$pick"
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 440 ] && break; sleep 3; done
   tail -n 2 /tmp/lc.log >> $OUT/make.txt
