@@ -783,8 +783,9 @@ s43)
   # machine, ~450 s): s42 on an H200 (it ran on an H100), with the GLU variants A/B'd again now that
   # the expert products are lean: the defaults, HF2Q_CUDA_MOE_LEAN=0, HF2Q_CUDA_GLU_FUSE=1 (each
   # pair's GLU by its last gate / up block; 0.973x before the lean kernels) and HF2Q_CUDA_GLU_DOWN=1
-  # (by every down block, mmq_moe_gd_v_*, not lean; 0.98x before), alternating, two rounds; the
-  # greedy tokens of each; both tools on the MoE with the fastest.
+  # (by every down block, now through lean kernels too, mmq_moe_gd_v2_*: Q4_K's 1,024 blocks
+  # resident at once; 0.98x before), alternating, two rounds; the greedy tokens of each; both
+  # tools on the MoE with the fastest.
   bg_llama_bench
   unpack
   machine_info

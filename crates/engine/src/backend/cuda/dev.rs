@@ -835,6 +835,8 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "mmq_moe_v2_TY_Q4_K",
                 "mmq_moe_v3_TY_Q4_K",
                 "mmq_moe_v2_TY_Q6_K",
+                "mmq_moe_gd_v2_TY_Q4_K",
+                "mmq_moe_gd_v2_TY_Q6_K",
             ]
             .map(String::from)
             .to_vec();

@@ -55,13 +55,16 @@ fn grouped_nt(pairs: usize, n_expert: usize) -> usize {
 
 /// `mmq_moe_v{ST}_*` (kernels/mmq.cu: MMQ_MOE_L) for a one-row expert product of `ty` weights
 /// `np` values wide whose warps' units (at most ⌈np / 1024⌉ each) need fewer stages than the
-/// type's own, where there is one.
-fn moe_lean_name(ty: GgmlType, np: usize) -> Option<&'static str> {
+/// type's own, where there is one; `gd`: of the down products making their GLU
+/// (`mmq_moe_gd_v{ST}_*`, MMQ_MOE_GD_L).
+fn moe_lean_name(ty: GgmlType, np: usize, gd: bool) -> Option<&'static str> {
     use GgmlType::{Q4_K, Q6_K};
-    Some(match (ty, (np / 256).div_ceil(4) + 1) {
-        (Q4_K, 2) => "mmq_moe_v2_TY_Q4_K",
-        (Q4_K, 3) => "mmq_moe_v3_TY_Q4_K",
-        (Q6_K, 2) => "mmq_moe_v2_TY_Q6_K",
+    Some(match (ty, (np / 256).div_ceil(4) + 1, gd) {
+        (Q4_K, 2, false) => "mmq_moe_v2_TY_Q4_K",
+        (Q4_K, 3, false) => "mmq_moe_v3_TY_Q4_K",
+        (Q6_K, 2, false) => "mmq_moe_v2_TY_Q6_K",
+        (Q4_K, 2, true) => "mmq_moe_gd_v2_TY_Q4_K",
+        (Q6_K, 2, true) => "mmq_moe_gd_v2_TY_Q6_K",
         _ => return None,
     })
 }
@@ -271,7 +274,7 @@ impl Cuda {
                 let g = if glu.is_empty() { "" } else { "glu_" };
                 // The lean kernels where they take the product (`with_moe_lean`).
                 let lean = (self.moe_lean && glu.is_empty() && !v.is_empty())
-                    .then(|| moe_lean_name(ty, np))
+                    .then(|| moe_lean_name(ty, np, false))
                     .flatten();
                 if lean.is_some() {
                     self.moe_lean_n.fetch_add(1, Ordering::Relaxed);
@@ -389,7 +392,11 @@ impl Cuda {
                     .into_iter()
                     .chain(route_args(if route_in { bufs.router.ptr } else { 0 }))
                     .collect();
-                let name = format!("mmq_moe_gd_v_{}", ty_name(d_ty));
+                let lean = self.moe_lean.then(|| moe_lean_name(d_ty, ff_pad, true)).flatten();
+                if lean.is_some() {
+                    self.moe_lean_n.fetch_add(1, Ordering::Relaxed);
+                }
+                let name = lean.map_or_else(|| format!("mmq_moe_gd_v_{}", ty_name(d_ty)), str::to_string);
                 if d_ty != GgmlType::Q8_0 || super::mmq::pdl_q8() {
                     launch(&name, ((pairs * n.div_ceil(16)) as u32, 1), 128, &args);
                 } else {

@@ -592,13 +592,13 @@ MMQ_MOE_R(mmq_moe_r_v_TY_Q8_0, TY_Q8_0, true)
 // n_pad ≤ GLU_MAX), instead of reading those of a glu_q8 launch: the same bits, a launch fewer.
 // Their experts from ids, or (logits not null) routed by each block (route_in) — before waiting
 // for the kernel ahead: the router's product finished before the gate / up products began.
-template <int TY, bool V>
+template <int TY, bool V, int ST = MQ<TY>::STAGES>
 __device__ __forceinline__ void mmq_pair_glu(const float* gate, const float* up, int m_ff, int op, int n_pad, int U, const int* ids,
                                              int m, const u64* T0, float* o0, RouteIn ri) {
     int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, tile = blockIdx.x % tiles;
     GluIn gi{gate + (u64)p * m_ff, up + (u64)p * m_ff, m_ff, op};
     int e = route_in(ri, p, ids, 0, 0);
-    mmq_t<TY, 1, V, MQ<TY>::STAGES, true>(tile, 0, (const u8*)T0[e], U, m, 0, 0, n_pad, o0 + (u64)p * m, 1, gi);
+    mmq_t<TY, 1, V, ST, true>(tile, 0, (const u8*)T0[e], U, m, 0, 0, n_pad, o0 + (u64)p * m, 1, gi);
 }
 #define MMQ_MOE_GD(NAME, TY, V) \
     extern "C" __global__ void __launch_bounds__(128) NAME(const float* gate, const float* up, int m_ff, int op, int n_pad, int U, \
@@ -608,6 +608,15 @@ __device__ __forceinline__ void mmq_pair_glu(const float* gate, const float* up,
 MMQ_MOE_GD(mmq_moe_gd_v_TY_Q4_K, TY_Q4_K, true)
 MMQ_MOE_GD(mmq_moe_gd_v_TY_Q6_K, TY_Q6_K, true)
 MMQ_MOE_GD(mmq_moe_gd_v_TY_Q8_0, TY_Q8_0, true)
+// Their lean forms (as MMQ_MOE_L: two stages for warps of one unit; Q6_K's seven blocks a
+// multiprocessor, as its stages and the GLU's 2.3 KB leave room for).
+#define MMQ_MOE_GD_L(NAME, TY, ST, MB) \
+    extern "C" __global__ void __launch_bounds__(128, MB) NAME(const float* gate, const float* up, int m_ff, int op, int n_pad, \
+        int U, const int* ids, int m, const u64* T0, float* o0, const float* logits, int ne, int k, int softmax_first, int normalize) { \
+        mmq_pair_glu<TY, true, ST>(gate, up, m_ff, op, n_pad, U, ids, m, T0, o0, RouteIn{logits, ne, k, softmax_first, normalize}); \
+    }
+MMQ_MOE_GD_L(mmq_moe_gd_v2_TY_Q4_K, TY_Q4_K, 2, 8)
+MMQ_MOE_GD_L(mmq_moe_gd_v2_TY_Q6_K, TY_Q6_K, 2, 7)
 
 // glu_q8 (ops.cu) of pair p's gate and up rows (m values each, a multiple of 4) by the last of the
 // pair's gridDim.y · tiles blocks (its gate's and up's) to finish (counted in cnt[p], set back to
