@@ -346,13 +346,34 @@ twice() {
   for k in "$@"; do tgp $tag $m HF2Q_CUDA_TWICE=$k; done
   tgp $tag $m X=1
 }
-fresh_moe() {
-  # fresh_moe [FILTER ...]: a fresh machine's first steps for a MoE phase: the carried binaries,
-  # llama-bench and the 24-layer MoE in the background, copy bandwidth, the op tests (op_tests).
+moe_start() {
+  # A fresh machine's MoE phase: the carried binaries, llama-bench and the 24-layer MoE in the
+  # background.
   unpack
   machine_info
   bg_llama_bench
   bg_make "" moe
+}
+moe_ready() {
+  # moe_start, the moe op test, then waits for the model (m: its path; make.txt).
+  moe_start
+  op_tests cuda::moe
+  m=$W/moe.q4_k_m.gguf
+  wait_for MOE-END
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+}
+moe_close() {
+  # moe_close LIMIT: waits for llama-bench's build until LIMIT seconds, then both tools on the MoE
+  # (bench_pair) if before LIMIT + 10, and packs the phase's files.
+  for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt $1 ] && break; sleep 3; done
+  tail -n 2 /tmp/lc.log >> $OUT/make.txt
+  [ $SECONDS -lt $(($1 + 10)) ] && bench_pair moe $m
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
+}
+fresh_moe() {
+  # fresh_moe [FILTER ...]: moe_start, copy bandwidth, the op tests (op_tests).
+  moe_start
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   op_tests "$@"
 }
@@ -710,14 +731,7 @@ s40 | s41)
   # reading the expert ids after waiting for the routing (HF2Q_CUDA_MOE_GATE_EARLY=1; taken out
   # after s41: 1.013x against the lean kernels' 1.020x). Since s42 the lean kernels are the
   # defaults (HF2Q_CUDA_MOE_LEAN=0 for the others).
-  bg_llama_bench
-  unpack
-  machine_info
-  bg_make "" moe
-  op_tests cuda::moe
-  m=$W/moe.q4_k_m.gguf
-  wait_for MOE-END
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  moe_ready
   set -- HF2Q_CUDA_MOE_LEAN=1 ${S40_EXTRA:-}
   [ $phase = s41 ] && set -- HF2Q_CUDA_MOE_LEAN=1 "HF2Q_CUDA_MOE_LEAN=1 HF2Q_CUDA_MOE_GATE_EARLY=1"
   for i in 1 2 3; do for c in X=1 "$@"; do tgp moe $m $c; done; done
@@ -728,16 +742,12 @@ s40 | s41)
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   # (s41: no kernel costs; the llama.cpp build took past 420 s on s40's H100.)
   [ $phase = s41 ] && LC_WAIT=470 || LC_WAIT=420
-  [ $phase = s41 ] || for k in X=1 mmq_moe_v3_TY_Q4_K mmq_moe_e3_TY_Q4_K mmq_moe_v2_TY_Q4_K mmq_moe_v2_TY_Q6_K mmq_moe_v_TY_Q4_K mmq_moe_v_TY_Q6_K moe_route \
+  [ $phase = s41 ] || for k in X=1 mmq_moe_v3_TY_Q4_K mmq_moe_v2_TY_Q4_K mmq_moe_v2_TY_Q6_K mmq_moe_v_TY_Q4_K mmq_moe_v_TY_Q6_K moe_route \
     attn_dec_f16_rope attn_combine_q8 glu_q8 mmv_TY_F32_1 add_ws_rms_norm_q8 add_rms_norm_q8 X=1; do
     [ $SECONDS -lt 330 ] || break
     if [ $k = X=1 ]; then tgp moe-twice $m X=1; else tgp moe-twice $m HF2Q_CUDA_TWICE=$k; fi
   done
-  for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt $LC_WAIT ] && break; sleep 3; done
-  tail -n 2 /tmp/lc.log >> $OUT/make.txt
-  [ $SECONDS -lt $((LC_WAIT + 10)) ] && bench_pair moe $m
-  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
-  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
+  moe_close $LC_WAIT
   ;;
 s36)
   # The session's last ~250 s of device time (2026-12-06; refused: too little left to start a
@@ -761,22 +771,11 @@ s42)
   # gate / up 1.013x, taken out). The moe op test, the defaults against HF2Q_CUDA_MOE_LEAN=0
   # (alternating, two rounds), the greedy tokens of both, copy bandwidth, then both tools on the
   # MoE with the defaults (llama-bench waited for until 440 s).
-  bg_llama_bench
-  unpack
-  machine_info
-  bg_make "" moe
-  op_tests cuda::moe
-  m=$W/moe.q4_k_m.gguf
-  wait_for MOE-END
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  moe_ready
   for i in 1 2; do for c in X=1 HF2Q_CUDA_MOE_LEAN=0; do tgp moe $m $c; done; done
   greedy_ab $m X=1 HF2Q_CUDA_MOE_LEAN=0
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 440 ] && break; sleep 3; done
-  tail -n 2 /tmp/lc.log >> $OUT/make.txt
-  [ $SECONDS -lt 450 ] && bench_pair moe $m
-  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
-  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
+  moe_close 440
   ;;
 s43)
   # Written 2026-12-06 (twentieth session, for the next one; carry .dev made at HEAD, a fresh
@@ -786,14 +785,7 @@ s43)
   # (by every down block, now through lean kernels too, mmq_moe_gd_v2_*: Q4_K's 1,024 blocks
   # resident at once; 0.98x before), alternating, two rounds; the greedy tokens of each; both
   # tools on the MoE with the fastest.
-  bg_llama_bench
-  unpack
-  machine_info
-  bg_make "" moe
-  op_tests cuda::moe
-  m=$W/moe.q4_k_m.gguf
-  wait_for MOE-END
-  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  moe_ready
   set -- HF2Q_CUDA_MOE_LEAN=0 HF2Q_CUDA_GLU_FUSE=1 HF2Q_CUDA_GLU_DOWN=1
   for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done
   greedy_ab $m X=1 "$@"
@@ -801,11 +793,7 @@ s43)
   echo "$pick ($phase: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
   eval "$pick"
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 440 ] && break; sleep 3; done
-  tail -n 2 /tmp/lc.log >> $OUT/make.txt
-  [ $SECONDS -lt 450 ] && bench_pair moe $m
-  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
-  pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
+  moe_close 440
   ;;
 s37 | s38 | s39)
   # Written 2026-12-06 for Fused::MoeOne (a MoE decode step in one launch) and its modes: s37 ran on

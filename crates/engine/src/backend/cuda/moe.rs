@@ -117,6 +117,15 @@ impl Cuda {
         }
     }
 
+    /// `moe_lean_name`'s kernel where the lean kernels are on (`with_moe_lean`), counted.
+    fn lean_kernel(&self, ty: GgmlType, np: usize, gd: bool) -> Option<&'static str> {
+        let name = self.moe_lean.then(|| moe_lean_name(ty, np, gd)).flatten();
+        if name.is_some() {
+            self.moe_lean_n.fetch_add(1, Ordering::Relaxed);
+        }
+        name
+    }
+
     /// `Backend::moe_ffn_on_device`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn moe_device(
@@ -272,13 +281,10 @@ impl Cuda {
                 args.extend([A::P(ids), A::I(div as i32)]);
                 let v = if super::mmq::mmq_v_on() { "v_" } else { "" };
                 let g = if glu.is_empty() { "" } else { "glu_" };
-                // The lean kernels where they take the product (`with_moe_lean`).
-                let lean = (self.moe_lean && glu.is_empty() && !v.is_empty())
-                    .then(|| moe_lean_name(ty, np, false))
+                // The lean kernels where they take the product.
+                let lean = (glu.is_empty() && !v.is_empty())
+                    .then(|| self.lean_kernel(ty, np, false))
                     .flatten();
-                if lean.is_some() {
-                    self.moe_lean_n.fetch_add(1, Ordering::Relaxed);
-                }
                 (
                     lean.map_or_else(|| format!("mmq_moe_{g}{v}{}", ty_name(ty)), str::to_string),
                     ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
@@ -291,10 +297,6 @@ impl Cuda {
             } else {
                 self.dev.launch(&name, grid, 128, &args);
             }
-        };
-        let op = match glu {
-            Glu::Swiglu => 2,
-            Glu::Geglu => 3,
         };
         let act = if grouped {
             // The pairs sorted by expert, and x's rows in that order.
@@ -338,6 +340,10 @@ impl Cuda {
         } else {
             act
         };
+        let op = match glu {
+            Glu::Swiglu => 2,
+            Glu::Geglu => 3,
+        };
         // The down products making each pair's GLU themselves (`Fused::GluDown`): no glu_q8.
         let glu_down = route_in
             || (!grouped
@@ -346,7 +352,6 @@ impl Cuda {
                 && super::mmq::mmq_v_on()
                 && self.fuse_on(super::Fused::GluDown));
         // The router's logits and routing for the launches that route their pairs (route_in).
-        let route_args = |logits: u64| route_head(logits, r);
         let act2 = if glu_fused {
             // The GLU of every pair, quantized for the down products, by the gate / up launch.
             let act2 = ActScratch::packed(base + 4 * glu_at as u64, pairs * ff_pad);
@@ -361,7 +366,7 @@ impl Cuda {
             if route_in {
                 let (qa, ad) = flavour(g_ty, act);
                 let mut args = vec![A::P(qa), A::P(ad), A::I(n_pad as i32), A::I((n_pad / 256) as i32)];
-                args.extend(route_args(bufs.router.ptr));
+                args.extend(route_head(bufs.router.ptr, r));
                 args.extend([A::P(ids), A::P(ws), A::I(r.k as i32), A::I(n_ff as i32)]);
                 args.extend([A::P(gate_t), A::P(gate), A::P(up_t), A::P(up)]);
                 let grid = ((pairs * n_ff.div_ceil(16)) as u32, 2);
@@ -390,12 +395,9 @@ impl Cuda {
                 ];
                 let args: Vec<A> = args
                     .into_iter()
-                    .chain(route_args(if route_in { bufs.router.ptr } else { 0 }))
+                    .chain(route_head(if route_in { bufs.router.ptr } else { 0 }, r))
                     .collect();
-                let lean = self.moe_lean.then(|| moe_lean_name(d_ty, ff_pad, true)).flatten();
-                if lean.is_some() {
-                    self.moe_lean_n.fetch_add(1, Ordering::Relaxed);
-                }
+                let lean = self.lean_kernel(d_ty, ff_pad, true);
                 let name = lean.map_or_else(|| format!("mmq_moe_gd_v_{}", ty_name(d_ty)), str::to_string);
                 if d_ty != GgmlType::Q8_0 || super::mmq::pdl_q8() {
                     launch(&name, ((pairs * n.div_ceil(16)) as u32, 1), 128, &args);

@@ -563,8 +563,8 @@ MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
 // least MB blocks a multiprocessor (registers capped to fit; no spills in ptxas -v): a decode
 // step's 1,024 down blocks (or 768 gate / up ones) resident at once on 132 multiprocessors, not in
 // two waves (on by default: MoE tg128 1.020x on an H100; HF2Q_CUDA_MOE_LEAN=0 for mmq_moe_v_*).
-// The same sums in the same order as mmq_moe_v_*. (Q8_0 has two
-// stages already, and 34 KB of them: no lean form.)
+// The same sums in the same order as mmq_moe_v_*. (Q8_0 has two stages already, and 34 KB of
+// them: no lean form.)
 // (Gate / up launched early with the expert ids read after the wait for the routing was slower:
 // MoE tg128 1.013x against these kernels' 1.020x on an H100, bench/runs/2026-12-06-h100 call 4.)
 #define MMQ_MOE_L(NAME, TY, ST, MB) \
