@@ -62,7 +62,9 @@
 #            products (HF2Q_CUDA_MOE_LEAN), 1.020x; s42 (asked for an H200, ran on an H100:
 #            2026-12-06-h100 call 5): 1.024x as the defaults, both tools 1.446x on that H100.
 #            Next: s43 (carry .dev made at HEAD; ~450 s; for an H200): the MoE's Done-when figure
-#            with the lean kernels, and the GLU variants A/B'd again with them.
+#            with the lean kernels, and the GLU variants A/B'd again with them; attn_exact_f16's op
+#            test. Then, within the machine's warm window, s44a (carry .dev1) and s44b (carry
+#            .dev2): SmolLM2's goldens with the defaults and with HF2Q_CUDA_ATTN_EXACT=1, and its cost.
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -777,6 +779,23 @@ s42)
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   moe_close 440
   ;;
+s44a)
+  # Written 2026-12-06 (twenty-first session): right after s43 on the same machine (carry .dev1:
+  # SmolLM2 Q4_1's first half, `split -n 2`), kept in /tmp/stash for s44b.
+  stash
+  ;;
+s44b)
+  # Right after s44a (carry .dev2: the second half): SmolLM2's goldens, CUDA against the CPU with
+  # the defaults and with HF2Q_CUDA_ATTN_EXACT=1 (short runs' attention as the CPU computes it),
+  # then what the exact attention costs: tg128 on SmolLM2 Q8_0 and on s43's MoE, alternating.
+  stash
+  smol_models
+  timeout 150 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 1
+  GM_ENV_B=HF2Q_CUDA_ATTN_EXACT=1 timeout 150 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens-exact.txt | tail -n 1
+  for i in 1 2; do for c in X=1 HF2Q_CUDA_ATTN_EXACT=1; do tgp smol $M/SmolLM2-135M-Instruct.Q8_0.gguf $c; [ -f $W/moe.q4_k_m.gguf ] && tgp moe $W/moe.q4_k_m.gguf $c; done; done
+  greedy_ab $M/SmolLM2-135M-Instruct.Q8_0.gguf X=1 HF2Q_CUDA_ATTN_EXACT=1
+  pack smollm2-goldens.txt smollm2-goldens-exact.txt ab.txt greedy-ab.txt smollm2-sha.txt
+  ;;
 s43)
   # Written 2026-12-06 (twentieth session, for the next one; carry .dev made at HEAD, a fresh
   # machine, ~450 s): s42 on an H200 (it ran on an H100), with the GLU variants A/B'd again now that
@@ -786,6 +805,8 @@ s43)
   # resident at once; 0.98x before), alternating, two rounds; the greedy tokens of each; both
   # tools on the MoE with the fastest.
   moe_ready
+  # (Since 2026-12-06's twenty-first session: attn_exact_f16 against the CPU backend's bits.)
+  timeout 120 /tmp/bin/engine-tests --test-threads=1 --nocapture cuda::attention_exact 2>&1 | tee $OUT/attention-exact.txt | grep -E "bit-equal|test result|panicked" -A3
   set -- HF2Q_CUDA_MOE_LEAN=0 HF2Q_CUDA_GLU_FUSE=1 HF2Q_CUDA_GLU_DOWN=1
   for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done
   greedy_ab $m X=1 "$@"

@@ -171,6 +171,118 @@ extern "C" __global__ void attn_q8_0(Step s, const float* q, float* out, const i
     attn_t<KV_Q8_0>(s, q, out, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb);
 }
 
+// ---- Attention as hf2q's CPU backend does it (HF2Q_CUDA_ATTN_EXACT=1), for rows of sequences with
+// fewer than 64 rows in the step over F16 caches: ggml's CPU flash attention `one_chunk` path
+// (ggml-cpu/ops.cpp; backend/cpu/attn.rs one_chunk_f16), operation for operation, so a row's output
+// has the CPU's bits wherever its inputs do. Q rounded to f16; each score the AVX2 f16 dot
+// (quant/src/dot/avx2.rs f16_dot_one: eight 8-lane FMA chains over 64-value blocks, summed in its
+// tree, the tail in f64) times the scale; the online softmax key by key with the running max and
+// the V accumulator rounded to f16 after every scale and every FMA; the sum as an FMA chain; exp
+// correctly rounded (through double, as libm's expf). Grid (rows, heads), one warp: a lane
+// scores one key of each 32, the running maxima and factors are found across the lanes, then the
+// accumulator walks the 32 keys in order (a lane per value of the head). Rows with sel[r] < 0 are
+// left to the other kernels.
+__device__ __forceinline__ float exact_dot_f16(const u16* k, const u16* q, int hd) {
+    int n64 = hd / 64 * 64;
+    double sum = 0.0;
+    if (n64 > 0) {
+        float w[8];
+#pragma unroll
+        for (int l = 0; l < 8; l++) {
+            float a[4][2] = {{0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f}};
+            for (int i = 0; i < n64; i += 64)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        int e = i + 16 * j + 8 * h + l;
+                        a[j][h] = __fmaf_rn(h2f(k[e]), h2f(q[e]), a[j][h]);
+                    }
+            float v1 = __fadd_rn(__fadd_rn(a[0][1], a[2][1]), __fadd_rn(a[1][1], a[3][1]));
+            float v0 = __fadd_rn(__fadd_rn(a[0][0], a[2][0]), __fadd_rn(a[1][0], a[3][0]));
+            w[l] = __fadd_rn(v1, v0);
+        }
+        // hsum_f32_8: ((w0+w4)+(w2+w6)) + ((w1+w5)+(w3+w7)).
+        sum = (double)__fadd_rn(__fadd_rn(__fadd_rn(w[0], w[4]), __fadd_rn(w[2], w[6])),
+                                __fadd_rn(__fadd_rn(w[1], w[5]), __fadd_rn(w[3], w[7])));
+    }
+    for (int e = n64; e < hd; e++) sum = __dadd_rn(sum, (double)__fmul_rn(h2f(k[e]), h2f(q[e])));
+    return __double2float_rn(sum);
+}
+
+__device__ __forceinline__ float exp_cr(float x) { return __double2float_rn(exp((double)x)); }
+__device__ __forceinline__ float round16(float x) { return h2f(f2h(x)); }
+
+extern "C" __global__ void attn_exact_f16(Step s, const float* q, float* out, const int* sel, int cols, int hd, int n_head, int n_kv,
+                                          float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+    int r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    if (sel[r] < 0) return;
+    int seq = s.row_seq[r], lo, hi;
+    key_range(s, r, window, causal, &lo, &hi);
+    int kh = h / (n_head / n_kv);
+    const int NPL = MAX_HD / 32;
+    __shared__ u16 q16[MAX_HD];
+    __shared__ float sms[32], svs[32];
+    __shared__ int snew[32];
+    const float* qr = q + (u64)r * cols + h * hd;
+    for (int d = lane; d < hd; d += 32) q16[d] = f2h(qr[d]);
+    float acc[NPL];
+#pragma unroll
+    for (int i = 0; i < NPL; i++) acc[i] = 0.f;
+    float m = -INFINITY, ssum = 0.f;
+    __syncwarp();
+    for (int p0 = lo; p0 <= hi; p0 += 32) {
+        int p = p0 + lane;
+        bool ok = p <= hi;
+        float sc = -INFINITY;
+        if (ok) sc = __fmul_rn(exact_dot_f16((const u16*)kv_row(s, seq, p, k_off, k_rb) + kh * hd, q16, hd), scale);
+        // The running max before each key: the max of m and the scores of the lanes below.
+        float pm = sc;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            float t = __shfl_up_sync(0xffffffffu, pm, o);
+            if (lane >= o) pm = fmaxf(pm, t);
+        }
+        float prev = __shfl_up_sync(0xffffffffu, pm, 1);
+        prev = lane == 0 ? m : fmaxf(m, prev);
+        // `if s > M { ms = exp(M_old - s) } else { vs = exp(s - M) }`
+        int isnew = ok && sc > prev;
+        float ms = 1.f, vs = 1.f;
+        if (ok) {
+            if (isnew) ms = exp_cr(__fsub_rn(prev, sc));
+            else vs = exp_cr(__fsub_rn(sc, prev));
+        }
+        sms[lane] = ms;
+        svs[lane] = vs;
+        snew[lane] = isnew;
+        m = fmaxf(m, __shfl_sync(0xffffffffu, pm, 31));
+        __syncwarp();
+        int n = min(32, hi - p0 + 1);
+        for (int j = 0; j < n; j++) {
+            float ms_ = sms[j], vs_ = svs[j];
+            const u16* vr = (const u16*)kv_row(s, seq, p0 + j, v_off, v_rb) + kh * hd;
+            if (snew[j]) {
+#pragma unroll
+                for (int i = 0; i < NPL; i++) acc[i] = round16(__fmul_rn(acc[i], ms_));
+            }
+#pragma unroll
+            for (int i = 0; i < NPL; i++) {
+                int d = lane + 32 * i;
+                if (d < hd) acc[i] = round16(__fmaf_rn(h2f(vr[d]), vs_, acc[i]));
+            }
+            ssum = __fmaf_rn(ssum, ms_, vs_);
+        }
+        __syncwarp();
+    }
+    float inv = ssum == 0.f ? 0.f : __fdiv_rn(1.f, ssum);
+    float* o = out + (u64)r * cols + h * hd;
+#pragma unroll
+    for (int i = 0; i < NPL; i++) {
+        int d = lane + 32 * i;
+        if (d < hd) o[d] = __fmul_rn(acc[i], inv);
+    }
+}
+
 // ---- Split-K attention for decode rows (rows of sequences with few rows in the step): a row's
 // keys are cut into at most SPLIT_MAX splits of whole pages, the split's length depending only on
 // the row's key count (so a row's result does not depend on the batch). One block per (row, KV
