@@ -180,8 +180,8 @@ extern "C" __global__ void attn_q8_0(Step s, const float* q, float* out, const i
 // the V accumulator rounded to f16 after every scale and every FMA; the sum as an FMA chain; exp
 // correctly rounded (through double, as libm's expf). Grid (rows, heads), one warp: a lane
 // scores one key of each 32, the running maxima and factors are found across the lanes, then the
-// accumulator walks the 32 keys in order (a lane per value of the head). Rows with sel[r] < 0 are
-// left to the other kernels.
+// accumulator walks the 32 keys in order (a lane per value of the head), their V rows staged in
+// shared memory first. Rows with sel[r] < 0 are left to the other kernels.
 __device__ __forceinline__ float exact_dot_f16(const u16* k, const u16* q, int hd) {
     int n64 = hd / 64 * 64;
     double sum = 0.0;
@@ -213,15 +213,14 @@ __device__ __forceinline__ float exact_dot_f16(const u16* k, const u16* q, int h
 __device__ __forceinline__ float exp_cr(float x) { return __double2float_rn(exp((double)x)); }
 __device__ __forceinline__ float round16(float x) { return h2f(f2h(x)); }
 
-extern "C" __global__ void attn_exact_f16(Step s, const float* q, float* out, const int* sel, int cols, int hd, int n_head, int n_kv,
-                                          float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+// NPL: values of the head a lane holds (hd ≤ 32·NPL).
+template <int NPL>
+__device__ void attn_exact_t(Step s, const float* q, float* out, int cols, int hd, int n_head, int n_kv, float scale, int window,
+                             int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, u16* q16, u16* sv) {
     int r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
-    if (sel[r] < 0) return;
     int seq = s.row_seq[r], lo, hi;
     key_range(s, r, window, causal, &lo, &hi);
     int kh = h / (n_head / n_kv);
-    const int NPL = MAX_HD / 32;
-    __shared__ u16 q16[MAX_HD];
     __shared__ float sms[32], svs[32];
     __shared__ int snew[32];
     const float* qr = q + (u64)r * cols + h * hd;
@@ -236,6 +235,12 @@ extern "C" __global__ void attn_exact_f16(Step s, const float* q, float* out, co
         bool ok = p <= hi;
         float sc = -INFINITY;
         if (ok) sc = __fmul_rn(exact_dot_f16((const u16*)kv_row(s, seq, p, k_off, k_rb) + kh * hd, q16, hd), scale);
+        // The 32 keys' V rows into shared memory, all their loads in flight at once.
+        int n = min(32, hi - p0 + 1);
+        for (int j = 0; j < n; j++) {
+            const u16* vr = (const u16*)kv_row(s, seq, p0 + j, v_off, v_rb) + kh * hd;
+            for (int d = lane; d < hd; d += 32) sv[j * hd + d] = vr[d];
+        }
         // The running max before each key: the max of m and the scores of the lanes below.
         float pm = sc;
 #pragma unroll
@@ -257,10 +262,9 @@ extern "C" __global__ void attn_exact_f16(Step s, const float* q, float* out, co
         snew[lane] = isnew;
         m = fmaxf(m, __shfl_sync(0xffffffffu, pm, 31));
         __syncwarp();
-        int n = min(32, hi - p0 + 1);
         for (int j = 0; j < n; j++) {
             float ms_ = sms[j], vs_ = svs[j];
-            const u16* vr = (const u16*)kv_row(s, seq, p0 + j, v_off, v_rb) + kh * hd;
+            const u16* vr = sv + j * hd;
             if (snew[j]) {
 #pragma unroll
                 for (int i = 0; i < NPL; i++) acc[i] = round16(__fmul_rn(acc[i], ms_));
@@ -281,6 +285,17 @@ extern "C" __global__ void attn_exact_f16(Step s, const float* q, float* out, co
         int d = lane + 32 * i;
         if (d < hd) o[d] = __fmul_rn(acc[i], inv);
     }
+}
+
+extern "C" __global__ void attn_exact_f16(Step s, const float* q, float* out, const int* sel, int cols, int hd, int n_head, int n_kv,
+                                          float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb) {
+    if (sel[blockIdx.x] < 0) return;
+    __shared__ u16 q16[MAX_HD];
+    __shared__ u16 sv[32 * MAX_HD];
+    if (hd <= 64) attn_exact_t<2>(s, q, out, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, q16, sv);
+    else if (hd <= 128) attn_exact_t<4>(s, q, out, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, q16, sv);
+    else if (hd <= 256) attn_exact_t<8>(s, q, out, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, q16, sv);
+    else attn_exact_t<16>(s, q, out, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, q16, sv);
 }
 
 // ---- Split-K attention for decode rows (rows of sequences with few rows in the step): a row's
