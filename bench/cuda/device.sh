@@ -63,8 +63,9 @@
 #            2026-12-06-h100 call 5): 1.024x as the defaults, both tools 1.446x on that H100.
 #            Next: s43 (carry .dev made at HEAD; ~450 s; for an H200): the MoE's Done-when figure
 #            with the lean kernels, and the GLU variants A/B'd again with them; attn_exact_f16's op
-#            test. Then, within the machine's warm window, s44a (carry .dev1) and s44b (carry
-#            .dev2): SmolLM2's goldens with the defaults and with HF2Q_CUDA_ATTN_EXACT=1, and its cost.
+#            test. s43 ran 2026-12-06 on an H100 (bench/runs/2026-12-06-h100 call 6). s44a / s44b /
+#            s44c (carry .dev1 / .dev2 / .dev3, back to back on one machine): SmolLM2's goldens with
+#            the defaults and with HF2Q_CUDA_ATTN_EXACT=1, and its cost.
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
 # 30 s after a call, and calls issued together in one batch run back to back within that window;
@@ -780,21 +781,39 @@ s42)
   moe_close 440
   ;;
 s44a)
-  # Written 2026-12-06 (twenty-first session): right after s43 on the same machine (carry .dev1:
-  # SmolLM2 Q4_1's first half, `split -n 2`), kept in /tmp/stash for s44b.
-  stash
+  # Written 2026-12-06 (twenty-first session): a chain of three calls within the machine's warm
+  # window, for SmolLM2's goldens with HF2Q_CUDA_ATTN_EXACT=1 (a call carries at most 64 MiB with
+  # the tree, counted in disk blocks: SmolLM2 Q4_1 goes as `xz -9e` in thirds, `split -n 3`).
+  # s44a carries .dev1 (bins.tar.xz and the first third): the binaries, the MoE in the background.
+  unpack $PWD/.dev1
+  machine_info
+  bg_make "" moe
+  mkdir -p /tmp/stash && cp .dev1/stash/* /tmp/stash/ && ls -la /tmp/stash
   ;;
 s44b)
-  # Right after s44a (carry .dev2: the second half): SmolLM2's goldens, CUDA against the CPU with
-  # the defaults and with HF2Q_CUDA_ATTN_EXACT=1 (short runs' attention as the CPU computes it),
-  # then what the exact attention costs: tg128 on SmolLM2 Q8_0 and on s43's MoE, alternating.
-  stash
-  smol_models
+  # (carry .dev2: the second third)
+  mkdir -p /tmp/stash && cp .dev2/stash/* /tmp/stash/ && ls -la /tmp/stash
+  ;;
+s44c)
+  # (carry .dev3: the last third) SmolLM2 Q4_1 and its Q8_0 / Q4_K_M; attn_exact_f16's op test;
+  # the goldens, CUDA against the CPU, with the defaults and with HF2Q_CUDA_ATTN_EXACT=1; what the
+  # exact attention costs (tg128 on SmolLM2 Q8_0 and on the MoE, alternating); greedy tokens.
+  mkdir -p /tmp/stash && cp .dev3/stash/* /tmp/stash/
+  M=/tmp/smollm2 && mkdir -p $M
+  cat /tmp/stash/smol.xz.* | xz -d > $M/SmolLM2-135M-Instruct.Q4_1.gguf
+  sha256sum $M/SmolLM2-135M-Instruct.Q4_1.gguf | tee $OUT/smollm2-sha.txt
+  for q in Q8_0 Q4_K_M; do
+    $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
+  done
+  timeout 120 /tmp/bin/engine-tests --test-threads=1 --nocapture cuda::attention 2>&1 | tee $OUT/attention-exact.txt | grep -E "bit-equal|test result|panicked" -A3
   timeout 150 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 1
   GM_ENV_B=HF2Q_CUDA_ATTN_EXACT=1 timeout 150 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens-exact.txt | tail -n 1
-  for i in 1 2; do for c in X=1 HF2Q_CUDA_ATTN_EXACT=1; do tgp smol $M/SmolLM2-135M-Instruct.Q8_0.gguf $c; [ -f $W/moe.q4_k_m.gguf ] && tgp moe $W/moe.q4_k_m.gguf $c; done; done
   greedy_ab $M/SmolLM2-135M-Instruct.Q8_0.gguf X=1 HF2Q_CUDA_ATTN_EXACT=1
-  pack smollm2-goldens.txt smollm2-goldens-exact.txt ab.txt greedy-ab.txt smollm2-sha.txt
+  for i in 1 2; do for c in X=1 HF2Q_CUDA_ATTN_EXACT=1; do tgp smol $M/SmolLM2-135M-Instruct.Q8_0.gguf $c; done; done
+  wait_for MOE-END
+  for i in 1 2; do for c in X=1 HF2Q_CUDA_ATTN_EXACT=1; do [ $SECONDS -lt 480 ] && tgp moe $W/moe.q4_k_m.gguf $c; done; done
+  echo "s44c done at $SECONDS s" >> $OUT/ab.txt
+  pack smollm2-goldens.txt smollm2-goldens-exact.txt ab.txt greedy-ab.txt attention-exact.txt smollm2-sha.txt
   ;;
 s43)
   # Written 2026-12-06 (twentieth session, for the next one; carry .dev made at HEAD, a fresh
