@@ -14,9 +14,6 @@ use std::sync::atomic::Ordering;
 const ATTN_SPLIT_MAX: usize = 32;
 const ATTN_SPLIT_G: usize = 8;
 const ATTN_SPLIT_ROWS: usize = 8;
-/// Runs of fewer rows than this are the CPU backend's one-row attention (ggml's `GGML_FA_TILE_Q`;
-/// `backend/cpu/attn.rs`), those `attn_exact_f16` takes.
-const EXACT_ROWS: usize = 64;
 /// Widest head `attn_dec_f16` takes (its shared-memory stages are sized for it).
 const ATTN_DEC_HD: usize = 256;
 
@@ -57,15 +54,6 @@ impl Cuda {
             A::I(kb as i32),
             A::I(vb as i32),
         ];
-        // Flash attention (tensor cores) takes F16 caches with heads of 64 or 128 values.
-        let fa = self.dev.cc.0 >= 8
-            && layout.ty == KvType::F16
-            && matches!(l.head_dim, 64 | 128)
-            && l.n_head.is_multiple_of(l.n_kv_head.max(1))
-            && (ko | vo | kb | vb).is_multiple_of(16);
-        if self.attn_exact && layout.ty == KvType::F16 {
-            return self.attend_exact(q, step, l, &common, fa, out);
-        }
         if n_split > 0 {
             let parts = n_split * l.n_head * ATTN_SPLIT_MAX;
             let need = parts * (l.head_dim + 2);
@@ -186,10 +174,15 @@ impl Cuda {
                 return;
             }
         }
-        // The other rows through flash attention where it takes the layer, else the
+        // The other rows through flash attention (tensor cores) where it takes the layer, else the
         // one-block-per-head kernel.
+        let fa = self.dev.cc.0 >= 8
+            && layout.ty == KvType::F16
+            && matches!(l.head_dim, 64 | 128)
+            && l.n_head.is_multiple_of(l.n_kv_head.max(1))
+            && (ko | vo | kb | vb).is_multiple_of(16);
         if fa {
-            let (tiles, n) = self.fa_tiles(step, (n_split > 0) as usize);
+            let (tiles, n) = self.fa_tiles(step, n_split > 0);
             let mut args = vec![A::S(step.args), A::P(q.ptr), A::P(out.ptr), A::P(tiles)];
             args.extend([common[0], common[2], common[3], common[4], common[5], common[6]]);
             args.extend(&common[7..]);
@@ -232,69 +225,14 @@ impl Cuda {
         })
     }
 
-    /// Short runs' rows through `attn_exact_f16` (the CPU backend's one-row path: runs of fewer
-    /// than `EXACT_ROWS` rows, as `backend/cpu/attn.rs`), the others as without it: flash
-    /// attention where it takes the layer, else the one-block-per-head kernel.
-    fn attend_exact(&self, q: &CudaBuf, step: &CudaStep, l: &AttnLayer, common: &[A; 11], fa: bool, out: &mut CudaBuf) {
-        let (sel, n_exact, n_other) = *step
-            .exact
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(|| {
-                let mut idx = Vec::with_capacity(step.plan.positions.len());
-                let (mut n, mut other) = (0i32, 0usize);
-                for s in &step.plan.seqs {
-                    for _ in 0..s.rows {
-                        if s.rows < EXACT_ROWS {
-                            idx.push(n);
-                            n += 1;
-                        } else {
-                            idx.push(-1);
-                            other += 1;
-                        }
-                    }
-                }
-                (self.dev.upload(&idx), n as usize, other)
-            });
-        let args: Vec<A> = [A::S(step.args), A::P(q.ptr), A::P(out.ptr), A::P(sel)]
-            .into_iter()
-            .chain(common.iter().copied())
-            .collect();
-        if n_exact > 0 {
-            self.dev
-                .launch("attn_exact_f16", (q.rows as u32, l.n_head as u32), 32, &args);
-        }
-        if n_other == 0 {
-            return;
-        }
-        if fa {
-            let (tiles, n) = self.fa_tiles(step, 2);
-            let mut a = vec![A::S(step.args), A::P(q.ptr), A::P(out.ptr), A::P(tiles)];
-            a.extend([common[0], common[2], common[3], common[4], common[5], common[6]]);
-            a.extend(&common[7..]);
-            let name = format!("attn_fa_f16_{}", l.head_dim);
-            self.dev.launch(&name, (n as u32, l.n_head as u32), 128, &a);
-        } else {
-            // attn_f16 leaves the rows with an index (sel ≥ 0) alone.
-            self.dev
-                .launch("attn_f16", (q.rows as u32, l.n_head as u32), 128, &args);
-        }
-    }
-
     /// Flash attention's tiles for the step: up to 64 consecutive rows of one sequence each, over
-    /// the sequences split-K attention (`which` 1: it runs in this layer) or `attn_exact_f16`
-    /// (`which` 2) leaves, or over all (0).
-    fn fa_tiles(&self, step: &CudaStep, which: usize) -> (u64, usize) {
+    /// the sequences split-K attention leaves (`split`: whether it runs in this layer).
+    fn fa_tiles(&self, step: &CudaStep, split: bool) -> (u64, usize) {
         let mut memo = step.fa_tiles.lock().unwrap_or_else(|e| e.into_inner());
-        *memo[which].get_or_insert_with(|| {
+        *memo[split as usize].get_or_insert_with(|| {
             let mut t: Vec<i32> = Vec::new();
             for s in &step.plan.seqs {
-                let taken = match which {
-                    1 => s.rows <= ATTN_SPLIT_ROWS || s.alone,
-                    2 => s.rows < EXACT_ROWS,
-                    _ => false,
-                };
-                if taken {
+                if split && (s.rows <= ATTN_SPLIT_ROWS || s.alone) {
                     continue;
                 }
                 for r0 in (0..s.rows).step_by(64) {

@@ -860,7 +860,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             "rope_store_kv",
             "attn_f16",
             "attn_q8_0",
-            "attn_exact_f16",
             "attn_split_f16",
             "attn_split_q8_0",
             "attn_dec_f16",

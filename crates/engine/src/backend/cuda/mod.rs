@@ -115,11 +115,6 @@ pub struct Cuda {
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
     /// `attn_split_f16`, its keys loaded one after another).
     attn_dec: bool,
-    /// Rows of sequences with fewer than 64 rows in the step, over F16 caches, through
-    /// `attn_exact_f16`: the CPU backend's attention operation for operation (ggml's CPU
-    /// `one_chunk` numerics), so CUDA's greedy replies follow the CPU's. Off by default (a key
-    /// at a time: slower with the context); `HF2Q_CUDA_ATTN_EXACT=1` or `with_attn_exact(true)`.
-    attn_exact: bool,
     /// Which launch-saving variants (`Fused`) are on: `with_fused`, or each one's variable
     /// (`Fused::var`) set to 1 (0). All but SumNorm off by default: each measured slower on an
     /// H100 (tg128, median of two: the MoE 0.94× / 0.99× / 0.98× / 0.98× / 0.83× for AttnMerge /
@@ -186,7 +181,6 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
-            attn_exact: std::env::var("HF2Q_CUDA_ATTN_EXACT").is_ok_and(|v| v == "1"),
             moe_lean: std::env::var("HF2Q_CUDA_MOE_LEAN").map_or(true, |v| v != "0"),
             moe_lean_n: Default::default(),
             fuse: Fused::ALL.map(|k| std::env::var(k.var()).map_or(k.default_on(), |v| v == "1")),
@@ -218,12 +212,6 @@ impl Cuda {
     /// Decode attention over F16 caches through `attn_dec_f16` or `attn_split_f16`.
     pub fn with_attn_dec(mut self, on: bool) -> Cuda {
         self.attn_dec = on;
-        self
-    }
-
-    /// Short runs' attention as the CPU backend computes it (`attn_exact_f16`), or not.
-    pub fn with_attn_exact(mut self, on: bool) -> Cuda {
-        self.attn_exact = on;
         self
     }
 
@@ -370,12 +358,8 @@ pub struct CudaStep {
     /// count; made by the step's first attention.
     split: Mutex<Option<(u64, usize)>>,
     /// Flash attention's tiles (first row, rows) on the device and their count, for the rows
-    /// split-K attention does not take (without it / with it / those `attn_exact_f16` does not
-    /// take): made by the step's first attention.
-    fa_tiles: Mutex<[Option<(u64, usize)>; 3]>,
-    /// `attn_exact_f16`'s rows (index ≥ 0; -1 for rows of runs of 64 or more) on the device, and
-    /// the count of each kind; made by the step's first attention when it is on.
-    exact: Mutex<Option<(u64, usize, usize)>>,
+    /// split-K attention does not take (with / without it): made by the step's first attention.
+    fa_tiles: Mutex<[Option<(u64, usize)>; 2]>,
     /// Where `FED` ids take their tokens: the last deferred argmax's output on the device, its
     /// rows and the row length it was taken over.
     fed: Option<(u64, usize, usize)>,
@@ -666,8 +650,7 @@ impl Backend for Cuda {
             args,
             rope: Mutex::new(Vec::new()),
             split: Mutex::new(None),
-            fa_tiles: Mutex::new([None, None, None]),
-            exact: Mutex::new(None),
+            fa_tiles: Mutex::new([None, None]),
             fed,
         })
     }
