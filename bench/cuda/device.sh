@@ -63,9 +63,9 @@
 #            2026-12-06-h100 call 5): 1.024x as the defaults, both tools 1.446x on that H100.
 #            s43 (carry .dev made at HEAD; ~450 s; for an H200): the MoE's Done-when figure with the
 #            lean kernels, and the GLU variants A/B'd again with them; it ran 2026-12-06 on an H100
-#            (bench/runs/2026-12-06-h100 call 6); so did s44a-c (call 7: the goldens with the CPU's
-#            attention bit for bit, still parting; taken out).
-#            Next: s43 again, for an H200.
+#            (bench/runs/2026-12-06-h100 call 6), and twice more on H100s (calls 8, 9: 1.393x,
+#            1.400x); so did s44a-c (call 7: the goldens with the CPU's attention bit for bit, still
+#            parting; taken out). Next: s43 on an H200 (the MoE's Done-when figure).
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
