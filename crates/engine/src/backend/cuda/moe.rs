@@ -351,7 +351,6 @@ impl Cuda {
                 && ff_pad <= GLU_MAX
                 && super::mmq::mmq_v_on()
                 && self.fuse_on(super::Fused::GluDown));
-        // The router's logits and routing for the launches that route their pairs (route_in).
         let act2 = if glu_fused {
             // The GLU of every pair, quantized for the down products, by the gate / up launch.
             let act2 = ActScratch::packed(base + 4 * glu_at as u64, pairs * ff_pad);
