@@ -788,6 +788,26 @@ s44a|s44b|s44c)
   # the exact attention 3.1x / 3.0x slower (SmolLM2 Q8_0 / the MoE); taken out (ccf3289, efacac0).
   echo "$phase: taken out (its kernel is gone)"
   ;;
+s45)
+  # Written 2026-12-06 (twenty-second session; carry .dev made at HEAD, a fresh machine, ~450 s):
+  # the MoE router making its input's residual add and norm in its own blocks
+  # (HF2Q_CUDA_NORM_ROUTER=1: mmv_TY_F32n_1 then moe_route_add; no add_rms_norm_q8 launch before
+  # the router, the norm off the routing's path) against the defaults: the moe op tests
+  # (cuda::moe_after_norm: the variant against the three launches, bit for bit), alternating,
+  # three rounds; the greedy tokens of both; both tools on the MoE with the faster, the variant
+  # only where its op test passed and its tokens are the defaults'.
+  moe_ready
+  set -- HF2Q_CUDA_NORM_ROUTER=1
+  for i in 1 2 3; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done
+  greedy_ab $m X=1 "$@"
+  pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
+  same=$(awk '{print $2}' $OUT/greedy-ab.txt | sort -u | wc -l)
+  grep -q "cuda::moe_after_norm ... ok" $OUT/engine-tests.txt && [ "$same" = 1 ] || pick="export X=1"
+  echo "$pick ($phase: seconds $SECONDS; distinct greedy md5s: $same)" | tee -a $OUT/bench-summary.txt
+  eval "$pick"
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  moe_close 440
+  ;;
 s43)
   # Written 2026-12-06 (twentieth session, for the next one; carry .dev made at HEAD, a fresh
   # machine, ~450 s): s42 on an H200 (it ran on an H100), with the GLU variants A/B'd again now that

@@ -236,10 +236,24 @@ impl Cuda {
             };
             self.router_routed(router, x_route, &mut bufs.router, route)
         };
-        if !routed {
+        // A decode row's router making its input's residual add and norm itself
+        // (`Fused::NormRouter`), and the routing launch writing the add.
+        let normed = (!routed && !route_in)
+            .then(|| self.router_normed(router, x_route, &mut bufs.router))
+            .flatten();
+        if !routed && normed.is_none() {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
         }
-        if !routed && !route_in {
+        if let Some((xr, y)) = normed {
+            let mut args = route_head(bufs.router.ptr, r).to_vec();
+            args.extend([A::P(ids), A::P(ws), xr, y, A::I(x_route.cols as i32)]);
+            launch(
+                "moe_route_add",
+                (1, 1),
+                (r.n_expert.next_multiple_of(32)).clamp(32, 1024) as u32,
+                &args,
+            );
+        } else if !routed && !route_in {
             self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early());
         }
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the

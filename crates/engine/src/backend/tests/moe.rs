@@ -172,3 +172,103 @@ pub fn moe<B: Backend>(b: &B, seed: u64) -> (usize, Vec<Vec<f32>>) {
     }
     (device_steps, device_outs)
 }
+
+/// A MoE FFN after the residual add and RMS norm that make its input (a Qwen3-MoE layer's
+/// `ffn_norm`), then the next layer's add and norm of its output, for steps of 1 and 2 rows of
+/// 2,304 values (nine 256-value units: an odd count), on the device path. Against the same steps
+/// through the host-routed MoE: the residual and the norm bit for bit after the first add (the
+/// same launches make them whichever path follows), the MoE's output and the rest within 1e-3 of
+/// the row's largest value (`moe`'s bound for the two paths). Returns the device outputs (the
+/// residual, the norm and the MoE's output after the first add; the residual and the norm after
+/// the second, per step), for a backend to compare its variants bit for bit (CUDA's
+/// `Fused::NormRouter`), or `None` where the backend does not route on the device.
+pub fn moe_after_norm<B: Backend>(b: &B, seed: u64) -> Option<Vec<Vec<f32>>> {
+    use crate::model::blocks::{moe_ffn_routed_on_host, Ffn, Glu, MoeBufs, Routing};
+    let (n, n_ff, n_expert, k) = (2304, 256, 8, 2);
+    let r = Routing {
+        n_expert,
+        k,
+        softmax_first: true,
+        normalize: true,
+    };
+    let mut specs: Vec<(String, GgmlType, [usize; 2], Vec<f32>)> = vec![
+        (
+            "router".into(),
+            GgmlType::F32,
+            [n, n_expert],
+            values(n * n_expert, 7 + 1000 * seed),
+        ),
+        ("norm".into(), GgmlType::F32, [n, 1], values(n, 9 + 1000 * seed)),
+    ];
+    for e in 0..n_expert {
+        for (name, ty, shape, s0) in [
+            ("gate", GgmlType::Q4_K, [n, n_ff], 500),
+            ("up", GgmlType::Q4_K, [n, n_ff], 600),
+            ("down", GgmlType::Q6_K, [n_ff, n], 700),
+        ] {
+            specs.push((
+                format!("{name}{e}"),
+                ty,
+                shape,
+                values(n * n_ff, 1000 * seed + s0 + e as u64),
+            ));
+        }
+    }
+    let refs: Vec<(&str, GgmlType, [usize; 2], &[f32])> = specs
+        .iter()
+        .map(|(a, t, s, v)| (a.as_str(), *t, *s, v.as_slice()))
+        .collect();
+    let ws = Weights::new(&refs);
+    let router = ws.load(b, "router", true);
+    let norm_w = ws.load(b, "norm", false);
+    let experts: Vec<Ffn<B>> = (0..n_expert)
+        .map(|e| Ffn {
+            gate: ws.load(b, &format!("gate{e}"), true),
+            up: ws.load(b, &format!("up{e}"), true),
+            down: ws.load(b, &format!("down{e}"), true),
+        })
+        .collect();
+    let mut outs = Vec::new();
+    for rows in [1, 2] {
+        let (x, y) = (values(rows * n, 60 + rows as u64), values(rows * n, 70 + rows as u64));
+        let yb = buf(b, rows, n, &y);
+        // Both paths: the add and norm, the MoE (on the device, or routed on the host), then the
+        // next add and norm of its output.
+        let mut got: Vec<Vec<f32>> = Vec::new();
+        for device in [true, false] {
+            let (mut resid, mut xn, mut out) = (buf(b, rows, n, &x), b.alloc(rows, n), b.alloc(rows, n));
+            let mut t = MoeBufs::new(b, rows, n, n_ff, &r);
+            let on = b.run(|| {
+                b.add_rms_norm(&mut resid, &yb, &norm_w, 1e-6, &mut xn);
+                if device {
+                    b.moe_ffn_on_device(&router, &experts, &r, Glu::Swiglu, &xn, &xn, &mut t, &mut out)
+                } else {
+                    moe_ffn_routed_on_host(b, &router, &experts, &r, Glu::Swiglu, &xn, &xn, &mut t, None, &mut out)
+                        .unwrap();
+                    true
+                }
+            });
+            if !on {
+                return None;
+            }
+            let first = [b.read(&resid), b.read(&xn), b.read(&out)];
+            b.run(|| b.add_rms_norm(&mut resid, &out, &norm_w, 1e-6, &mut xn));
+            got.extend(first);
+            got.extend([b.read(&resid), b.read(&xn)]);
+        }
+        let (dev, host) = got.split_at(5);
+        for (i, what) in ["residual", "norm"].iter().enumerate() {
+            let same = dev[i].iter().zip(&host[i]).all(|(a, c)| a.to_bits() == c.to_bits());
+            assert!(same, "{rows} rows: the first {what} differs from the host path's");
+        }
+        for (i, what) in [(2, "MoE output"), (3, "second residual"), (4, "second norm")] {
+            for (row, (d, h)) in dev[i].chunks(n).zip(host[i].chunks(n)).enumerate() {
+                let big = h.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+                let hd: Vec<f64> = h.iter().map(|&v| v as f64).collect();
+                assert_close(&format!("{what}, {rows} rows, row {row}"), d, &hd, |_| 1e-3 * big);
+            }
+        }
+        outs.extend(dev.iter().cloned());
+    }
+    Some(outs)
+}
