@@ -795,7 +795,11 @@ s45)
   # the router, the norm off the routing's path) against the defaults: the moe op tests
   # (cuda::moe_after_norm: the variant against the three launches, bit for bit), alternating,
   # three rounds; the greedy tokens of both; both tools on the MoE with the faster, the variant
-  # only where its op test passed and its tokens are the defaults'.
+  # only where its op test passed and its tokens are the defaults'. First run (e9aacec, an H100,
+  # bench/runs/2026-12-06-h100-b call 1): 0.960x (its loads one after another: the router's
+  # blocks' x, y and norm weights, the add's write before the routing), the op test's count 0 (the
+  # test's first MoE step made the tables, issuing the norm); run again with the loads asked for at
+  # once and the add by a second block of the routing launch.
   moe_ready
   set -- HF2Q_CUDA_NORM_ROUTER=1
   for i in 1 2 3; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done

@@ -237,7 +237,7 @@ impl Cuda {
             self.router_routed(router, x_route, &mut bufs.router, route)
         };
         // A decode row's router making its input's residual add and norm itself
-        // (`Fused::NormRouter`), and the routing launch writing the add.
+        // (`Fused::NormRouter`), and the routing launch writing the add (its second block).
         let normed = (!routed && !route_in)
             .then(|| self.router_normed(router, x_route, &mut bufs.router))
             .flatten();
@@ -249,7 +249,7 @@ impl Cuda {
             args.extend([A::P(ids), A::P(ws), xr, y, A::I(x_route.cols as i32)]);
             launch(
                 "moe_route_add",
-                (1, 1),
+                (2, 1),
                 (r.n_expert.next_multiple_of(32)).clamp(32, 1024) as u32,
                 &args,
             );

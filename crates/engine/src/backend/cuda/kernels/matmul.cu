@@ -100,7 +100,7 @@ __device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane,
 // added in the same order). Blocks 0, 1, ... also write the norm's outputs, two 256-value units a
 // block: the normed values (xn) and their int8 forms (act_q8x4) for the expert products; x += y
 // is left to the routing launch after (moe_route_add, mmq.cu), when every block has read x.
-// n_pad ≤ NR_MAX, a multiple of 256; n a multiple of 4; blockDim.x 128.
+// n_pad ≤ NR_MAX, a multiple of 256; n a multiple of 4; blockDim.x 128 (mv_launch's).
 #define NR_MAX 4096
 struct NormPro {
     const float* y;
@@ -112,19 +112,30 @@ struct NormPro {
     int n_pad;
 };
 __device__ const float* norm_pro(const float* x, int n, const NormPro& p) {
+    // (Every load a thread makes is asked for at once: x, y and the norm's weights, at most
+    // NR_MAX / 512 float4 each with 128 threads.)
+    constexpr int PER = NR_MAX / 4 / 128;
     __shared__ __align__(16) float xs[NR_MAX];
     __shared__ float part[32];
-    const int tid = threadIdx.x, lane = tid & 31, nt = p.n_pad / 4;
-    const float4 *x4 = (const float4*)x, *y4 = (const float4*)p.y;
-    // Thread vt of rms_norm_t's block (nt of them, one float4 each) is thread vt % 128 here.
-    for (int vt = tid; vt < nt; vt += blockDim.x) {
-        float s = 0.f;
-        if (vt < n / 4) {
+    const int tid = threadIdx.x, lane = tid & 31, nt = p.n_pad / 4, n4 = n / 4;
+    const float4 *x4 = (const float4*)x, *y4 = (const float4*)p.y, *g4 = (const float4*)p.g;
+    float4 v[PER], g[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        int vt = tid + 128 * j;
+        if (vt < n4) {
             float4 a = x4[vt], b = y4[vt];
-            float4 v = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-            *(float4*)(xs + 4 * vt) = v;
-            s = __fadd_rn(s, sumsq4(v));
+            g[j] = g4[vt];
+            v[j] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
         }
+    }
+    // Thread vt of rms_norm_t's block (nt of them, one float4 each) is thread vt % 128 here.
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        int vt = tid + 128 * j;
+        if (128 * j >= nt) break;
+        float s = 0.f;
+        if (vt < n4) s = __fadd_rn(s, sumsq4(v[j]));
         s = warp_sum(s);
         if (lane == 0) part[vt >> 5] = s;
     }
@@ -132,9 +143,10 @@ __device__ const float* norm_pro(const float* x, int n, const NormPro& p) {
     float ss = 0.f;
     for (int i = 0; i < nt / 32; i++) ss += part[i];
     const float scale = rms_scale(ss, n, p.eps);
-    for (int vt = tid; vt < n / 4; vt += blockDim.x) {
-        float4 v = norm4(*(float4*)(xs + 4 * vt), scale, *(const float4*)(p.g + 4 * vt));
-        *(float4*)(xs + 4 * vt) = v;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        int vt = tid + 128 * j;
+        if (vt < n4) *(float4*)(xs + 4 * vt) = norm4(v[j], scale, g[j]);
     }
     __syncthreads();
     // Units 2b and 2b + 1 of the outputs (threads 0-63 and 64-127), as rms_norm_t writes them.
@@ -142,12 +154,12 @@ __device__ const float* norm_pro(const float* x, int n, const NormPro& p) {
     if (2 * (int)blockIdx.x < units) {
         int k = 512 * blockIdx.x + 4 * tid;
         bool on = k < p.n_pad;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
         if (on && k < n) {
-            v = *(const float4*)(xs + k);
-            *(float4*)(p.xn + k) = v;
+            o = *(const float4*)(xs + k);
+            *(float4*)(p.xn + k) = o;
         }
-        act_q8x4(v, k, p.q0, p.d0, p.qk, p.dk, on);
+        act_q8x4(o, k, p.q0, p.d0, p.qk, p.dk, on);
     }
     return xs;
 }
