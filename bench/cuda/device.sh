@@ -788,29 +788,23 @@ s44a|s44b|s44c)
   # the exact attention 3.1x / 3.0x slower (SmolLM2 Q8_0 / the MoE); taken out (ccf3289, efacac0).
   echo "$phase: taken out (its kernel is gone)"
   ;;
-s45)
-  # Written 2026-12-06 (twenty-second session; carry .dev made at HEAD, a fresh machine, ~450 s):
-  # the MoE router making its input's residual add and norm in its own blocks
-  # (HF2Q_CUDA_NORM_ROUTER=1: mmv_TY_F32n_1 then moe_route_add; no add_rms_norm_q8 launch before
-  # the router, the norm off the routing's path) against the defaults: the moe op tests
-  # (cuda::moe_after_norm: the variant against the three launches, bit for bit), alternating,
-  # three rounds; the greedy tokens of both; both tools on the MoE with the faster, the variant
-  # only where its op test passed and its tokens are the defaults'. First run (e9aacec, an H100,
-  # bench/runs/2026-12-06-h100-b call 1): 0.960x (its loads one after another: the router's
-  # blocks' x, y and norm weights, the add's write before the routing), the op test's count 0 (the
-  # test's first MoE step made the tables, issuing the norm); run again with the loads asked for at
-  # once and the add by a second block of the routing launch.
+s46)
+  # Written 2026-12-06 (twenty-second session; carry .dev made at HEAD, a fresh machine, ~250 s):
+  # the MoE's Done-when figure, both tools, nothing else: the moe op test, the greedy tokens, copy
+  # bandwidth, then hf2q bench and llama-bench on the 24-layer MoE (for an H200; s43 without its
+  # A/B, which three H100s have settled).
   moe_ready
-  set -- HF2Q_CUDA_NORM_ROUTER=1
-  for i in 1 2 3; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done
-  greedy_ab $m X=1 "$@"
-  pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
-  same=$(awk '{print $2}' $OUT/greedy-ab.txt | sort -u | wc -l)
-  grep -q "cuda::moe_after_norm ... ok" $OUT/engine-tests.txt && [ "$same" = 1 ] || pick="export X=1"
-  echo "$pick ($phase: seconds $SECONDS; distinct greedy md5s: $same)" | tee -a $OUT/bench-summary.txt
-  eval "$pick"
+  greedy_ab $m X=1
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   moe_close 440
+  ;;
+s45)
+  # Written and run 2026-12-06 (twenty-second session, two H100s: bench/runs/2026-12-06-h100-b calls
+  # 1, 2): Fused::NormRouter, the MoE router making its input's residual add and norm in its own
+  # blocks (mmv_TY_F32n_1, then moe_route_add writing the add), against the defaults, with its op
+  # test (moe_after_norm, bit for bit); 0.960x with the blocks' loads one after another, 1.002x
+  # with them asked for at once (the same tokens): no gain, so it was taken out.
+  echo "phase $phase: its variant was taken out (see the comment)" | tee $OUT/phase.txt
   ;;
 s43)
   # Written 2026-12-06 (twentieth session, for the next one; carry .dev made at HEAD, a fresh

@@ -817,10 +817,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                     v.push(format!("mmv_{}{s}_{r}", ty_name(t)));
                 }
             }
-            // A MoE router (F32, one row) making its input's residual add and norm.
-            if r == 1 {
-                v.push("mmv_TY_F32n_1".into());
-            }
             v
         }
         "mmq" => {
@@ -830,7 +826,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "argmax_rows",
                 "top_rows",
                 "moe_route",
-                "moe_route_add",
                 "moe_route_w",
                 "moe_group",
                 "gather_act",

@@ -3,8 +3,8 @@
 
 /// Launches that do another's work too, so that a decode step has fewer launches
 /// (`Cuda::with_fused`, `Cuda::fused`): the first four in the last of their blocks to finish
-/// (counted through a device counter that it sets back to 0), `GluDown`, `SumNorm`, `RouteIn`,
-/// `RopeAttn` and `NormRouter` in every block.
+/// (counted through a device counter that it sets back to 0), `GluDown`, `SumNorm`, `RouteIn`
+/// and `RopeAttn` in every block.
 #[derive(Clone, Copy, Debug)]
 pub enum Fused {
     /// Decode attention (`attn_dec_f16`) whose last block of each (row, KV head) merges the
@@ -29,14 +29,10 @@ pub enum Fused {
     /// the q / k norms, the rope and the KV store of the `rope_store_kv` recorded just before it
     /// (no `rope_store_kv`; no counter).
     RopeAttn,
-    /// A MoE router's product (F32 weights, a decode row) whose blocks each make the residual add
-    /// and RMS norm of its input, recorded just before it, and write the norm's outputs; the add's
-    /// write done by the routing launch (`moe_route_add`; no `add_rms_norm_q8`; no counter).
-    NormRouter,
 }
 
 impl Fused {
-    pub const ALL: [Fused; 9] = [
+    pub const ALL: [Fused; 8] = [
         Fused::AttnMerge,
         Fused::Route,
         Fused::Glu,
@@ -45,7 +41,6 @@ impl Fused {
         Fused::SumNorm,
         Fused::RouteIn,
         Fused::RopeAttn,
-        Fused::NormRouter,
     ];
 
     /// On unless its variable says 0: `SumNorm` (MoE tg128 1.012× on an H100,
@@ -66,7 +61,6 @@ impl Fused {
             Fused::SumNorm => "HF2Q_CUDA_SUM_NORM",
             Fused::RouteIn => "HF2Q_CUDA_ROUTE_IN",
             Fused::RopeAttn => "HF2Q_CUDA_ROPE_ATTN",
-            Fused::NormRouter => "HF2Q_CUDA_NORM_ROUTER",
         }
     }
 }

@@ -236,24 +236,10 @@ impl Cuda {
             };
             self.router_routed(router, x_route, &mut bufs.router, route)
         };
-        // A decode row's router making its input's residual add and norm itself
-        // (`Fused::NormRouter`), and the routing launch writing the add (its second block).
-        let normed = (!routed && !route_in)
-            .then(|| self.router_normed(router, x_route, &mut bufs.router))
-            .flatten();
-        if !routed && normed.is_none() {
+        if !routed {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
         }
-        if let Some((xr, y)) = normed {
-            let mut args = route_head(bufs.router.ptr, r).to_vec();
-            args.extend([A::P(ids), A::P(ws), xr, y, A::I(x_route.cols as i32)]);
-            launch(
-                "moe_route_add",
-                (2, 1),
-                (r.n_expert.next_multiple_of(32)).clamp(32, 1024) as u32,
-                &args,
-            );
-        } else if !routed && !route_in {
+        if !routed && !route_in {
             self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early());
         }
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the

@@ -207,49 +207,6 @@ impl Cuda {
         true
     }
 
-    /// A MoE router's product `out = x · wᵀ` of one row whose input `x` is the output of the
-    /// `add_rms_norm_q8` recorded just before, made by the router's blocks instead
-    /// (`Fused::NormRouter`: that launch taken back, the norm's outputs written by the router's
-    /// blocks). Returns the add's residual and addend (`x += y`, for `moe_route_add` to write), or
-    /// `None` (nothing launched or taken back) where it does not apply.
-    pub(super) fn router_normed(&self, w: &CudaWeight, x: &CudaBuf, out: &mut CudaBuf) -> Option<(A, A)> {
-        let (n, m) = (x.cols, w.n_rows());
-        let n_pad = n.next_multiple_of(256);
-        // The router's blocks (four warps each) write the norm's units two a block.
-        let nb = (m * warps_per_row(m, self.wpr_cap)).div_ceil(4);
-        let fits = self.fuse_on(super::Fused::NormRouter)
-            && w.dev_ty == GgmlType::F32
-            && x.rows == 1
-            && w.row_len() == n
-            && n.is_multiple_of(4)
-            && n_pad <= 4096
-            && 2 * nb >= n_pad / 256
-            && self.short_runs(x).is_some_and(|r| r == [(0, 1)]);
-        if !fits {
-            return None;
-        }
-        let a = self.dev.take_last("add_rms_norm_q8", |a| {
-            a.len() == 11 && a[3] == A::P(x.ptr) && a[8] == A::I(n as i32) && a[9] == A::I(n_pad as i32)
-        })?;
-        out.shape_from(1, &x.runs, m);
-        // mmv_TY_F32_1's arguments (`mv`), then the norm's: y, its weights, eps, its outputs
-        // (xn, q0, d0, qk, dk) and n_pad.
-        let mut args = vec![
-            A::P(self.dev.ptr(&w.data)),
-            A::P(w.row_bytes as u64),
-            a[0],
-            A::P(out.ptr),
-            A::I(n as i32),
-            A::I(m as i32),
-            A::I(1),
-            A::I(warps_per_row(m, self.wpr_cap) as i32),
-        ];
-        args.extend([a[1], a[2], a[10], a[3], a[4], a[5], a[6], a[7], a[9]]);
-        self.mv_launch("mmv_TY_F32n_1", nb as u32, &args);
-        self.count_fused(super::Fused::NormRouter);
-        Some((a[0], a[1]))
-    }
-
     /// `outs[i] = x · ws[i]ᵀ`. Weights of the integer kernels' types take all rows at once
     /// (`mmq`: every row computed alike whatever shares the launch). The others: each sequence's
     /// rows on their own (`set_runs`): which kernel multiplies them, and cuBLAS's choice of

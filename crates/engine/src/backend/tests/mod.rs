@@ -13,7 +13,7 @@ mod attention;
 mod moe;
 mod sample;
 pub use attention::{attention, attention_decode_step, rope, rope_store_kv};
-pub use moe::{moe, moe_after_norm};
+pub use moe::moe;
 pub use sample::{sample_rows, top_rows};
 
 /// Deterministic values in (-1, 1), different per seed.
@@ -1399,27 +1399,6 @@ pub(crate) mod cuda {
             // The steps of 1, 2 and 5 rows: gate / up and down, then gate / up and down making
             // the GLU (`mmq_moe_gd_v2_*`).
             assert_eq!((b.moe_lean_launches(), b.fused(Fused::GluDown)), (24, 18));
-        }
-    }
-    #[test]
-    fn moe_after_norm() {
-        if let Some(b) = cuda("moe_after_norm") {
-            // The router making its input's add and norm itself (`mmv_TY_F32n_1`, then
-            // `moe_route_add`) against the three launches it replaces, bit for bit.
-            let b = b.with_fused(Fused::NormRouter, false);
-            let plain =
-                [0, 1].map(|seed| super::moe_after_norm(&b, seed).expect("CUDA routes MoE steps on the device"));
-            assert_eq!(b.fused(Fused::NormRouter), 0);
-            let b = b.with_fused(Fused::NormRouter, true);
-            for (seed, want) in plain.iter().enumerate() {
-                let got = super::moe_after_norm(&b, seed as u64).expect("on the device");
-                for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                    let same = g.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
-                    assert!(same, "seed {seed}, output {i}: the router's own norm differs");
-                }
-            }
-            // The one-row steps (one a seed); two rows go through the norm's own launch.
-            assert_eq!(b.fused(Fused::NormRouter), 2);
         }
     }
     #[test]

@@ -84,21 +84,6 @@ __device__ __forceinline__ float block_sum(float v) {
     return s;
 }
 
-// An RMS norm's pieces, every rounding spelled out so that kernels computing the same norm in
-// other shapes (rms_norm_t, ops.cu; the router's norm_pro, matmul.cu) get the same bits: the sum of
-// a float4's squares, and 1 / rms from the row's sum of squares.
-__device__ __forceinline__ float sumsq4(float4 v) {
-    return __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmul_rn(v.x, v.x))));
-}
-__device__ __forceinline__ float rms_scale(float ss, int n, float eps) {
-    return __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
-}
-// (x · scale) · w for four values.
-__device__ __forceinline__ float4 norm4(float4 a, float scale, float4 c) {
-    return make_float4(__fmul_rn(__fmul_rn(a.x, scale), c.x), __fmul_rn(__fmul_rn(a.y, scale), c.y),
-                       __fmul_rn(__fmul_rn(a.z, scale), c.z), __fmul_rn(__fmul_rn(a.w, scale), c.w));
-}
-
 // ---- Programmatic dependent launch (sm_90): a kernel launched with the attribute (the integer
 // products) may start while the kernel before it still runs; `pdl_wait` waits for that kernel to
 // finish and its writes to be visible, `pdl_trigger` lets the next such kernel start now. Both do

@@ -93,77 +93,6 @@ __device__ __forceinline__ void row_out(float* v, float* red, int wib, int lane,
     }
 }
 
-// A MoE router's input made by the router's own blocks (Fused::NormRouter): the RMS norm of x + y
-// (the residual add and norm the launch replaces, add_rms_norm_q8, ops.cu), each block making all
-// of it in shared memory with the same bits as rms_norm_t's one block of n_pad / 4 threads (its
-// threads' sums of squares and their warp sums emulated by this block's threads, the warps' sums
-// added in the same order). Blocks 0, 1, ... also write the norm's outputs, two 256-value units a
-// block: the normed values (xn) and their int8 forms (act_q8x4) for the expert products; x += y
-// is left to the routing launch after (moe_route_add, mmq.cu), when every block has read x.
-// n_pad ≤ NR_MAX, a multiple of 256; n a multiple of 4; blockDim.x 128 (mv_launch's).
-#define NR_MAX 4096
-struct NormPro {
-    const float* y;
-    const float* g;
-    float eps;
-    float* xn;
-    signed char *q0, *qk;
-    float *d0, *dk;
-    int n_pad;
-};
-__device__ const float* norm_pro(const float* x, int n, const NormPro& p) {
-    // (Every load a thread makes is asked for at once: x, y and the norm's weights, at most
-    // NR_MAX / 512 float4 each with 128 threads.)
-    constexpr int PER = NR_MAX / 4 / 128;
-    __shared__ __align__(16) float xs[NR_MAX];
-    __shared__ float part[32];
-    const int tid = threadIdx.x, lane = tid & 31, nt = p.n_pad / 4, n4 = n / 4;
-    const float4 *x4 = (const float4*)x, *y4 = (const float4*)p.y, *g4 = (const float4*)p.g;
-    float4 v[PER], g[PER];
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        int vt = tid + 128 * j;
-        if (vt < n4) {
-            float4 a = x4[vt], b = y4[vt];
-            g[j] = g4[vt];
-            v[j] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-        }
-    }
-    // Thread vt of rms_norm_t's block (nt of them, one float4 each) is thread vt % 128 here.
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        int vt = tid + 128 * j;
-        if (128 * j >= nt) break;
-        float s = 0.f;
-        if (vt < n4) s = __fadd_rn(s, sumsq4(v[j]));
-        s = warp_sum(s);
-        if (lane == 0) part[vt >> 5] = s;
-    }
-    __syncthreads();
-    float ss = 0.f;
-    for (int i = 0; i < nt / 32; i++) ss += part[i];
-    const float scale = rms_scale(ss, n, p.eps);
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        int vt = tid + 128 * j;
-        if (vt < n4) *(float4*)(xs + 4 * vt) = norm4(v[j], scale, g[j]);
-    }
-    __syncthreads();
-    // Units 2b and 2b + 1 of the outputs (threads 0-63 and 64-127), as rms_norm_t writes them.
-    const int units = p.n_pad / 256;
-    if (2 * (int)blockIdx.x < units) {
-        int k = 512 * blockIdx.x + 4 * tid;
-        bool on = k < p.n_pad;
-        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (on && k < n) {
-            o = *(const float4*)(xs + k);
-            *(float4*)(p.xn + k) = o;
-        }
-        act_q8x4(o, k, p.q0, p.d0, p.qk, p.dk, on);
-    }
-    return xs;
-}
-
 // `wpr` warps per output row (1, 2 or 4: a matrix of few rows spread over more warps), each a
 // share of the row's 256-value chunks, summed through shared memory; four warps per block.
 // The kernel after it may start as soon as every block of it has (programmatic dependent launch,
@@ -177,11 +106,9 @@ __device__ const float* norm_pro(const float* x, int n, const NormPro& p) {
 // PAIR: a warp multiplies rows o and o + (m + 1) / 2 (NW = 2: of W0, W1 unused; NW = 4, of W0 and
 // W1, the fused FFN input's gate and up, measured no faster on an H100 and was not kept), each
 // summed as its own launch sums it (no activation loaded twice for them; `Cuda::pairs`).
-// PRO: x is the router's norm_pro (one row), made after the weights are asked for.
-template <int TY, int R, bool NORM, int NW, bool ADD = false, bool PAIR = false, bool PRO = false>
+template <int TY, int R, bool NORM, int NW, bool ADD = false, bool PAIR = false>
 __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const float* x, float* out, int n, int m,
-                      int t, int wpr, const float* g, float eps, int op, const float* y = nullptr,
-                      const NormPro& pro = NormPro{}) {
+                      int t, int wpr, const float* g, float eps, int op, const float* y = nullptr) {
     constexpr int C = (NW + (NORM ? 1 : 0)) * R;
     __shared__ float red[4 * C];
     pdl_trigger();
@@ -216,7 +143,6 @@ __device__ void mmv_t(int blk, const u8* W0, const u8* W1, u64 row_bytes, const 
             for (int u = 0; u < 4; u++) deq8<TY>(row[k], j + S * u, w[k][u]);
     }
     pdl_wait();
-    if constexpr (PRO) x = norm_pro(x, n, pro);
     float gv[8];
     if (o < mw) {
         if (odd) {
@@ -363,14 +289,3 @@ MMVFA_ALL(TY_F32) MMVFA_ALL(TY_F16) MMVFA_ALL(TY_BF16)
     }
 #define MMVR_ALL(TY) MMV_AT(MMVR, mmv_##TY, TY, MMV_R)
 MMVR_ALL(TY_F32) MMVR_ALL(TY_F16) MMVR_ALL(TY_BF16)
-
-// A MoE router's product (F32 weights, one row) of the residual add and norm its blocks make
-// (norm_pro: Fused::NormRouter): no add_rms_norm_q8 launch before it.
-#if MMV_R == 1
-extern "C" __global__ void mmv_TY_F32n_1(const u8* W, u64 rb, const float* x, float* out, int n, int m, int t, int wpr,
-    const float* y, const float* g, float eps, float* xn, signed char* q0, float* d0, signed char* qk, float* dk,
-    int n_pad) {
-    mmv_t<TY_F32, 1, false, 1, false, false, true>(blockIdx.x, W, W, rb, x, out, n, m, t, wpr, 0, 0.f, 0, nullptr,
-                                                   NormPro{y, g, eps, xn, q0, qk, d0, dk, n_pad});
-}
-#endif

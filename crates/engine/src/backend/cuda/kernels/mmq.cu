@@ -489,36 +489,6 @@ extern "C" __global__ void moe_route(const float* logits, int ne, int k, int sof
     moe_route_blk<>(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
 }
 
-// moe_route of one row (block 0) after a router whose blocks made its input's residual add and
-// norm (mmv_TY_F32n_1, matmul.cu: Fused::NormRouter), and that add's write, x += y (block 1; n
-// values, a multiple of 4), which had to wait for every router block to read x; the sums as
-// rms_norm_t's. Grid (2, 1).
-extern "C" __global__ void moe_route_add(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids,
-                                         float* ws, float* x, const float* y, int n) {
-    pdl_trigger();
-    pdl_wait();
-    if (blockIdx.x == 0) {
-        moe_route_blk<>(logits, ne, k, softmax_first, normalize, ids, ws);
-        return;
-    }
-    float4* x4 = (float4*)x;
-    const float4* y4 = (const float4*)y;
-    // Eight float4 of each a thread asked for at once.
-    for (int i0 = 0; i0 < n / 4; i0 += 8 * blockDim.x) {
-        float4 a[8], b[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            int i = i0 + threadIdx.x + j * blockDim.x;
-            if (i < n / 4) a[j] = x4[i], b[j] = y4[i];
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            int i = i0 + threadIdx.x + j * blockDim.x;
-            if (i < n / 4) x4[i] = make_float4(a[j].x + b[j].x, a[j].y + b[j].y, a[j].z + b[j].z, a[j].w + b[j].w);
-        }
-    }
-}
-
 // The same by one warp a row (moe_route_t, common.cuh: the serial sum and k rounds of argmax),
 // to compare (HF2Q_CUDA_ROUTE_WARP=1).
 extern "C" __global__ void moe_route_w(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {

@@ -58,7 +58,7 @@ __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out,
                 v = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
                 x4[i] = v;
             }
-            s = __fadd_rn(s, sumsq4(v));
+            s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
     } else {
         const float* yr = y + (u64)blockIdx.x * n;
@@ -70,7 +70,7 @@ __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out,
     }
     // (block_sum's barriers also make the block's writes of x visible to all its threads.)
     s = block_sum(s);
-    float scale = rms_scale(s, n, eps);
+    float scale = 1.f / sqrtf(s / n + eps);
     if (!Q8) {
         for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = (xr[i] * scale) * w[i];
         return;
@@ -81,7 +81,7 @@ __device__ void rms_norm_t(float* x, const float* y, const float* w, float* out,
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (k < n) {
             float4 a = *(const float4*)(xr + k), c = base == 0 ? w0 : *(const float4*)(w + k);
-            v = norm4(a, scale, c);
+            v = make_float4((a.x * scale) * c.x, (a.y * scale) * c.y, (a.z * scale) * c.z, (a.w * scale) * c.w);
             *(float4*)(o + k) = v;
         }
         act_q8x4(v, k, q0 ? q0 + qo : 0, q0 ? d0 + dof : 0, qk ? qk + qo : 0, qk ? dk + dof : 0);
