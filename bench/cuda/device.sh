@@ -65,7 +65,10 @@
 #            lean kernels, and the GLU variants A/B'd again with them; it ran 2026-12-06 on an H100
 #            (bench/runs/2026-12-06-h100 call 6), and twice more on H100s (calls 8, 9: 1.393x,
 #            1.400x); so did s44a-c (call 7: the goldens with the CPU's attention bit for bit, still
-#            parting; taken out). Next: s43 on an H200 (the MoE's Done-when figure).
+#            parting; taken out). s45 (twenty-second session, two H100s: bench/runs/2026-12-06-h100-b
+#            calls 1, 2): the router making its input's norm (NormRouter), 0.960x then 1.002x, taken
+#            out; s46 (both tools on the MoE only, ~410-440 s) ran twice on H100s (calls 3, 4: 1.429x,
+#            1.439x). Next: s46 on an H200 (the MoE's Done-when figure).
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
