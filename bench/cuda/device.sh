@@ -66,7 +66,7 @@
 #            (bench/runs/2026-12-06-h100 call 6), and twice more on H100s (calls 8, 9: 1.393x,
 #            1.400x); so did s44a-c (call 7: the goldens with the CPU's attention bit for bit, still
 #            parting; taken out). s45 (twenty-second session, two H100s: bench/runs/2026-12-06-h100-b
-#            calls 1, 2): the router making its input's norm (NormRouter), 0.960x then 1.002x, taken
+#            calls 1, 2): the router making its input's norm (NormRouter), 0.959x then 1.002x, taken
 #            out; s46 (both tools on the MoE only, ~410-440 s) ran twice on H100s (calls 3, 4: 1.429x,
 #            1.439x). Next: s46 on an H200 (the MoE's Done-when figure).
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
@@ -792,7 +792,7 @@ s44a|s44b|s44c)
   echo "$phase: taken out (its kernel is gone)"
   ;;
 s46)
-  # Written 2026-12-06 (twenty-second session; carry .dev made at HEAD, a fresh machine, ~250 s):
+  # Written 2026-12-06 (twenty-second session; carry .dev made at HEAD, a fresh machine, ~410-440 s):
   # the MoE's Done-when figure, both tools, nothing else: the moe op test, the greedy tokens, copy
   # bandwidth, then hf2q bench and llama-bench on the 24-layer MoE (for an H200; s43 without its
   # A/B, which three H100s have settled).
@@ -805,7 +805,7 @@ s45)
   # Written and run 2026-12-06 (twenty-second session, two H100s: bench/runs/2026-12-06-h100-b calls
   # 1, 2): Fused::NormRouter, the MoE router making its input's residual add and norm in its own
   # blocks (mmv_TY_F32n_1, then moe_route_add writing the add), against the defaults, with its op
-  # test (moe_after_norm, bit for bit); 0.960x with the blocks' loads one after another, 1.002x
+  # test (moe_after_norm, bit for bit); 0.959x with the blocks' loads one after another, 1.002x
   # with them asked for at once (the same tokens): no gain, so it was taken out.
   echo "phase $phase: its variant was taken out (see the comment)" | tee $OUT/phase.txt
   ;;
