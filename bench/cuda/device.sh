@@ -791,6 +791,23 @@ s44a|s44b|s44c)
   # the exact attention 3.1x / 3.0x slower (SmolLM2 Q8_0 / the MoE); taken out (ccf3289, efacac0).
   echo "$phase: taken out (its kernel is gone)"
   ;;
+s47)
+  # Written 2026-12-06 (twenty-third session; carry .dev made at HEAD, a fresh machine, ~450 s):
+  # the experts' weights asked of the L2 early, against the defaults, alternating, two rounds:
+  # HF2Q_CUDA_DOWN_L2 (the lean gate / up blocks ask for their pair's down weights; 1: before their
+  # own product, 2: after it) and HF2Q_CUDA_ROUTE_L2 (the routing by moe_route_l2, 128 blocks that
+  # ask for the chosen experts' gate / up weights, 1, and their down weights too, 2). The moe op
+  # test (all four bit for bit), the greedy tokens of each; both tools with the fastest.
+  moe_ready
+  set -- HF2Q_CUDA_DOWN_L2=1 HF2Q_CUDA_DOWN_L2=2 HF2Q_CUDA_ROUTE_L2=1 HF2Q_CUDA_ROUTE_L2=2
+  for i in 1 2; do for c in X=1 "$@"; do [ $SECONDS -lt 330 ] && tgp moe $m $c; done; done
+  greedy_ab $m X=1 "$@"
+  pick=$(best_of moe $OUT/ab.txt X=1 X=1 "$@")
+  echo "$pick ($phase: seconds $SECONDS)" | tee -a $OUT/bench-summary.txt
+  eval "$pick"
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  moe_close 440
+  ;;
 s46)
   # Written 2026-12-06 (twenty-second session; carry .dev made at HEAD, a fresh machine, ~410-440 s):
   # the MoE's Done-when figure, both tools, nothing else: the moe op test, the greedy tokens, copy
