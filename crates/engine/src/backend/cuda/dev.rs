@@ -826,7 +826,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "argmax_rows",
                 "top_rows",
                 "moe_route",
-                "moe_route_l2",
                 "moe_route_w",
                 "moe_group",
                 "gather_act",

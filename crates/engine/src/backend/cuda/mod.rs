@@ -112,14 +112,6 @@ pub struct Cuda {
     moe_lean: bool,
     /// Launches of the lean kernels so far (for the op tests).
     moe_lean_n: std::sync::atomic::AtomicUsize,
-    /// Whether the lean MoE gate / up products' blocks ask the L2 for their pair's down weights
-    /// (`with_down_l2`; `HF2Q_CUDA_DOWN_L2`: 1 before their own product, 2 after it, 0 not).
-    down_l2: i32,
-    /// Whether a MoE decode step's routing also asks the L2 for the chosen experts' weights
-    /// (`with_route_l2`; `HF2Q_CUDA_ROUTE_L2`: 1 gate and up, 2 gate, up and down, 0 not).
-    route_l2: i32,
-    /// `moe_route_l2` launches so far (for the op tests).
-    route_l2_n: std::sync::atomic::AtomicUsize,
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
     /// `attn_split_f16`, its keys loaded one after another).
     attn_dec: bool,
@@ -191,17 +183,6 @@ impl Cuda {
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
             moe_lean: std::env::var("HF2Q_CUDA_MOE_LEAN").map_or(true, |v| v != "0"),
             moe_lean_n: Default::default(),
-            down_l2: std::env::var("HF2Q_CUDA_DOWN_L2")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|m| (0..=2).contains(m))
-                .unwrap_or(0),
-            route_l2_n: Default::default(),
-            route_l2: std::env::var("HF2Q_CUDA_ROUTE_L2")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|m| (0..=2).contains(m))
-                .unwrap_or(0),
             fuse: Fused::ALL.map(|k| std::env::var(k.var()).map_or(k.default_on(), |v| v == "1")),
             tops: std::env::var("HF2Q_CUDA_TOPK").map_or(true, |v| v != "0"),
             draws: std::env::var("HF2Q_CUDA_SAMPLE").map_or(true, |v| v != "0"),
@@ -281,26 +262,6 @@ impl Cuda {
     pub fn with_moe_lean(mut self, on: bool) -> Cuda {
         self.moe_lean = on;
         self
-    }
-
-    /// The lean MoE gate / up products' blocks ask the L2 for their pair's down weights: 1 before
-    /// their own product, 2 after it, 0 not (the default unless `HF2Q_CUDA_DOWN_L2` says so).
-    pub fn with_down_l2(mut self, mode: i32) -> Cuda {
-        self.down_l2 = mode.clamp(0, 2);
-        self
-    }
-
-    /// A MoE decode step's routing by `moe_route_l2`, whose blocks also ask the L2 for the chosen
-    /// experts' gate and up weights (1), and down's (2); 0 (the default unless
-    /// `HF2Q_CUDA_ROUTE_L2` says so): `moe_route`.
-    pub fn with_route_l2(mut self, mode: i32) -> Cuda {
-        self.route_l2 = mode.clamp(0, 2);
-        self
-    }
-
-    /// `moe_route_l2` launches so far.
-    pub fn route_l2_launches(&self) -> usize {
-        self.route_l2_n.load(Ordering::Relaxed)
     }
 
     /// Launches of the lean kernels so far.

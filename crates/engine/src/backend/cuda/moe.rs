@@ -69,9 +69,6 @@ fn moe_lean_name(ty: GgmlType, np: usize, gd: bool) -> Option<&'static str> {
     })
 }
 
-/// Blocks of `moe_route_l2` for a step (spread over the rows): about a block a multiprocessor.
-const ROUTE_L2_BLOCKS: usize = 128;
-
 /// A routing launch's first arguments: the router's logits and the routing's numbers (`moe_route`,
 /// `moe_route_w`, `mmq_moe_*` routing their pairs).
 fn route_head(logits: u64, r: &Routing) -> [A; 5] {
@@ -243,25 +240,7 @@ impl Cuda {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
         }
         if !routed && !route_in {
-            if self.route_l2 > 0 && !grouped && g_ty == u_ty && r.k <= 64 {
-                // Routed by ROUTE_L2_BLOCKS blocks a row that also ask the L2 for the chosen
-                // experts' gate and up weights (and down's with mode 2): `with_route_l2`.
-                let mut args = route_head(bufs.router.ptr, r).to_vec();
-                let down = if self.route_l2 == 2 { down_t } else { 0 };
-                args.extend([A::P(ids), A::P(ws), A::P(gate_t), A::P(up_t)]);
-                args.extend([A::P(experts[0].gate.data.len() as u64), A::P(down)]);
-                args.push(A::P(experts[0].down.data.len() as u64));
-                let nb = (ROUTE_L2_BLOCKS / t).max(1) as u32;
-                self.route_l2_n.fetch_add(1, Ordering::Relaxed);
-                let block = (r.n_expert.next_multiple_of(32)).clamp(32, 1024) as u32;
-                if moe_early() {
-                    self.dev.launch_early("moe_route_l2", (t as u32, nb), block, &args);
-                } else {
-                    self.dev.launch("moe_route_l2", (t as u32, nb), block, &args);
-                }
-            } else {
-                self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early());
-            }
+            self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early());
         }
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the
         // router's product (an integer one on x itself) did not need the scratch for another input.
@@ -279,8 +258,7 @@ impl Cuda {
         // `early`: launched before the kernel ahead ends (the down products: the expert ids they
         // read first were written by moe_route, finished before the gate / up products started).
         // `glu`: gate and up, then their GLU quantized by each pair's last block (`mmq_moe_glu_*`;
-        // not grouped): the arguments after the products'. `pf`: a lean gate / up launch's blocks
-        // ask the L2 for their pair's down weights (`with_down_l2`).
+        // not grouped): the arguments after the products'.
         let expert_mm = |ty: GgmlType,
                          a: ActScratch,
                          np: usize,
@@ -288,13 +266,10 @@ impl Cuda {
                          m: usize,
                          mats: &[(u64, u64)],
                          early: bool,
-                         glu: &[A],
-                         pf: bool| {
+                         glu: &[A]| {
             let (qa, ad) = flavour(ty, a);
             let (t1, o1) = mats.get(1).copied().unwrap_or((0, 0));
             let mut args = vec![A::P(qa), A::P(ad), A::I(np as i32), A::I((np / 256) as i32)];
-            // The lean kernels' last arguments (their down weights asked of the L2 or not).
-            let mut tail = None;
             let (name, grid) = if grouped {
                 // Grid (mats · weight tiles, row tiles at most); the pairs through the tile table.
                 args.push(A::P(tiles));
@@ -310,11 +285,6 @@ impl Cuda {
                 let lean = (glu.is_empty() && !v.is_empty())
                     .then(|| self.lean_kernel(ty, np, false))
                     .flatten();
-                if lean.is_some() {
-                    let mode = if pf { self.down_l2 } else { 0 };
-                    let bytes = experts[0].down.data.len() as u64;
-                    tail = Some([A::P(if mode > 0 { down_t } else { 0 }), A::P(bytes), A::I(mode)]);
-                }
                 (
                     lean.map_or_else(|| format!("mmq_moe_{g}{v}{}", ty_name(ty)), str::to_string),
                     ((pairs * m.div_ceil(16)) as u32, mats.len() as u32),
@@ -322,7 +292,6 @@ impl Cuda {
             };
             args.extend([A::I(m as i32), A::P(mats[0].0), A::P(mats[0].1), A::P(t1), A::P(o1)]);
             args.extend(glu);
-            args.extend(tail.into_iter().flatten());
             if early && !grouped && (ty != GgmlType::Q8_0 || super::mmq::pdl_q8()) {
                 launch(&name, grid, 128, &args);
             } else {
@@ -389,17 +358,7 @@ impl Cuda {
             let mut tail = vec![A::P(cnt), A::P(act_f)];
             tail.extend(act2.args());
             tail.extend([A::I(ff_pad as i32), A::I(op)]);
-            expert_mm(
-                g_ty,
-                act,
-                n_pad,
-                r.k,
-                n_ff,
-                &[(gate_t, gate), (up_t, up)],
-                false,
-                &tail,
-                false,
-            );
+            expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)], false, &tail);
             self.count_fused(super::Fused::Glu);
             act2
         } else {
@@ -414,20 +373,10 @@ impl Cuda {
                     .launch(&format!("mmq_moe_r_v_{}", ty_name(g_ty)), grid, 128, &args);
                 self.count_fused(super::Fused::RouteIn);
             } else if g_ty == u_ty {
-                expert_mm(
-                    g_ty,
-                    act,
-                    n_pad,
-                    r.k,
-                    n_ff,
-                    &[(gate_t, gate), (up_t, up)],
-                    false,
-                    &[],
-                    true,
-                );
+                expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate), (up_t, up)], false, &[]);
             } else {
-                expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate)], false, &[], true);
-                expert_mm(u_ty, act, n_pad, r.k, n_ff, &[(up_t, up)], false, &[], false);
+                expert_mm(g_ty, act, n_pad, r.k, n_ff, &[(gate_t, gate)], false, &[]);
+                expert_mm(u_ty, act, n_pad, r.k, n_ff, &[(up_t, up)], false, &[]);
             }
             if glu_down {
                 bufs.slots.set_shape(pairs, n);
@@ -468,7 +417,7 @@ impl Cuda {
             act2
         };
         bufs.slots.set_shape(pairs, n);
-        expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)], true, &[], false);
+        expert_mm(d_ty, act2, ff_pad, 1, n, &[(down_t, bufs.slots.ptr)], true, &[]);
         // Grouped, the slots are in sorted order: each pair's row found through its position.
         self.moe_sum(t, r.k, n, bufs, if grouped { pos } else { 0 }, ws, out)
     }

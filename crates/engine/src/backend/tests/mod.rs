@@ -1399,21 +1399,6 @@ pub(crate) mod cuda {
             // The steps of 1, 2 and 5 rows: gate / up and down, then gate / up and down making
             // the GLU (`mmq_moe_gd_v2_*`).
             assert_eq!((b.moe_lean_launches(), b.fused(Fused::GluDown)), (24, 18));
-            // The lean gate / up blocks asking the L2 for their pairs' down weights, before their
-            // own products, then after them: the same bits (`with_down_l2`).
-            let b = b.with_fused(Fused::GluDown, false).with_down_l2(1);
-            same_as_plain(&b, "the lean products asking the L2 for the down weights first");
-            let b = b.with_down_l2(2);
-            same_as_plain(&b, "the lean products asking the L2 for the down weights last");
-            assert_eq!(b.moe_lean_launches(), 48);
-            // Routed by moe_route_l2 (blocks asking the L2 for the gate / up weights, then the
-            // down ones too): the same choice, the same bits.
-            let b = b.with_down_l2(0).with_route_l2(1);
-            same_as_plain(&b, "the routing asking the L2 for the gate / up weights");
-            let b = b.with_route_l2(2);
-            same_as_plain(&b, "the routing asking the L2 for every expert weight");
-            // The steps of 1, 2 and 5 rows, both seeds, both modes.
-            assert_eq!(b.route_l2_launches(), 12);
         }
     }
     #[test]

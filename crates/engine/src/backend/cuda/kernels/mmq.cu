@@ -476,15 +476,6 @@ MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
 MMQ_VX(mmq_vx_TY_Q4_K_TY_Q6_K, MQ<TY_Q4_K>::STAGES)
 MMQ_VX(mmq_vx5_TY_Q4_K_TY_Q6_K, 5)
 
-// Slice q of nq of the `bytes` at base asked of the L2 (prefetch.global.L2, 128-byte lines), by
-// every thread of the block: nothing waits for it.
-__device__ __forceinline__ void l2_slice(const u8* base, u64 bytes, int q, int nq) {
-    u64 slice = ((bytes + nq - 1) / nq + 127) & ~(u64)127;
-    u64 a = (u64)q * slice, b = a + slice < bytes ? a + slice : bytes;
-    for (u64 o = a + 128 * (u64)threadIdx.x; o < b; o += 128 * (u64)blockDim.x)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + o));
-}
-
 // ---- Mixture-of-experts decode steps on the device (the host never reads the routing, so a
 // step stays one graph). Routing as the CPU's (model/blocks.rs route; llama-graph.cpp
 // build_moe_ffn): one warp per row of router logits (n_expert ≤ 1024) -> the k experts' ids and
@@ -496,31 +487,6 @@ extern "C" __global__ void moe_route(const float* logits, int ne, int k, int sof
     pdl_wait();
     int row = blockIdx.x;
     moe_route_blk<>(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
-}
-
-// moe_route by gridDim.y blocks a row (HF2Q_CUDA_ROUTE_L2), each routing the row (the same choice),
-// block 0 writing it, and each asking the L2 for its slice (l2_slice) of the chosen experts' gate
-// and up weights (gbytes each at Tg / Tu), and their down weights where Td is not null, so that
-// the expert products after it find them there.
-extern "C" __global__ void moe_route_l2(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws,
-                                        const u64* Tg, const u64* Tu, u64 gbytes, const u64* Td, u64 dbytes) {
-    pdl_trigger();
-    pdl_wait();
-    __shared__ int sid[64];
-    __shared__ float sw[64];
-    int row = blockIdx.x, j = blockIdx.y, nb = gridDim.y;
-    moe_route_blk<>(logits + (u64)row * ne, ne, k, softmax_first, normalize, sid, sw);
-    if (j == 0)
-        for (int i = threadIdx.x; i < k; i += blockDim.x) {
-            ids[row * k + i] = sid[i];
-            ws[row * k + i] = sw[i];
-        }
-    for (int i = 0; i < k; i++) {
-        int e = sid[i];
-        l2_slice((const u8*)Tg[e], gbytes, j, nb);
-        l2_slice((const u8*)Tu[e], gbytes, j, nb);
-        if (Td) l2_slice((const u8*)Td[e], dbytes, j, nb);
-    }
 }
 
 // The same by one warp a row (moe_route_t, common.cuh: the serial sum and k rounds of argmax),
@@ -601,16 +567,13 @@ MMQ_MOE(mmq_moe_v_TY_Q8_0, TY_Q8_0, true)
 // them: no lean form.)
 // (Gate / up launched early with the expert ids read after the wait for the routing was slower:
 // MoE tg128 1.013x against these kernels' 1.020x on an H100, bench/runs/2026-12-06-h100 call 4.)
-// Gate / up blocks can also ask the L2 for their pair's down weights (Tp: the experts' down
-// weights, pbytes of each; pmode 1 before their own product, 2 after it, 0 not: l2_slice), so
-// that the down products, which start after the GLU, find them there (HF2Q_CUDA_DOWN_L2).
+// (Their blocks asking the L2 for their pair's down weights, prefetch.global.L2, were slower:
+// 0.978x / 0.980x, and the routing by 128 blocks asking for the chosen experts' weights 0.81x,
+// on an H100, bench/runs/2026-12-06-h100-c call 2.)
 #define MMQ_MOE_L(NAME, TY, ST, MB) \
     extern "C" __global__ void __launch_bounds__(128, MB) NAME(const i8* qa, const float* ad, int n_pad, int U, const int* ids, \
-        int div, int m, const u64* T0, float* o0, const u64* T1, float* o1, const u64* Tp, u64 pbytes, int pmode) { \
-        int tiles = (m + 15) >> 4, p = blockIdx.x / tiles, q = blockIdx.y * tiles + blockIdx.x % tiles; \
-        if (pmode == 1) l2_slice((const u8*)Tp[ids[p]], pbytes, q, gridDim.y * tiles); \
+        int div, int m, const u64* T0, float* o0, const u64* T1, float* o1) { \
         mmq_pair<TY, true, ST>(qa, ad, n_pad, U, ids, div, m, T0, o0, T1, o1); \
-        if (pmode == 2) l2_slice((const u8*)Tp[ids[p]], pbytes, q, gridDim.y * tiles); \
     }
 MMQ_MOE_L(mmq_moe_v2_TY_Q4_K, TY_Q4_K, 2, 8)
 MMQ_MOE_L(mmq_moe_v3_TY_Q4_K, TY_Q4_K, 3, 7)
