@@ -791,6 +791,24 @@ s44a|s44b|s44c)
   # the exact attention 3.1x / 3.0x slower (SmolLM2 Q8_0 / the MoE); taken out (ccf3289, efacac0).
   echo "$phase: taken out (its kernel is gone)"
   ;;
+s49)
+  # Written 2026-12-06 (twenty-third session, for the next one; carry .dev made at HEAD, timeout
+  # 600; not run yet): both tools on the whole Qwen3-30B-A3B-shaped MoE, its 48 layers, not the
+  # 24-layer cut. The cut was made on 2026-12-03, when the model's 61 GB of bf16 went to the disk
+  # beside the 8B's files; it is now made in /dev/shm (128 GiB of memory), in shards of at most
+  # 4 GB. In Q4_K_M it is ~17.5 GB on the disk. The make (~2x the cut's 2:21) runs beside
+  # llama-bench's build; no op test, to leave the cores to both.
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "" moe 48
+  m=$W/moe.q4_k_m.gguf
+  for i in $(seq 1 160); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed|Maximum resident|END|rror" /tmp/mk.log > $OUT/make.txt
+  greedy_ab $m X=1
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  moe_close 500
+  ;;
 s48)
   # Written 2026-12-06 (twenty-third session; carry .dev made at HEAD, timeout 600): s46 with
   # llama-bench's build waited for until 520 s (its build was at 97 % at 440 s on the H100 of
