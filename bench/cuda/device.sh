@@ -68,7 +68,10 @@
 #            parting; taken out). s45 (twenty-second session, two H100s: bench/runs/2026-12-06-h100-b
 #            calls 1, 2): the router making its input's norm (NormRouter), 0.959x then 1.002x, taken
 #            out; s46 (both tools on the MoE only, ~410-440 s) ran twice on H100s (calls 3, 4: 1.429x,
-#            1.439x). Next: s46 on an H200 (the MoE's Done-when figure).
+#            1.439x). Twenty-third session, three H100s (bench/runs/2026-12-06-h100-c): s46
+#            (llama-bench's build unfinished at 440 s), s47 (the experts' weights asked of the L2
+#            early: slower, taken out), s48 (s46 waiting until 520 s: 1.389x). Next: s49 (the
+#            48-layer MoE, both tools) or s48 on an H200 (the MoE's Done-when figure).
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back

@@ -47,8 +47,8 @@ torch.manual_seed(0)
 torch.set_default_dtype(torch.bfloat16)
 with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
     model = cls(cfg)
-# Shards of at most 4 GB: a shard is copied to host memory whole before it is written, and the
-# 48-layer MoE's 61 GB go to /dev/shm on a machine of 128 GiB.
+# Shards of at most 4 GB, so that little of the model is in host memory at once beside the files:
+# the 48-layer MoE's 61 GB go to /dev/shm on a machine of 128 GiB.
 model.save_pretrained(out, safe_serialization=True, max_shard_size="4GB")
 tj = json.load(open(os.path.join(tok_src, "tokenizer.json")))
 nxt = max(max(tj["model"]["vocab"].values()), max(a["id"] for a in tj["added_tokens"])) + 1
