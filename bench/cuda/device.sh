@@ -800,17 +800,21 @@ s49)
   # 24-layer cut. The cut was made on 2026-12-03, when the model's 61 GB of bf16 went to the disk
   # beside the 8B's files; it is now made in /dev/shm (128 GiB of memory), in shards of at most
   # 4 GB. In Q4_K_M it is ~17.5 GB on the disk. The make (~2x the cut's 2:21) runs beside
-  # llama-bench's build; no op test, to leave the cores to both.
+  # llama-bench's build; no op test, to leave the cores to both. The kernels are compiled into the
+  # cache while the model is made (`hf2q doctor`), so that the greedy run's 60 s are not spent
+  # compiling.
   unpack
   machine_info
   bg_llama_bench
   bg_make "" moe 48
+  timeout 200 $H doctor > $OUT/doctor.txt 2>&1
   m=$W/moe.q4_k_m.gguf
   for i in $(seq 1 160); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
   grep -E "make_model|Elapsed|Maximum resident|END|rror" /tmp/mk.log > $OUT/make.txt
   greedy_ab $m X=1
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   moe_close 500
+  cat $OUT/doctor.txt
   ;;
 s48)
   # Written 2026-12-06 (twenty-third session; carry .dev made at HEAD, timeout 600): s46 with
