@@ -381,6 +381,12 @@ moe_close() {
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt greedy-ab.txt ab.txt engine-tests.txt copy-bandwidth.txt
 }
+moe_both() {
+  # moe_both LIMIT: the greedy tokens, copy bandwidth, then moe_close LIMIT (both tools on the MoE).
+  greedy_ab $m X=1
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  moe_close $1
+}
 fresh_moe() {
   # fresh_moe [FILTER ...]: moe_start, copy bandwidth, the op tests (op_tests).
   moe_start
@@ -811,19 +817,8 @@ s49)
   m=$W/moe.q4_k_m.gguf
   for i in $(seq 1 160); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
   grep -E "make_model|Elapsed|Maximum resident|END|rror" /tmp/mk.log > $OUT/make.txt
-  greedy_ab $m X=1
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  moe_close 500
+  moe_both 500
   cat $OUT/doctor.txt
-  ;;
-s48)
-  # Written 2026-12-06 (twenty-third session; carry .dev made at HEAD, timeout 600): s46 with
-  # llama-bench's build waited for until 520 s (its build was at 97 % at 440 s on the H100 of
-  # bench/runs/2026-12-06-h100-c call 1).
-  moe_ready
-  greedy_ab $m X=1
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  moe_close 520
   ;;
 s47)
   # Written and run 2026-12-06 (twenty-third session, an H100: bench/runs/2026-12-06-h100-c call 2):
@@ -834,15 +829,15 @@ s47)
   # The same tokens; taken out (af4cc1a has them).
   echo "phase $phase: its variants were taken out (see the comment)" | tee $OUT/phase.txt
   ;;
-s46)
+s46 | s48)
   # Written 2026-12-06 (twenty-second session; carry .dev made at HEAD, a fresh machine, ~410-440 s):
   # the MoE's Done-when figure, both tools, nothing else: the moe op test, the greedy tokens, copy
   # bandwidth, then hf2q bench and llama-bench on the 24-layer MoE (for an H200; s43 without its
-  # A/B, which three H100s have settled).
+  # A/B, which three H100s have settled). s48 (twenty-third session; timeout 600): the same with
+  # llama-bench's build waited for until 520 s, not 440 (its build was at 97 % at 440 s on the
+  # H100 of bench/runs/2026-12-06-h100-c call 1).
   moe_ready
-  greedy_ab $m X=1
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  moe_close 440
+  if [ $phase = s48 ]; then moe_both 520; else moe_both 440; fi
   ;;
 s45)
   # Written and run 2026-12-06 (twenty-second session, two H100s: bench/runs/2026-12-06-h100-b calls
