@@ -70,8 +70,9 @@
 #            out; s46 (both tools on the MoE only, ~410-440 s) ran twice on H100s (calls 3, 4: 1.429x,
 #            1.439x). Twenty-third session, three H100s (bench/runs/2026-12-06-h100-c): s46
 #            (llama-bench's build unfinished at 440 s), s47 (the experts' weights asked of the L2
-#            early: slower, taken out), s48 (s46 waiting until 520 s: 1.389x). Next: s49 (the
-#            48-layer MoE, both tools) or s48 on an H200 (the MoE's Done-when figure).
+#            early: slower, taken out), s48 (s46 waiting until 520 s: 1.389x). Next: s49 then s49b at
+#            once on the same machine (the 48-layer MoE, both tools, two rounds), or s48 on an H200
+#            (the MoE's Done-when figure).
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
@@ -193,18 +194,28 @@ bg_model_all() {
 bench_pair() {
   # bench_pair TAG FILE: hf2q bench then llama-bench on one file (pp512, tg128, three repetitions).
   # Both tools' JSON go to bench-raw.txt under their commands (a call brings back 8 files at most).
+  bench_hf2q "$@"
+  bench_llama "$@"
+  bench_sum $1
+}
+bench_hf2q() {  # bench_hf2q TAG FILE: bench_pair's hf2q half (/tmp/hf2q-bench-TAG.json, bench-raw.txt)
   local tag=$1 m=$2
   timeout 150 $H bench -m $m --device cuda -p 512 -n 128 -r 3 --json > /tmp/hf2q-bench-$tag.json 2> /dev/null
+  { echo "== hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 --json"; cat /tmp/hf2q-bench-$tag.json; } >> $OUT/bench-raw.txt
+}
+bench_llama() {  # bench_llama TAG FILE: bench_pair's llama-bench half (/tmp/llama-bench-TAG.json)
+  local tag=$1 m=$2
   timeout 150 /tmp/lc/b/bin/llama-bench -m $m -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o json > /tmp/llama-bench-$tag.json 2> /dev/null
-  { echo "== hf2q bench -m $m --device cuda -p 512 -n 128 -r 3 --json"; cat /tmp/hf2q-bench-$tag.json
-    echo "== llama-bench -m $m -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o json"; cat /tmp/llama-bench-$tag.json; } >> $OUT/bench-raw.txt
+  { echo "== llama-bench -m $m -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o json"; cat /tmp/llama-bench-$tag.json; } >> $OUT/bench-raw.txt
+}
+bench_sum() {  # bench_sum TAG: both tools' figures for TAG (pp512 / tg128, mean and spread) to bench-summary.txt
   python3 -c "
 import json,sys
 for f in sys.argv[1:]:
     try: rows = json.load(open(f))
     except Exception as e: print(f, 'no result', e); continue
     for r in rows: print(f.split('/')[-1], r.get('test') or ('pp%d' % r['n_prompt'] if r['n_prompt'] else 'tg%d' % r['n_gen']), round(r['avg_ts'], 2), round(r.get('stddev_ts', 0), 2))
-" /tmp/hf2q-bench-$tag.json /tmp/llama-bench-$tag.json | tee -a $OUT/bench-summary.txt
+" /tmp/hf2q-bench-$1.json /tmp/llama-bench-$1.json | tee -a $OUT/bench-summary.txt
 }
 tg() {
   # tg TAG FILE [ENV=V ...]: hf2q tg128 alone with the per-step times (to $TG_OUT, else
@@ -801,24 +812,58 @@ s44a|s44b|s44c)
   echo "$phase: taken out (its kernel is gone)"
   ;;
 s49)
-  # Written 2026-12-06 (twenty-third session, for the next one; carry .dev made at HEAD, timeout
-  # 600; not run yet): both tools on the whole Qwen3-30B-A3B-shaped MoE, its 48 layers, not the
-  # 24-layer cut. The cut was made on 2026-12-03, when the model's 61 GB of bf16 went to the disk
-  # beside the 8B's files; it is now made in /dev/shm (128 GiB of memory), in shards of at most
-  # 4 GB. In Q4_K_M it is ~17.5 GB on the disk. The make (~2x the cut's 2:21) runs beside
-  # llama-bench's build; no op test, to leave the cores to both. The kernels are compiled into the
-  # cache while the model is made (`hf2q doctor`), so that the greedy run's 60 s are not spent
-  # compiling.
+  # Written 2026-12-06 (twenty-third session; rewritten in the twenty-fourth as the first of two
+  # calls; carry .dev made at HEAD, timeout 600): both tools on the whole Qwen3-30B-A3B-shaped MoE,
+  # its 48 layers, not the 24-layer cut. The cut was made on 2026-12-03, when the model's 61 GB of
+  # bf16 went to the disk beside the 8B's files; it is now made in /dev/shm (128 GiB of memory), in
+  # shards of at most 4 GB. In Q4_K_M it is ~17.5 GB on the disk. The make (~2x the cut's 63 s +
+  # 2:21) runs beside llama-bench's build; no op test, to leave the cores to both. The kernels are
+  # compiled into the cache while the model is made (`hf2q doctor`). hf2q bench runs as soon as the
+  # model is there, llama-bench if its build ends by 560 s; what is left goes to s49b, the next
+  # call on the same warm machine (issued at once: a machine is given back 30 s after a call).
   unpack
   machine_info
   bg_llama_bench
   bg_make "" moe 48
   timeout 200 $H doctor > $OUT/doctor.txt 2>&1
   m=$W/moe.q4_k_m.gguf
-  for i in $(seq 1 160); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  for i in $(seq 1 200); do grep -q MOE-END /tmp/mk.log && break; [ $SECONDS -gt 520 ] && break; sleep 3; done
   grep -E "make_model|Elapsed|Maximum resident|END|rror" /tmp/mk.log > $OUT/make.txt
-  moe_both 500
-  cat $OUT/doctor.txt
+  echo "model made by $SECONDS s" | tee -a $OUT/bench-summary.txt
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  if grep -q MOE-END /tmp/mk.log && [ -f $m ]; then
+    bench_hf2q moe $m
+    greedy_ab $m X=1
+    for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 560 ] && break; sleep 3; done
+    tail -n 2 /tmp/lc.log >> $OUT/make.txt
+    grep -q BUILD-END /tmp/lc.log && [ $SECONDS -lt 565 ] && bench_llama moe $m && touch /tmp/s49-llama-done
+    bench_sum moe
+  fi
+  cp $OUT/bench-raw.txt /tmp/s49-bench-raw.txt 2> /dev/null
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  cat $OUT/doctor.txt | head -20
+  pack bench-summary.txt greedy-ab.txt copy-bandwidth.txt make.txt
+  ;;
+s49b)
+  # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
+  # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a
+  # second round of both tools on the 48-layer MoE, and copy bandwidth again. On a fresh machine (s49's
+  # files gone) it says so and stops.
+  m=$W/moe.q4_k_m.gguf
+  if [ ! -f /tmp/mk.log ]; then echo "s49b: a fresh machine, s49's files are gone" | tee $OUT/bench-summary.txt; exit 0; fi
+  for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
+  grep -E "make_model|Elapsed|Maximum resident|END|rror" /tmp/mk.log > $OUT/make.txt
+  [ -f /tmp/hf2q-bench-moe.json ] && [ -s /tmp/hf2q-bench-moe.json ] || { bench_hf2q moe $m; greedy_ab $m X=1; }
+  for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
+  tail -n 2 /tmp/lc.log >> $OUT/make.txt
+  [ -f /tmp/s49-llama-done ] || bench_llama moe $m
+  bench_sum moe
+  echo "round 2 at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  bench_pair moe2 $m
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  nvidia-smi -q > $OUT/nvidia-smi-q.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
 s47)
   # Written and run 2026-12-06 (twenty-third session, an H100: bench/runs/2026-12-06-h100-c call 2):
