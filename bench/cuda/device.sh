@@ -854,7 +854,7 @@ s49b)
   for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
   grep -E "make_model|Elapsed|Maximum resident|END|rror" /tmp/mk.log > $OUT/make.txt
   [ -f /tmp/hf2q-bench-moe.json ] && [ -s /tmp/hf2q-bench-moe.json ] || { bench_hf2q moe $m; greedy_ab $m X=1; }
-  timeout 60 $H info $m > $OUT/moe-info.txt 2>&1  # (the tensors' types: the active bytes a token)
+  timeout 60 $H info --tensors $m > $OUT/moe-info.txt 2>&1  # (the tensors' types: the active bytes a token)
   for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
   tail -n 2 /tmp/lc.log >> $OUT/make.txt
   [ -f /tmp/s49-llama-done ] || bench_llama moe $m
