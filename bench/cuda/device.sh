@@ -844,6 +844,22 @@ s49)
   cat $OUT/doctor.txt | head -20
   pack bench-summary.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
+s50)
+  # Twenty-fourth session (2026-12-06; carry nothing, a fresh machine, ~150 s): s49's 48-layer MoE
+  # made and written, nothing else. On an H100 (2026-12-06-h100-d) its save_pretrained took past the
+  # 80 GB: the 57 GiB model plus its experts split on the GPU at once. make_model.py now writes the
+  # same checkpoint a tensor at a time (save_split); this checks that it fits, and how long it takes.
+  machine_info
+  /usr/bin/time -v timeout 400 python3 bench/cuda/make_model.py qwen3moe30b /dev/shm/moe 48 > /tmp/mk50.log 2>&1
+  grep -E "make_model|Elapsed|Maximum resident|rror" /tmp/mk50.log | tee $OUT/make.txt
+  { ls /dev/shm/moe | head -3; ls /dev/shm/moe | wc -l; du -sh /dev/shm/moe; } | tee -a $OUT/make.txt
+  python3 -c "
+import json; d = json.load(open('/dev/shm/moe/model.safetensors.index.json'))
+print(len(d['weight_map']), 'tensors,', d['metadata']['total_size'], 'bytes in', len(set(d['weight_map'].values())), 'shards')
+" 2>&1 | tee -a $OUT/make.txt
+  rm -rf /dev/shm/moe
+  echo "$phase done at $SECONDS s" | tee -a $OUT/make.txt
+  ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
   # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a

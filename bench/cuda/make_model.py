@@ -47,9 +47,64 @@ torch.manual_seed(0)
 torch.set_default_dtype(torch.bfloat16)
 with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
     model = cls(cfg)
+
+
+def save_split(model, out, shard_bytes=4_000_000_000):
+    """The checkpoint save_pretrained writes (per-expert tensors, shards, their index), a tensor at a
+    time: transformers 5 keeps a MoE's experts fused (`experts.gate_up_proj` [E, 2I, H],
+    `experts.down_proj` [E, H, I]) and its save_pretrained splits them on the GPU all at once, which
+    took past an H100's 80 GB for the 48-layer MoE's 57 GiB (2026-12-06). Checked against
+    save_pretrained on a 1-layer cut, key for key and bit for bit."""
+    from safetensors.torch import save_file
+
+    os.makedirs(out, exist_ok=True)
+    model.config.architectures = [type(model).__name__]  # (as save_pretrained sets them)
+    model.config.dtype = next(model.parameters()).dtype
+    model.config.save_pretrained(out)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(out)
+    shards, cur, size, total = [], {}, 0, 0
+
+    def flush():
+        nonlocal cur, size
+        shards.append(list(cur))  # the names only: the tensors go once written
+        save_file(cur, os.path.join(out, f"part-{len(shards)}.tmp"), metadata={"format": "pt"})
+        cur, size = {}, 0
+
+    for name, p in model.state_dict().items():
+        if name.endswith("mlp.experts.gate_up_proj"):  # [gate; up] along dim 1, as transformers fuses them
+            base, half = name[: -len("gate_up_proj")], p.shape[1] // 2
+            items = [(f"{base}{e}.{w}_proj.weight", p[e, :half] if w == "gate" else p[e, half:]) for e in range(p.shape[0]) for w in ("gate", "up")]
+        elif name.endswith("mlp.experts.down_proj"):
+            base = name[: -len("down_proj")]
+            items = [(f"{base}{e}.down_proj.weight", p[e]) for e in range(p.shape[0])]
+        else:
+            items = [(name, p)]
+        for k, t in items:
+            t = t.detach().to("cpu").contiguous()
+            n = t.numel() * t.element_size()
+            if cur and size + n > shard_bytes:
+                flush()
+            cur[k] = t
+            size += n
+            total += n
+    if cur:
+        flush()
+    weight_map = {}
+    for i, sh in enumerate(shards, 1):
+        fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        os.replace(os.path.join(out, f"part-{i}.tmp"), os.path.join(out, fname))
+        weight_map.update({k: fname for k in sh})
+    json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))},
+              open(os.path.join(out, "model.safetensors.index.json"), "w"), indent=2)
+
+
 # Shards of at most 4 GB, so that little of the model is in host memory at once beside the files:
 # the 48-layer MoE's 61 GB go to /dev/shm on a machine of 128 GiB.
-model.save_pretrained(out, safe_serialization=True, max_shard_size="4GB")
+if os.environ.get("MAKE_MODEL_SAVE") == "pretrained" or shape != "qwen3moe30b":
+    model.save_pretrained(out, safe_serialization=True, max_shard_size="4GB")
+else:
+    save_split(model, out)
 tj = json.load(open(os.path.join(tok_src, "tokenizer.json")))
 nxt = max(max(tj["model"]["vocab"].values()), max(a["id"] for a in tj["added_tokens"])) + 1
 for i in range(nxt, V):
@@ -57,4 +112,5 @@ for i in range(nxt, V):
 json.dump(tj, open(os.path.join(out, "tokenizer.json"), "w"))
 shutil.copy(os.path.join(tok_src, "tokenizer_config.json"), out)
 n = sum(p.numel() for p in model.parameters())
-print(f"make_model: {shape} {n/1e9:.2f}B parameters, {layers} layers, vocab {V} -> {out} in {time.time()-t0:.0f} s")
+peak = f", GPU memory at most {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if torch.cuda.is_available() else ""
+print(f"make_model: {shape} {n/1e9:.2f}B parameters, {layers} layers, vocab {V} -> {out} in {time.time()-t0:.0f} s{peak}")
