@@ -70,9 +70,11 @@
 #            out; s46 (both tools on the MoE only, ~410-440 s) ran twice on H100s (calls 3, 4: 1.429x,
 #            1.439x). Twenty-third session, three H100s (bench/runs/2026-12-06-h100-c): s46
 #            (llama-bench's build unfinished at 440 s), s47 (the experts' weights asked of the L2
-#            early: slower, taken out), s48 (s46 waiting until 520 s: 1.389x). Next: s49 then s49b at
-#            once on the same machine (the 48-layer MoE, both tools, two rounds), or s48 on an H200
-#            (the MoE's Done-when figure).
+#            early: slower, taken out), s48 (s46 waiting until 520 s: 1.389x). Twenty-fourth session
+#            (bench/runs/2026-12-06-h100-d): ten refused starts; s49 / s49b on an H100, where the
+#            48-layer MoE's save_pretrained ran out of GPU memory (make_model.py now writes it a
+#            tensor at a time). Next: s49 then s49b at once on the same machine (the 48-layer MoE,
+#            both tools, two rounds; s50 checks the make alone), or s48 on an H200 (24 layers).
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
@@ -869,6 +871,7 @@ s49b)
   if [ ! -f /tmp/mk.log ]; then echo "s49b: a fresh machine, s49's files are gone" | tee $OUT/bench-summary.txt; exit 0; fi
   for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; sleep 3; done
   grep -E "make_model|Elapsed|Maximum resident|END|rror" /tmp/mk.log > $OUT/make.txt
+  if [ ! -f $m ]; then echo "s49b: no model ($m): see make.txt" | tee -a $OUT/bench-summary.txt; pack bench-summary.txt make.txt; exit 0; fi
   [ -f /tmp/hf2q-bench-moe.json ] && [ -s /tmp/hf2q-bench-moe.json ] || { bench_hf2q moe $m; greedy_ab $m X=1; }
   timeout 60 $H info --tensors $m > $OUT/moe-info.txt 2>&1  # (the tensors' types: the active bytes a token)
   for i in $(seq 1 100); do grep -q BUILD-END /tmp/lc.log && break; sleep 3; done
