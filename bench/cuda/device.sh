@@ -841,9 +841,8 @@ s49)
     grep -q BUILD-END /tmp/lc.log && [ $SECONDS -lt 565 ] && bench_llama moe $m && touch /tmp/s49-llama-done
     bench_sum moe
   fi
-  cp $OUT/bench-raw.txt /tmp/s49-bench-raw.txt 2> /dev/null
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
-  cat $OUT/doctor.txt | head -20
+  head -20 $OUT/doctor.txt
   pack bench-summary.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
 s50)
