@@ -73,8 +73,10 @@
 #            early: slower, taken out), s48 (s46 waiting until 520 s: 1.389x). Twenty-fourth session
 #            (bench/runs/2026-12-06-h100-d): ten refused starts; s49 / s49b on an H100, where the
 #            48-layer MoE's save_pretrained ran out of GPU memory (make_model.py now writes it a
-#            tensor at a time). Next: s49 then s49b at once on the same machine (the 48-layer MoE,
-#            both tools, two rounds; s50 checks the make alone), or s48 on an H200 (24 layers).
+#            tensor at a time). Twenty-fifth session (bench/runs/2026-12-06-h100-e): six refused
+#            starts, then s49 / s49b on an H100: the 48-layer MoE made (save_split, 56.9 GiB of GPU
+#            memory), both tools 1.382x / 1.358x. Next: s49 on an H200 (it now does round 2 and the
+#            tensor list itself when it has time; s49b finishes what it could not).
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
