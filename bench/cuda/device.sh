@@ -873,6 +873,33 @@ print(len(d['weight_map']), 'tensors,', d['metadata']['total_size'], 'bytes in',
   rm -rf /dev/shm/moe
   echo "$phase done at $SECONDS s" | tee -a $OUT/make.txt
   ;;
+s51)
+  # Written 2026-12-06 (twenty-fifth session; carry .dev made at HEAD, timeout 330, for the ~460 s
+  # of device time left): the short-context attention's settings on an 8-layer cut of the MoE (its
+  # layers are the whole model's; only the head's share of a step is larger). Attention and its
+  # combine cost ~5 + 2.6 us a layer at tg128's contexts, and a layer has to lose ~4.5 us for 1.5x
+  # on the whole model (bench/runs/2026-12-06-h100-e). Tried: the splits merged by the last block
+  # (HF2Q_CUDA_ATTN_MERGE=1, now with the rope in the same launch), and longer splits
+  # (HF2Q_CUDA_DEFINE=SPLIT_KEYS=32 / 64: fewer blocks, fewer partials to merge). Op tests first.
+  unpack
+  machine_info
+  bg_make "" moe 8
+  timeout 120 /tmp/bin/engine-tests --test-threads 1 cuda::rope_store_kv cuda::attention_merge cuda::attention 2>&1 | tail -n 12 > $OUT/engine-tests.txt
+  HF2Q_CUDA_DEFINE=SPLIT_KEYS=64 timeout 120 /tmp/bin/engine-tests --test-threads 1 cuda::rope_store_kv cuda::attention_merge 2>&1 | tail -n 6 >> $OUT/engine-tests.txt
+  cat $OUT/engine-tests.txt
+  m=$W/moe.q4_k_m.gguf
+  for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; [ $SECONDS -gt 240 ] && break; sleep 3; done
+  grep -E "make_model|Elapsed|END|rror" /tmp/mk.log > $OUT/make.txt
+  echo "model made by $SECONDS s" | tee -a $OUT/ab.txt
+  if [ -f $m ]; then
+    ab moe8 $m X=1 HF2Q_CUDA_ATTN_MERGE=1 "HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=32" \
+      "HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=64" HF2Q_CUDA_DEFINE=SPLIT_KEYS=32
+    greedy_ab $m X=1 HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=32
+  fi
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
+  ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
   # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a

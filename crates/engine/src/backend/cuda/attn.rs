@@ -79,22 +79,22 @@ impl Cuda {
                 && n_split == q.rows
                 && (!q8 || (out.cols.is_multiple_of(256) && (g * l.head_dim).is_multiple_of(512)));
             // A step of one row a sequence: the rope_store_kv recorded just before, of these
-            // queries and this F16 cache, done by the attention's blocks (`Fused::RopeAttn`).
-            let rope =
-                (dec && !merge && self.fuse_on(super::Fused::RopeAttn) && step.plan.seqs.iter().all(|s| s.rows == 1))
-                    .then(|| {
-                        self.dev.take_last("rope_store_kv", |a| {
-                            a.len() == 17
-                                && a[1] == A::P(q.ptr)
-                                && a[4] == A::I((kb / 2) as i32)
-                                && a[6] == A::I((vb / 2) as i32)
-                                && a[8] == A::I(l.head_dim as i32)
-                                && a[11] == A::P(ko as u64)
-                                && a[12] == A::P(vo as u64)
-                                && a[13] == A::I(0)
-                        })
+            // queries and this F16 cache, done by the attention's blocks (`Fused::RopeAttn`), whether
+            // or not the last block merges the splits (the rope's arguments follow the merge's).
+            let rope = (dec && self.fuse_on(super::Fused::RopeAttn) && step.plan.seqs.iter().all(|s| s.rows == 1))
+                .then(|| {
+                    self.dev.take_last("rope_store_kv", |a| {
+                        a.len() == 17
+                            && a[1] == A::P(q.ptr)
+                            && a[4] == A::I((kb / 2) as i32)
+                            && a[6] == A::I((vb / 2) as i32)
+                            && a[8] == A::I(l.head_dim as i32)
+                            && a[11] == A::P(ko as u64)
+                            && a[12] == A::P(vo as u64)
+                            && a[13] == A::I(0)
                     })
-                    .flatten();
+                })
+                .flatten();
             if dec {
                 let mut tail = [A::P(0), A::P(0), A::I(0), A::I(0), A::P(0), A::P(0), A::P(0), A::P(0)];
                 if merge {

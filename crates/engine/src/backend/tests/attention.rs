@@ -89,6 +89,11 @@ pub fn rope<B: Backend>(b: &B) {
 /// bits, and the keys and values it stored the same (attention with the roped queries of the
 /// separate launches reads them back).
 pub fn rope_store_kv<B: Backend>(b: &B) {
+    rope_store_kv_heads(b, 4, 2);
+}
+
+/// `rope_store_kv` with `n_head` query heads over `n_kv` KV heads.
+pub fn rope_store_kv_heads<B: Backend>(b: &B, n_head: usize, n_kv: usize) {
     for (ty, normed) in [
         (KvType::F16, false),
         (KvType::Q8_0, false),
@@ -105,7 +110,6 @@ pub fn rope_store_kv<B: Backend>(b: &B) {
                 k: &kw,
                 eps: 1e-6,
             });
-            let (n_head, n_kv) = (4, 2);
             let layers = [KvLayer::own(n_kv * hd, n_kv * hd, None)];
             let r = Rope {
                 n_dims,

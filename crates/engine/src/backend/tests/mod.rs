@@ -12,7 +12,7 @@ use std::sync::Arc;
 mod attention;
 mod moe;
 mod sample;
-pub use attention::{attention, attention_decode_step, rope, rope_store_kv};
+pub use attention::{attention, attention_decode_step, rope, rope_store_kv, rope_store_kv_heads};
 pub use moe::moe;
 pub use sample::{sample_rows, top_rows};
 
@@ -1326,6 +1326,20 @@ pub(crate) mod cuda {
                 .with_fused(Fused::RopeAttn, true);
             super::rope_store_kv(&b);
             assert_eq!(b.fused(Fused::RopeAttn), 6);
+            // With the splits merged by the last block too (`Fused::AttnMerge`, off by default):
+            // 8 query heads a KV head, so that the merge takes the shape (512 or 1024 values).
+            let b = Cuda::new(0)
+                .unwrap()
+                .with_rope_store(true)
+                .with_attn_dec(true)
+                .with_fused(Fused::RopeAttn, true)
+                .with_fused(Fused::AttnMerge, true);
+            super::rope_store_kv_heads(&b, 16, 2);
+            // The F16 cases (2 × 3 heads): the rope in the 6 steps of one row a sequence recorded
+            // together with the attention; the merge in every attention call of both steps (all
+            // their rows split: sequences of at most 8 rows), 4 a step (the separate launches, the
+            // fused rope, together, and the cache read back), so 48.
+            assert_eq!((b.fused(Fused::RopeAttn), b.fused(Fused::AttnMerge)), (6, 48));
         }
     }
     #[test]

@@ -184,8 +184,11 @@ extern "C" __global__ void attn_q8_0(Step s, const float* q, float* out, const i
 
 // A split's keys: a multiple of SPLIT_KEYS, at most SPLIT_MAX splits. Short contexts (decode at
 // the start of a conversation) get many short splits: a split's block walks its keys one after
-// another, so fewer keys per block is less latency per step.
+// another, so fewer keys per block is less latency per step. (`HF2Q_CUDA_DEFINE=SPLIT_KEYS=N` sets
+// another, N a multiple of 16, to compare, as with the merge in the last block: Fused::AttnMerge.)
+#ifndef SPLIT_KEYS
 #define SPLIT_KEYS 16
+#endif
 __device__ __forceinline__ int split_len(int nk) {
     return max(SPLIT_KEYS, ((nk + SPLIT_MAX - 1) / SPLIT_MAX + SPLIT_KEYS - 1) / SPLIT_KEYS * SPLIT_KEYS);
 }
