@@ -881,6 +881,8 @@ s51)
   # on the whole model (bench/runs/2026-12-06-h100-e). Tried: the splits merged by the last block
   # (HF2Q_CUDA_ATTN_MERGE=1, now with the rope in the same launch), and longer splits
   # (HF2Q_CUDA_DEFINE=SPLIT_KEYS=32 / 64: fewer blocks, fewer partials to merge). Op tests first.
+  # Ran 2026-12-06 on an H100 (bench/runs/2026-12-06-h100-e call 3, 75 s): op tests passed; every
+  # setting slower (merge 0.870x, merge + 32 / 64 keys 0.881x / 0.833x, 32 keys 0.957x).
   unpack
   machine_info
   bg_make "" moe 8
