@@ -902,6 +902,28 @@ s51)
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
+s52)
+  # Written 2026-12-06 (twenty-fifth session; carry .dev made at df45f6d, timeout 240, for the 348 s
+  # of device time left): s51 found 32-key splits 0.957x the default 16; so shorter ones, 8 keys
+  # (HF2Q_CUDA_DEFINE=SPLIT_KEYS=8: more blocks of fewer keys, more partials for the combine), on
+  # the same 8-layer cut, three rounds; the attention op tests with it first.
+  unpack
+  machine_info
+  bg_make "" moe 8
+  HF2Q_CUDA_DEFINE=SPLIT_KEYS=8 timeout 120 /tmp/bin/engine-tests --test-threads 1 cuda::rope_store_kv cuda::attention 2>&1 | tail -n 8 > $OUT/engine-tests.txt
+  cat $OUT/engine-tests.txt
+  m=$W/moe.q4_k_m.gguf
+  for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; [ $SECONDS -gt 150 ] && break; sleep 3; done
+  grep -E "make_model|Elapsed|END|rror" /tmp/mk.log > $OUT/make.txt
+  echo "model made by $SECONDS s" | tee -a $OUT/ab.txt
+  if [ -f $m ]; then
+    for i in 1 2 3; do for c in X=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=8; do tgp moe8 $m $c; done; done
+    greedy_ab $m X=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=8
+  fi
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
+  ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
   # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a
