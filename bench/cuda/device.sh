@@ -906,7 +906,8 @@ s52)
   # Written 2026-12-06 (twenty-fifth session; carry .dev made at df45f6d, timeout 240, for the 348 s
   # of device time left): s51 found 32-key splits 0.957x the default 16; so shorter ones, 8 keys
   # (HF2Q_CUDA_DEFINE=SPLIT_KEYS=8: more blocks of fewer keys, more partials for the combine), on
-  # the same 8-layer cut, three rounds; the attention op tests with it first.
+  # the same 8-layer cut, three rounds; the attention op tests with it first. Not run in that
+  # session: with 348 s left, no machine of either kind would be started.
   unpack
   machine_info
   bg_make "" moe 8
