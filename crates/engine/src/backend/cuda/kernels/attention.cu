@@ -185,7 +185,8 @@ extern "C" __global__ void attn_q8_0(Step s, const float* q, float* out, const i
 // A split's keys: a multiple of SPLIT_KEYS, at most SPLIT_MAX splits. Short contexts (decode at
 // the start of a conversation) get many short splits: a split's block walks its keys one after
 // another, so fewer keys per block is less latency per step. (`HF2Q_CUDA_DEFINE=SPLIT_KEYS=N` sets
-// another, N a multiple of 16, to compare, as with the merge in the last block: Fused::AttnMerge.)
+// another to compare: any N ≥ 1, the kernels walking a split's keys in chunks of their own. 32 and
+// 64 measured slower on an H100, bench/runs/2026-12-06-h100-e call 3.)
 #ifndef SPLIT_KEYS
 #define SPLIT_KEYS 16
 #endif
