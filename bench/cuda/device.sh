@@ -253,8 +253,15 @@ rm -rf $W/l8b; echo MAKE-END >> /tmp/mk.log"
 /usr/bin/time -v /tmp/bin/hf2q convert /dev/shm/moe -o $W/moe.q4_k_m.gguf --quant q4_k_m >> /tmp/mk.log 2>&1; rm -rf /dev/shm/moe; echo MOE-END >> /tmp/mk.log"
   setsid nohup bash -c "$c" > /dev/null 2>&1 &
 }
-wait_for() {  # wait_for MARK: until MARK is in /tmp/mk.log (at most 5 minutes)
-  for i in $(seq 1 100); do grep -q "$1" /tmp/mk.log && break; sleep 3; done
+wait_for() {  # wait_for MARK [CAP]: until MARK is in /tmp/mk.log (at most 5 minutes, or until the call's CAP-th second)
+  local cap=${2:-} n=100
+  [ -n "$cap" ] && n=1000
+  for i in $(seq 1 $n); do grep -q "$1" /tmp/mk.log && break; [ -n "$cap" ] && [ $SECONDS -gt $cap ] && break; sleep 3; done
+}
+moe_made() {  # moe_made CAP FILE: wait_for MOE-END until the call's CAP-th second; the make's lines to make.txt, the time to FILE
+  wait_for MOE-END $1
+  grep -E "make_model|Elapsed|Maximum resident|END|rror" /tmp/mk.log > $OUT/make.txt
+  echo "model made by $SECONDS s" | tee -a $OUT/$2
 }
 op_tests() {  # op_tests [FILTER ...]: the CUDA op tests (all, or those matching), failures shown
   # (not the NVRTC compile check, which the CPU machine runs: on a GPU machine it took past 200 s)
@@ -833,9 +840,7 @@ s49)
   bg_make "" moe 48
   timeout 200 $H doctor > $OUT/doctor.txt 2>&1
   m=$W/moe.q4_k_m.gguf
-  for i in $(seq 1 200); do grep -q MOE-END /tmp/mk.log && break; [ $SECONDS -gt 520 ] && break; sleep 3; done
-  grep -E "make_model|Elapsed|Maximum resident|END|rror" /tmp/mk.log > $OUT/make.txt
-  echo "model made by $SECONDS s" | tee -a $OUT/bench-summary.txt
+  moe_made 520 bench-summary.txt
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   if grep -q MOE-END /tmp/mk.log && [ -f $m ]; then
     bench_hf2q moe $m
@@ -890,9 +895,7 @@ s51)
   HF2Q_CUDA_DEFINE=SPLIT_KEYS=64 timeout 120 /tmp/bin/engine-tests --test-threads 1 cuda::rope_store_kv cuda::attention_merge 2>&1 | tail -n 6 >> $OUT/engine-tests.txt
   cat $OUT/engine-tests.txt
   m=$W/moe.q4_k_m.gguf
-  for i in $(seq 1 100); do grep -q MOE-END /tmp/mk.log && break; [ $SECONDS -gt 240 ] && break; sleep 3; done
-  grep -E "make_model|Elapsed|END|rror" /tmp/mk.log > $OUT/make.txt
-  echo "model made by $SECONDS s" | tee -a $OUT/ab.txt
+  moe_made 240 ab.txt
   if [ -f $m ]; then
     ab moe8 $m X=1 HF2Q_CUDA_ATTN_MERGE=1 "HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=32" \
       "HF2Q_CUDA_ATTN_MERGE=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=64" HF2Q_CUDA_DEFINE=SPLIT_KEYS=32
@@ -914,9 +917,7 @@ s52)
   HF2Q_CUDA_DEFINE=SPLIT_KEYS=8 timeout 120 /tmp/bin/engine-tests --test-threads 1 cuda::rope_store_kv cuda::attention 2>&1 | tail -n 8 > $OUT/engine-tests.txt
   cat $OUT/engine-tests.txt
   m=$W/moe.q4_k_m.gguf
-  for i in $(seq 1 60); do grep -q MOE-END /tmp/mk.log && break; [ $SECONDS -gt 150 ] && break; sleep 3; done
-  grep -E "make_model|Elapsed|END|rror" /tmp/mk.log > $OUT/make.txt
-  echo "model made by $SECONDS s" | tee -a $OUT/ab.txt
+  moe_made 150 ab.txt
   if [ -f $m ]; then
     for i in 1 2 3; do for c in X=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=8; do tgp moe8 $m $c; done; done
     greedy_ab $m X=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=8
