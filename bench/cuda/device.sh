@@ -926,6 +926,25 @@ s52)
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
+s53)
+  # Written 2026-12-06 (twenty-sixth session; carry nothing, timeout 300): the second call after s49
+  # on the same warm machine, so on the whole 48-layer MoE that s49 made (no remake): the attention's
+  # shorter splits (HF2Q_CUDA_DEFINE=SPLIT_KEYS=8 and 4: more blocks of fewer keys, more partials for
+  # the combine; 32 keys measured 0.957x the default 16 on the 8-layer cut), their op tests first,
+  # then three alternating rounds of tg128 and the greedy tokens. On a fresh machine it says so.
+  m=$W/moe.q4_k_m.gguf
+  if [ ! -f $m ] || [ ! -f /tmp/bin/engine-tests ]; then echo "s53: a fresh machine, s49's model is gone" | tee $OUT/ab.txt; exit 0; fi
+  machine_info
+  for n in 8 4; do
+    HF2Q_CUDA_DEFINE=SPLIT_KEYS=$n timeout 120 /tmp/bin/engine-tests --test-threads 1 cuda::rope_store_kv cuda::attention 2>&1 | tail -n 6 | sed "s/^/SPLIT_KEYS=$n /" >> $OUT/engine-tests.txt
+  done
+  cat $OUT/engine-tests.txt
+  for i in 1 2 3; do for c in X=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=8 HF2Q_CUDA_DEFINE=SPLIT_KEYS=4; do tgp moe48 $m $c; done; done
+  greedy_ab $m X=1 HF2Q_CUDA_DEFINE=SPLIT_KEYS=8 HF2Q_CUDA_DEFINE=SPLIT_KEYS=4
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt
+  ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
   # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a
