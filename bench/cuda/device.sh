@@ -945,6 +945,26 @@ s53)
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt
   ;;
+s54)
+  # Written 2026-12-06 (twenty-sixth session; carry .dev made at HEAD, a fresh machine, timeout 300):
+  # decode attention's splits merged in a thread block cluster (HF2Q_CUDA_ATTN_CLUSTER=1:
+  # attn_dec_f16(_rope)_cl, no attn_combine_q8 launch; contexts of at most 128 keys, as all of
+  # tg128's) on the 8-layer cut of the MoE: its op tests first (bit for bit against the separate
+  # launches), then three alternating rounds of tg128 and the greedy tokens.
+  unpack
+  machine_info
+  bg_make "" moe 8
+  op_tests cuda::attention cuda::rope_store_kv
+  m=$W/moe.q4_k_m.gguf
+  moe_made 200 ab.txt
+  if [ -f $m ]; then
+    for i in 1 2 3; do for c in X=1 HF2Q_CUDA_ATTN_CLUSTER=1; do tgp moe8 $m $c; done; done
+    greedy_ab $m X=1 HF2Q_CUDA_ATTN_CLUSTER=1
+  fi
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
+  ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
   # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a

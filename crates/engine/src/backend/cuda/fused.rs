@@ -29,10 +29,15 @@ pub enum Fused {
     /// the q / k norms, the rope and the KV store of the `rope_store_kv` recorded just before it
     /// (no `rope_store_kv`; no counter).
     RopeAttn,
+    /// Decode attention (`attn_dec_f16(_rope)_cl`, a step whose rows all have at most 8 splits
+    /// of keys: contexts of at most 128 keys) whose splits of a (row, KV head) are the blocks of
+    /// one thread block cluster, merged (and quantized for the integer product that follows)
+    /// through their shared memory (no `attn_combine(_q8)`; no counter; compute capability 9.0).
+    AttnCluster,
 }
 
 impl Fused {
-    pub const ALL: [Fused; 8] = [
+    pub const ALL: [Fused; 9] = [
         Fused::AttnMerge,
         Fused::Route,
         Fused::Glu,
@@ -41,6 +46,7 @@ impl Fused {
         Fused::SumNorm,
         Fused::RouteIn,
         Fused::RopeAttn,
+        Fused::AttnCluster,
     ];
 
     /// On unless its variable says 0: `SumNorm` (MoE tg128 1.012× on an H100,
@@ -61,6 +67,7 @@ impl Fused {
             Fused::SumNorm => "HF2Q_CUDA_SUM_NORM",
             Fused::RouteIn => "HF2Q_CUDA_ROUTE_IN",
             Fused::RopeAttn => "HF2Q_CUDA_ROPE_ATTN",
+            Fused::AttnCluster => "HF2Q_CUDA_ATTN_CLUSTER",
         }
     }
 }
