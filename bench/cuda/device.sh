@@ -965,6 +965,27 @@ s54)
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
+s55)
+  # Written 2026-12-06 (twenty-sixth session; carry .dev made at HEAD, a fresh machine, timeout 300):
+  # the MoE router's product and routing in one thread block cluster (HF2Q_CUDA_ROUTER_CLUSTER=1:
+  # moe_router_cl, no mmv_TY_F32_1 + moe_route; the router's weights streaming during the norm
+  # before it), alone and with decode attention's splits merged in a cluster (HF2Q_CUDA_ATTN_CLUSTER=1),
+  # on the 8-layer cut of the MoE: the op tests first (bit for bit against the separate launches),
+  # then three alternating rounds of tg128 and the greedy tokens.
+  unpack
+  machine_info
+  bg_make "" moe 8
+  op_tests cuda::moe cuda::attention_cluster cuda::rope_store_kv
+  m=$W/moe.q4_k_m.gguf
+  moe_made 200 ab.txt
+  if [ -f $m ]; then
+    for i in 1 2 3; do for c in X=1 HF2Q_CUDA_ROUTER_CLUSTER=1 "HF2Q_CUDA_ROUTER_CLUSTER=1 HF2Q_CUDA_ATTN_CLUSTER=1"; do tgp moe8 $m $c; done; done
+    greedy_ab $m X=1 HF2Q_CUDA_ROUTER_CLUSTER=1 "HF2Q_CUDA_ROUTER_CLUSTER=1 HF2Q_CUDA_ATTN_CLUSTER=1"
+  fi
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
+  ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
   # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a

@@ -854,6 +854,7 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "top_rows",
                 "moe_route",
                 "moe_route_w",
+                "moe_router_cl",
                 "moe_group",
                 "gather_act",
                 "mmq_v5_TY_Q4_K",

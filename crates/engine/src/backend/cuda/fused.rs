@@ -34,10 +34,14 @@ pub enum Fused {
     /// one thread block cluster, merged (and quantized for the integer product that follows)
     /// through their shared memory (no `attn_combine(_q8)`; no counter; compute capability 9.0).
     AttnCluster,
+    /// A MoE router's product (f32 weights, rows of at most 2,048) and the routing of up to 8
+    /// rows in one launch of one thread block cluster (`moe_router_cl`: the logits in the blocks'
+    /// shared memory; no `moe_route`; compute capability 9.0).
+    RouterCluster,
 }
 
 impl Fused {
-    pub const ALL: [Fused; 9] = [
+    pub const ALL: [Fused; 10] = [
         Fused::AttnMerge,
         Fused::Route,
         Fused::Glu,
@@ -47,6 +51,7 @@ impl Fused {
         Fused::RouteIn,
         Fused::RopeAttn,
         Fused::AttnCluster,
+        Fused::RouterCluster,
     ];
 
     /// On unless its variable says 0: `SumNorm` (MoE tg128 1.012× on an H100,
@@ -68,6 +73,7 @@ impl Fused {
             Fused::RouteIn => "HF2Q_CUDA_ROUTE_IN",
             Fused::RopeAttn => "HF2Q_CUDA_ROPE_ATTN",
             Fused::AttnCluster => "HF2Q_CUDA_ATTN_CLUSTER",
+            Fused::RouterCluster => "HF2Q_CUDA_ROUTER_CLUSTER",
         }
     }
 }

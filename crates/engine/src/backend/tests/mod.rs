@@ -1473,6 +1473,22 @@ pub(crate) mod cuda {
             // The steps of 1, 2 and 5 rows: gate / up and down, then gate / up and down making
             // the GLU (`mmq_moe_gd_v2_*`).
             assert_eq!((b.moe_lean_launches(), b.fused(Fused::GluDown)), (24, 18));
+            // The router's product and the routing in one thread block cluster (`moe_router_cl`,
+            // sm_90; 16 experts: the first block's warps; blocks 0 .. rows - 1 each route a row),
+            // for the steps of 1, 2 and 5 rows.
+            if b.compute_capability().0 >= 9 {
+                let b = b
+                    .with_fused(Fused::GluDown, false)
+                    .with_fused(Fused::RouterCluster, true);
+                same_as_plain(&b, "the router's product and the routing in a cluster");
+                assert_eq!(b.fused(Fused::RouterCluster), 6);
+            } else {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "NOT RUN: CUDA op test moe, the router in a cluster (needs compute capability 9.0)"
+                );
+            }
         }
     }
     #[test]

@@ -408,32 +408,6 @@ __device__ __forceinline__ void merge_last(const float* po, const float* pml, in
 // attn_dec_f16(_rope)_cl: a (row, KV head)'s splits are the blocks of one thread block cluster
 // (sm_90) of ATTN_CLUSTER blocks, which merge them through distributed shared memory.
 #define ATTN_CLUSTER 8
-// Every thread of every block of the cluster: what each wrote to its shared memory before is
-// seen by the others after.
-__device__ __forceinline__ void cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-#endif
-}
-// The four f32 at p (16-byte aligned, in this block's shared memory) in block `rank` of the cluster.
-__device__ __forceinline__ float4 ld_cluster4(const float* p, int rank) {
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#if __CUDA_ARCH__ >= 900
-    u32 a = smem_addr(p), ra;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(ra));
-#endif
-    return v;
-}
-__device__ __forceinline__ float ld_cluster(const float* p, int rank) {
-    float v = 0.f;
-#if __CUDA_ARCH__ >= 900
-    u32 a = smem_addr(p), ra;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra));
-#endif
-    return v;
-}
 struct RopeIn {
     const float *k, *v;      // the step's raw keys and values (rows of kd / vd)
     int kd, vd;
