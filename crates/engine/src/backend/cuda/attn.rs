@@ -16,24 +16,6 @@ const ATTN_SPLIT_G: usize = 8;
 const ATTN_SPLIT_ROWS: usize = 8;
 /// Widest head `attn_dec_f16` takes (its shared-memory stages are sized for it).
 const ATTN_DEC_HD: usize = 256;
-/// Blocks in a thread block cluster of `attn_dec_f16_cl` (`ATTN_CLUSTER`): a (row, KV head)'s
-/// splits, so rows of at most this many splits.
-const ATTN_CLUSTER: usize = 8;
-
-/// Keys a split of decode attention takes at least (`SPLIT_KEYS`, kernels/attention.cu: 16, or
-/// what `HF2Q_CUDA_DEFINE` sets): rows of at most `ATTN_CLUSTER` times as many keys have splits
-/// of exactly that many, so at most `ATTN_CLUSTER` of them.
-fn split_keys() -> usize {
-    static KEYS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *KEYS.get_or_init(|| {
-        std::env::var("HF2Q_CUDA_DEFINE")
-            .unwrap_or_default()
-            .split(|c: char| c.is_whitespace() || c == ',')
-            .find_map(|d| d.strip_prefix("SPLIT_KEYS=").and_then(|v| v.parse().ok()))
-            .filter(|&n| n >= 1)
-            .unwrap_or(16)
-    })
-}
 
 impl Cuda {
     pub(super) fn attend(&self, q: &CudaBuf, step: &CudaStep, kvs: &[&CudaKv], l: &AttnLayer, out: &mut CudaBuf) {
@@ -92,20 +74,7 @@ impl Cuda {
             // merges its splits, quantized as attn_combine_q8 would (when the KV head's query
             // heads are whole pairs of 256-value units and the row has no padding), or not.
             let q8 = mmq_on();
-            // Or the splits of a (row, KV head) in one thread block cluster, merged through their
-            // shared memory (`Fused::AttnCluster`): every row of at most ATTN_CLUSTER splits
-            // (causal rows: a row's keys are at most its position + 1), the same shapes as the
-            // merge.
-            let cluster = dec
-                && self.dev.cc.0 >= 9
-                && self.fuse_on(super::Fused::AttnCluster)
-                && l.causal
-                && n_split == q.rows
-                && (g * l.head_dim).is_multiple_of(512)
-                && (!q8 || out.cols.is_multiple_of(256))
-                && step.plan.positions.iter().all(|&p| p < ATTN_CLUSTER * split_keys());
-            let merge = !cluster
-                && dec
+            let merge = dec
                 && self.fuse_on(super::Fused::AttnMerge)
                 && n_split == q.rows
                 && (!q8 || (out.cols.is_multiple_of(256) && (g * l.head_dim).is_multiple_of(512)));
@@ -128,13 +97,6 @@ impl Cuda {
                 .flatten();
             if dec {
                 let mut tail = [A::P(0), A::P(0), A::I(0), A::I(0), A::P(0), A::P(0), A::P(0), A::P(0)];
-                if cluster {
-                    tail[1..4].copy_from_slice(&[A::P(out.ptr), A::I(out.cols as i32), A::I(out.cols as i32)]);
-                    if q8 {
-                        let act = self.act_scratch(q.rows, out.cols);
-                        tail[4..].copy_from_slice(&act.args());
-                    }
-                }
                 if merge {
                     let cnt = self.grown_zeroed(&self.dev.attn_cnt, q.rows * l.n_kv_head, "attention counters");
                     tail[..4].copy_from_slice(&[
@@ -154,21 +116,6 @@ impl Cuda {
                 // (k, v, kd, vd, table, n_dims, neox, q / k norm weights, eps)
                 args.extend([a[3], a[5], a[4], a[6], a[7], a[9], a[10], a[14], a[15], a[16]]);
                 self.count_fused(super::Fused::RopeAttn);
-            }
-            if cluster {
-                let name = if rope.is_some() {
-                    "attn_dec_f16_rope_cl"
-                } else {
-                    "attn_dec_f16_cl"
-                };
-                let grid = (q.rows as u32, (l.n_kv_head * ATTN_CLUSTER) as u32);
-                self.dev.launch_cluster(name, grid, 128, &args, ATTN_CLUSTER as u32);
-                self.count_fused(super::Fused::AttnCluster);
-                if q8 {
-                    *self.q8_of.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some((out.ptr, out.rows, out.cols, self.dev.seq.load(Ordering::Relaxed)));
-                }
-                return;
             }
             self.dev.launch_early(
                 &if rope.is_some() {

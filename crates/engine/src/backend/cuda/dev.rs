@@ -19,9 +19,8 @@ pub(super) struct Kernels {
     _modules: Vec<Arc<CudaModule>>,
 }
 
-/// A recorded launch: kernel index, grid, block, arguments, whether it may start before the
-/// kernel ahead of it ends (programmatic dependent launch: the kernel waits for it itself), and
-/// its thread block clusters' height (0: none; sm_90).
+/// A recorded launch: kernel index, grid, block, arguments, and whether it may start before the
+/// kernel ahead of it ends (programmatic dependent launch: the kernel waits for it itself).
 #[derive(Clone, PartialEq)]
 struct Launch {
     f: usize,
@@ -29,7 +28,6 @@ struct Launch {
     block: u32,
     args: Vec<A>,
     early: bool,
-    cluster: u32,
 }
 
 /// An instantiated CUDA graph of a run of launches.
@@ -492,12 +490,6 @@ impl Dev {
         self.record(name, grid, block, args, self.pdl);
     }
 
-    /// `launch_early` in thread block clusters of (1, `height`) blocks (`grid.1` a multiple of
-    /// it; compute capability 9.0 and later: the caller checks).
-    pub(super) fn launch_cluster(&self, name: &str, grid: (u32, u32), block: u32, args: &[A], height: u32) {
-        self.record_in(name, grid, block, args, self.pdl, height);
-    }
-
     /// The arguments of the last launch recorded and not yet issued, taken back (it will not
     /// run), where it is of kernel `name` and `keep` accepts its arguments: a launch that does
     /// its work too is recorded in its place. Never while a kernel is recorded twice.
@@ -514,10 +506,6 @@ impl Dev {
     }
 
     fn record(&self, name: &str, grid: (u32, u32), block: u32, args: &[A], early: bool) {
-        self.record_in(name, grid, block, args, early, 0)
-    }
-
-    fn record_in(&self, name: &str, grid: (u32, u32), block: u32, args: &[A], early: bool, cluster: u32) {
         let f = *self
             .kernels
             .by_name
@@ -530,7 +518,6 @@ impl Dev {
             block,
             args: args.to_vec(),
             early,
-            cluster,
         };
         let twice = self.twice.as_deref() == Some(name);
         let waiting = {
@@ -550,7 +537,7 @@ impl Dev {
     }
 
     fn issue(&self, l: &Launch) {
-        if l.early || l.cluster > 0 {
+        if l.early {
             return self.issue_early(l);
         }
         let mut b = self.stream.launch_builder(&self.kernels.funcs[l.f]);
@@ -567,8 +554,7 @@ impl Dev {
         unsafe { b.launch(cfg(l.grid, l.block)) }.unwrap_or_else(|e| self.fail("launching a kernel", e));
     }
 
-    /// `issue` with the programmatic-stream-serialization attribute and / or the cluster
-    /// dimension (cuLaunchKernelEx).
+    /// `issue` with the programmatic-stream-serialization attribute (cuLaunchKernelEx).
     fn issue_early(&self, l: &Launch) {
         // Each argument's bytes in a slot of its own (8-byte aligned), as the kernel declares it.
         let mut slots: Vec<Vec<u64>> = l
@@ -582,23 +568,10 @@ impl Dev {
             })
             .collect();
         let mut params: Vec<*mut std::ffi::c_void> = slots.iter_mut().map(|s| s.as_mut_ptr() as *mut _).collect();
-        let mut attrs: Vec<sys::CUlaunchAttribute> = Vec::with_capacity(2);
-        if l.early {
-            // SAFETY: a plain-old-data union; the attribute's value is its int member.
-            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-            attr.value.programmaticStreamSerializationAllowed = 1;
-            attrs.push(attr);
-        }
-        if l.cluster > 0 {
-            // SAFETY: as above; the value is its clusterDim member.
-            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attr.value.clusterDim.x = 1;
-            attr.value.clusterDim.y = l.cluster;
-            attr.value.clusterDim.z = 1;
-            attrs.push(attr);
-        }
+        // SAFETY: a plain-old-data union; the attribute's value is its int member.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
         let c = cfg(l.grid, l.block);
         let config = sys::CUlaunchConfig {
             gridDimX: c.grid_dim.0,
@@ -609,8 +582,8 @@ impl Dev {
             blockDimZ: c.block_dim.2,
             sharedMemBytes: c.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
-            attrs: attrs.as_mut_ptr(),
-            numAttrs: attrs.len() as u32,
+            attrs: &mut attr,
+            numAttrs: 1,
         };
         // SAFETY: the arguments match the kernel's parameters (`kernels/*.cu`: u64 pointers, i32,
         // f32, and the 48-byte step struct), each in a slot that outlives the call; pointers are
@@ -689,7 +662,7 @@ impl Dev {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
             for l in &pending {
-                (l.f, l.grid, l.block, l.early, l.cluster).hash(&mut h);
+                (l.f, l.grid, l.block, l.early).hash(&mut h);
                 for a in &l.args {
                     match a {
                         A::P(p) => p.hash(&mut h),
@@ -854,7 +827,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
                 "top_rows",
                 "moe_route",
                 "moe_route_w",
-                "moe_router_cl",
                 "moe_group",
                 "gather_act",
                 "mmq_v5_TY_Q4_K",
@@ -892,8 +864,6 @@ pub(super) fn kernel_names(module: &str) -> Vec<String> {
             "attn_split_q8_0",
             "attn_dec_f16",
             "attn_dec_f16_rope",
-            "attn_dec_f16_cl",
-            "attn_dec_f16_rope_cl",
             "attn_combine",
             "attn_combine_q8",
             "attn_fa_f16_64",

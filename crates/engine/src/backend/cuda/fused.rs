@@ -29,19 +29,10 @@ pub enum Fused {
     /// the q / k norms, the rope and the KV store of the `rope_store_kv` recorded just before it
     /// (no `rope_store_kv`; no counter).
     RopeAttn,
-    /// Decode attention (`attn_dec_f16(_rope)_cl`, a step whose rows all have at most 8 splits
-    /// of keys: contexts of at most 128 keys) whose splits of a (row, KV head) are the blocks of
-    /// one thread block cluster, merged (and quantized for the integer product that follows)
-    /// through their shared memory (no `attn_combine(_q8)`; no counter; compute capability 9.0).
-    AttnCluster,
-    /// A MoE router's product (f32 weights, rows of at most 2,048) and the routing of up to 8
-    /// rows in one launch of one thread block cluster (`moe_router_cl`: the logits in the blocks'
-    /// shared memory; no `moe_route`; compute capability 9.0).
-    RouterCluster,
 }
 
 impl Fused {
-    pub const ALL: [Fused; 10] = [
+    pub const ALL: [Fused; 8] = [
         Fused::AttnMerge,
         Fused::Route,
         Fused::Glu,
@@ -50,8 +41,6 @@ impl Fused {
         Fused::SumNorm,
         Fused::RouteIn,
         Fused::RopeAttn,
-        Fused::AttnCluster,
-        Fused::RouterCluster,
     ];
 
     /// On unless its variable says 0: `SumNorm` (MoE tg128 1.012× on an H100,
@@ -72,8 +61,6 @@ impl Fused {
             Fused::SumNorm => "HF2Q_CUDA_SUM_NORM",
             Fused::RouteIn => "HF2Q_CUDA_ROUTE_IN",
             Fused::RopeAttn => "HF2Q_CUDA_ROPE_ATTN",
-            Fused::AttnCluster => "HF2Q_CUDA_ATTN_CLUSTER",
-            Fused::RouterCluster => "HF2Q_CUDA_ROUTER_CLUSTER",
         }
     }
 }

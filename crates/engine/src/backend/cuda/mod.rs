@@ -120,7 +120,7 @@ pub struct Cuda {
     /// H100 (tg128, median of two: the MoE 0.94× / 0.99× / 0.98× / 0.98× / 0.83× for AttnMerge /
     /// Route / Glu / GluDown / RouteIn, the 8B BF16 0.99× / 0.77× for AttnMerge / Add;
     /// bench/runs/2026-12-05-h100 call 2, 2026-12-05-h100-b call 2); SumNorm 1.012×.
-    fuse: [bool; 10],
+    fuse: [bool; 8],
     /// `Backend::top_of_rows` on the GPU (`top_rows`: the values asked for cross to the host,
     /// not the rows); `HF2Q_CUDA_TOPK=0` or `with_tops(false)` reads the rows instead. On an
     /// H100, 64 streams of top_k 40: 1,528.6 against 1,033.0 tokens/s (2026-12-05-h100, call 5).
@@ -131,7 +131,7 @@ pub struct Cuda {
     /// 810.7 tokens/s, the same seeded tokens (2026-12-05-h100, call 5).
     draws: bool,
     /// Launches so far that did another's work too (`Fused`; for the op tests).
-    fused: [std::sync::atomic::AtomicUsize; 10],
+    fused: [std::sync::atomic::AtomicUsize; 8],
     /// Most warps per output row of the matrix-vector kernels (`warps_per_row`; not for a matrix
     /// of at most 256 rows):
     /// `HF2Q_CUDA_WPR=1|2|4`, 1 by default: on an H200 the 8B BF16's tg128 was 221.8 tokens/s at 1
@@ -240,11 +240,6 @@ impl Cuda {
     /// Launches so far that did another's work too, of each kind.
     pub fn fused(&self, kind: Fused) -> usize {
         self.fused[kind as usize].load(Ordering::Relaxed)
-    }
-
-    /// The GPU's compute capability (major, minor).
-    pub fn compute_capability(&self) -> (i32, i32) {
-        self.dev.cc
     }
 
     fn count_fused(&self, kind: Fused) {

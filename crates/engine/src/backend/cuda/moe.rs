@@ -69,10 +69,6 @@ fn moe_lean_name(ty: GgmlType, np: usize, gd: bool) -> Option<&'static str> {
     })
 }
 
-/// `moe_router_cl`'s cluster (`kernels/mmq.cu`): blocks, and warps a block (an expert a warp).
-const RC_BLOCKS: usize = 8;
-const RC_WARPS: usize = 16;
-
 /// A routing launch's first arguments: the router's logits and the routing's numbers (`moe_route`,
 /// `moe_route_w`, `mmq_moe_*` routing their pairs).
 fn route_head(logits: u64, r: &Routing) -> [A; 5] {
@@ -240,45 +236,10 @@ impl Cuda {
             };
             self.router_routed(router, x_route, &mut bufs.router, route)
         };
-        // Or both in one thread block cluster (`Fused::RouterCluster`): f32 router weights of rows
-        // `moe_router_cl` holds in registers, summed as the four-warps-a-row product sums them.
-        let router_cl = !route_in
-            && !routed
-            && self.fuse_on(super::Fused::RouterCluster)
-            && self.dev.cc.0 >= 9
-            && router.dev_ty == GgmlType::F32
-            && !router.tiled
-            && t <= RC_BLOCKS
-            && r.n_expert <= RC_BLOCKS * RC_WARPS
-            && x_route.rows == t
-            && x_route.cols == router.row_len()
-            && x_route.cols.is_multiple_of(256)
-            && x_route.cols <= 2048
-            && super::products::warps_per_row(r.n_expert, self.wpr_cap) == 4;
-        if router_cl {
-            bufs.router.shape_from(t, &x_route.runs, r.n_expert);
-            let mut args = vec![
-                A::P(self.dev.ptr(&router.data)),
-                A::P(x_route.ptr),
-                A::P(bufs.router.ptr),
-                A::I(x_route.cols as i32),
-            ];
-            args.extend_from_slice(&route_head(0, r)[1..]);
-            args.insert(5, A::I(t as i32));
-            args.extend([A::P(ids), A::P(ws)]);
-            self.dev.launch_cluster(
-                "moe_router_cl",
-                (1, RC_BLOCKS as u32),
-                32 * RC_WARPS as u32,
-                &args,
-                RC_BLOCKS as u32,
-            );
-            self.count_fused(super::Fused::RouterCluster);
-        }
-        if !routed && !router_cl {
+        if !routed {
             self.products(&[router], x_route, &mut [&mut bufs.router]);
         }
-        if !routed && !route_in && !router_cl {
+        if !routed && !route_in {
             self.route_rows(bufs.router.ptr, t, r, ids, ws, moe_early());
         }
         // x in the integer kernels' layout (both flavours), unless its norm left it there and the

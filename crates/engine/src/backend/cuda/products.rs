@@ -15,7 +15,7 @@ use gguf::GgmlType;
 /// router's) always gets four (`HF2Q_CUDA_WPR_SMALL`, 4 by default): 32 blocks of one warp a row
 /// leave most of the GPU idle (MoE tg128 1.010× against one on an H100,
 /// bench/runs/2026-12-05-h100-d).
-pub(super) fn warps_per_row(m: usize, cap: usize) -> usize {
+fn warps_per_row(m: usize, cap: usize) -> usize {
     static SMALL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let small = *SMALL.get_or_init(|| {
         std::env::var("HF2Q_CUDA_WPR_SMALL")

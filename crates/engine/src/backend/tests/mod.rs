@@ -12,9 +12,7 @@ use std::sync::Arc;
 mod attention;
 mod moe;
 mod sample;
-pub use attention::{
-    attention, attention_decode_step, attention_decode_step_at, rope, rope_store_kv, rope_store_kv_heads,
-};
+pub use attention::{attention, attention_decode_step, rope, rope_store_kv, rope_store_kv_heads};
 pub use moe::moe;
 pub use sample::{sample_rows, top_rows};
 
@@ -1317,51 +1315,6 @@ pub(crate) mod cuda {
         }
     }
     #[test]
-    fn attention_cluster() {
-        // A decode step's splits merged in a thread block cluster (attn_dec_f16_cl) against
-        // attn_combine(_q8): the same bits, the attention's and the integer products' that take
-        // its quantized rows. Contexts of 1 to 128 keys (1 to 8 splits: the cluster's blocks),
-        // then past them (not taken: the separate launches).
-        if let Some(b) = cuda("attention_cluster") {
-            if b.compute_capability().0 < 9 {
-                use std::io::Write;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "NOT RUN: CUDA op test attention_cluster (thread block clusters need compute capability 9.0, this GPU has {:?})",
-                    b.compute_capability()
-                );
-                return;
-            }
-            let on = b.with_attn_dec(true).with_fused(Fused::AttnCluster, true);
-            let off = Cuda::new(0)
-                .unwrap()
-                .with_attn_dec(true)
-                .with_fused(Fused::AttnCluster, false);
-            let short = [(0usize, 1usize), (15, 1), (16, 1), (100, 1), (127, 1)];
-            for (seqs, n) in [
-                (&short[..], 2),
-                (&[(0, 1), (15, 1), (16, 1), (300, 1), (2100, 1)][..], 2),
-            ] {
-                let (got, want) = (
-                    super::attention_decode_step_at(&on, seqs),
-                    super::attention_decode_step_at(&off, seqs),
-                );
-                for ((what, g), (_, w)) in got.iter().zip(&want) {
-                    let bad = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
-                    assert!(
-                        bad.is_none(),
-                        "{what}: in a cluster {:?} vs separate {:?}",
-                        bad.map(|i| g[i]),
-                        bad.map(|i| w[i])
-                    );
-                }
-                // In the first layer's shape (512 values of query heads per KV head; two runs),
-                // not the second's (128); and not past 128 keys.
-                assert_eq!((on.fused(Fused::AttnCluster), off.fused(Fused::AttnCluster)), (n, 0));
-            }
-        }
-    }
-    #[test]
     fn rope_store_kv() {
         // The fused launch against the two launches it replaces (on whatever the default is).
         if let Some(b) = cuda("rope_store_kv") {
@@ -1387,19 +1340,6 @@ pub(crate) mod cuda {
             // their rows split: sequences of at most 8 rows), 4 a step (the separate launches, the
             // fused rope, together, and the cache read back), so 48.
             assert_eq!((b.fused(Fused::RopeAttn), b.fused(Fused::AttnMerge)), (6, 48));
-            // With the splits merged in thread block clusters (`Fused::AttnCluster`, sm_90): every
-            // context here is under 128 keys, so the same 48 (the heads' 512 or 1024 values: one
-            // or two blocks of the cluster merging, whether or not they have keys).
-            if b.compute_capability().0 >= 9 {
-                let b = Cuda::new(0)
-                    .unwrap()
-                    .with_rope_store(true)
-                    .with_attn_dec(true)
-                    .with_fused(Fused::RopeAttn, true)
-                    .with_fused(Fused::AttnCluster, true);
-                super::rope_store_kv_heads(&b, 16, 2);
-                assert_eq!((b.fused(Fused::RopeAttn), b.fused(Fused::AttnCluster)), (6, 48));
-            }
         }
     }
     #[test]
@@ -1473,22 +1413,6 @@ pub(crate) mod cuda {
             // The steps of 1, 2 and 5 rows: gate / up and down, then gate / up and down making
             // the GLU (`mmq_moe_gd_v2_*`).
             assert_eq!((b.moe_lean_launches(), b.fused(Fused::GluDown)), (24, 18));
-            // The router's product and the routing in one thread block cluster (`moe_router_cl`,
-            // sm_90; 16 experts: the first block's warps; blocks 0 .. rows - 1 each route a row),
-            // for the steps of 1, 2 and 5 rows.
-            if b.compute_capability().0 >= 9 {
-                let b = b
-                    .with_fused(Fused::GluDown, false)
-                    .with_fused(Fused::RouterCluster, true);
-                same_as_plain(&b, "the router's product and the routing in a cluster");
-                assert_eq!(b.fused(Fused::RouterCluster), 6);
-            } else {
-                use std::io::Write;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "NOT RUN: CUDA op test moe, the router in a cluster (needs compute capability 9.0)"
-                );
-            }
         }
     }
     #[test]

@@ -186,7 +186,10 @@ extern "C" __global__ void attn_q8_0(Step s, const float* q, float* out, const i
 // the start of a conversation) get many short splits: a split's block walks its keys one after
 // another, so fewer keys per block is less latency per step. (`HF2Q_CUDA_DEFINE=SPLIT_KEYS=N` sets
 // another to compare: any N ≥ 1, the kernels walking a split's keys in chunks of their own. 32 and
-// 64 measured slower on an H100, bench/runs/2026-12-06-h100-e call 3.)
+// 64 measured slower on an H100, bench/runs/2026-12-06-h100-e call 3; 8 and 4 on the whole 48-layer
+// MoE 0.999× and 0.986×, 2026-12-06-h100-f call 2.) (A (row, KV head)'s splits as the blocks of one
+// thread block cluster, merged through distributed shared memory with no attn_combine_q8 launch,
+// the same bits, were slower too: MoE tg128 0.984× on an H100, 2026-12-06-h100-f call 3.)
 #ifndef SPLIT_KEYS
 #define SPLIT_KEYS 16
 #endif
@@ -405,9 +408,6 @@ __device__ __forceinline__ void merge_last(const float* po, const float* pml, in
 // (head_norm_warp, rope_pair, f2h), so the same bits.
 #define DEC_C 16
 #define DEC_HD 256
-// attn_dec_f16(_rope)_cl: a (row, KV head)'s splits are the blocks of one thread block cluster
-// (sm_90) of ATTN_CLUSTER blocks, which merge them through distributed shared memory.
-#define ATTN_CLUSTER 8
 struct RopeIn {
     const float *k, *v;      // the step's raw keys and values (rows of kd / vd)
     int kd, vd;
@@ -416,52 +416,7 @@ struct RopeIn {
     const float *wq, *wk;    // the per-head norms' weights (null: none)
     float eps;
 };
-// attn_combine(_q8) inside a cluster of ATTN_CLUSTER split blocks (attn_dec_f16_cl): block j (the
-// cluster's rank j) holds split j's outputs (part: G heads of hd values), maxima ms and sums ls in
-// its shared memory, the first ns of them splits of keys. After a cluster barrier, blocks
-// 0 .. G·hd/512 - 1 each merge 512 of the G heads' values (four a thread), the splits in order
-// with combine_one's sums (so the same bits), and quantize them as attn_combine_q8 (q0 / qk; G·hd
-// a multiple of 512 and the row of whole 256-value units: the host checks). A second barrier keeps
-// every block's shared memory there until the others have read it. Every thread calls it.
-__device__ __forceinline__ void cluster_merge(const float* part, const float* ms, const float* ls, int r, int kh, int j, int ns,
-                                              int G, int hd, int cols, float* out, int n_pad, signed char* q0, float* d0,
-                                              signed char* qk, float* dk) {
-    __shared__ float e[SPLIT_G][ATTN_CLUSTER], L[SPLIT_G];
-    cluster_sync();
-    int n = G * hd, h0 = kh * G, tid = threadIdx.x, lane = tid & 31;
-    if (j * 512 < n) {
-        for (int g = tid >> 5; g < G; g += blockDim.x >> 5) {
-            float m = lane < ns ? ld_cluster(ms + g, lane) : -INFINITY;
-            float M = warp_max(m);
-            if (lane < ATTN_CLUSTER) e[g][lane] = lane < ns ? expf(m - M) : 0.f;
-            __syncwarp();
-            if (lane == 0) {
-                float l = 0.f;
-                for (int i = 0; i < ns; i++) l += ld_cluster(ls + g, i) * e[g][i];
-                L[g] = l;
-            }
-        }
-        __syncthreads();
-        int c = j * 512 + 4 * tid, g = c / hd;
-        const float* p = part + g * hd + c % hd;
-        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int i = 0; i < ns; i++) {
-            float4 v = ld_cluster4(p, i);
-            float w = e[g][i];
-            o.x += v.x * w;
-            o.y += v.y * w;
-            o.z += v.z * w;
-            o.w += v.w * w;
-        }
-        float l = L[g];
-        float4 f = make_float4(o.x / l, o.y / l, o.z / l, o.w / l);
-        *(float4*)(out + (u64)r * cols + (u64)h0 * hd + c) = f;
-        u64 qo = (u64)r * n_pad, dof = (u64)r * (n_pad / 32);
-        act_q8x4(f, h0 * hd + c, q0 ? q0 + qo : q0, d0 + dof, qk ? qk + qo : qk, dk + dof);
-    }
-    cluster_sync();
-}
-template <bool ROPE, bool CL = false>
+template <bool ROPE>
 __device__ void attn_dec_t(Step s, const float* q, float* po, float* pml, const int* sidx, int cols, int hd, int n_head, int n_kv,
                            float scale, int window, int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, int* cnt, float* out,
                            int ocols, int n_pad, signed char* q0, float* d0, signed char* qk, float* dk, const RopeIn& ri) {
@@ -475,149 +430,126 @@ __device__ void attn_dec_t(Step s, const float* q, float* po, float* pml, const 
     __shared__ __align__(16) float kf[ROPE ? DEC_HD : 1];
     __shared__ __align__(16) u16 kn16[ROPE ? DEC_HD : 1], vn16[ROPE ? DEC_HD : 1];
     // The step's tables were uploaded before its first kernel: read before the wait.
-    const int SPG = CL ? ATTN_CLUSTER : SPLIT_MAX;
-    int r = blockIdx.x, kh = blockIdx.y / SPG, j = blockIdx.y % SPG;
+    int r = blockIdx.x, kh = blockIdx.y / SPLIT_MAX, j = blockIdx.y % SPLIT_MAX;
     int idx = sidx[r];
     if (idx < 0) return;
     int seq = s.row_seq[r], pos = s.row_pos[r], lo, hi;
     key_range(s, r, window, causal, &lo, &hi);
     int nk = hi - lo + 1, len = split_len(nk);
-    // (CL: a block past the row's splits takes part in the merge, so it stays.)
-    bool has = j * len < nk;
-    if (!CL && !has) return;
+    if (j * len >= nk) return;
     int a = lo + j * len, b = min(hi, a + len - 1), fresh = s.seq_pos0[seq];
     int G = n_head / n_kv, h0 = kh * G, tid = threadIdx.x;
-    if (!has) pdl_wait();
-    if (has) {
-        int pk = hd / 8;
-        u64 hoff = (u64)kh * hd * 2;
-        // Keys t0 .. of a chunk into stage st: those of earlier steps (part 1), of this step (2), all (0).
-        auto load = [&](int t0, int st, int part) {
-            int nt = min(DEC_C, b - t0 + 1);
-            for (int i = tid; i < nt * pk; i += blockDim.x) {
-                int k = i / pk, o = i % pk, p = t0 + k;
-                if ((part == 1 && p >= fresh) || (part == 2 && p < fresh) || (ROPE && p == pos)) continue;
-                cp_async16(ks[st] + k * hd + o * 8, kv_row(s, seq, p, k_off, k_rb) + hoff + o * 16);
-                cp_async16(vs[st] + k * hd + o * 8, kv_row(s, seq, p, v_off, v_rb) + hoff + o * 16);
-            }
-        };
-        load(a, 0, 1);
-        cp_commit();
-        pdl_wait();
-        load(a, 0, 2);
-        cp_commit();
-        // The G heads' queries are consecutive in the row.
-        for (int i = tid; i < G * hd; i += blockDim.x) qs[i] = q[(u64)r * cols + (u64)h0 * hd + i];
-        if (tid < G) { ms[tid] = -INFINITY; ls[tid] = 0.f; }
-        if (ROPE) {
-            // rope_store_kv's work for this block (see above); its per-head norm a warp a head.
-            int half = ri.n_dims / 2;
-            const float2* cr = ri.cs + (u64)r * half;
-            bool mine = b == hi && hi == pos;
-            if (mine)
-                for (int i = tid; i < hd; i += blockDim.x) kf[i] = ri.k[(u64)r * ri.kd + (u64)kh * hd + i];
+    int pk = hd / 8;
+    u64 hoff = (u64)kh * hd * 2;
+    // Keys t0 .. of a chunk into stage st: those of earlier steps (part 1), of this step (2), all (0).
+    auto load = [&](int t0, int st, int part) {
+        int nt = min(DEC_C, b - t0 + 1);
+        for (int i = tid; i < nt * pk; i += blockDim.x) {
+            int k = i / pk, o = i % pk, p = t0 + k;
+            if ((part == 1 && p >= fresh) || (part == 2 && p < fresh) || (ROPE && p == pos)) continue;
+            cp_async16(ks[st] + k * hd + o * 8, kv_row(s, seq, p, k_off, k_rb) + hoff + o * 16);
+            cp_async16(vs[st] + k * hd + o * 8, kv_row(s, seq, p, v_off, v_rb) + hoff + o * 16);
+        }
+    };
+    load(a, 0, 1);
+    cp_commit();
+    pdl_wait();
+    load(a, 0, 2);
+    cp_commit();
+    // The G heads' queries are consecutive in the row.
+    for (int i = tid; i < G * hd; i += blockDim.x) qs[i] = q[(u64)r * cols + (u64)h0 * hd + i];
+    if (tid < G) { ms[tid] = -INFINITY; ls[tid] = 0.f; }
+    if (ROPE) {
+        // rope_store_kv's work for this block (see above); its per-head norm a warp a head.
+        int half = ri.n_dims / 2;
+        const float2* cr = ri.cs + (u64)r * half;
+        bool mine = b == hi && hi == pos;
+        if (mine)
+            for (int i = tid; i < hd; i += blockDim.x) kf[i] = ri.k[(u64)r * ri.kd + (u64)kh * hd + i];
+        __syncthreads();
+        int w = tid >> 5;
+        if (ri.wq)
+            for (int g = w; g < G; g += 4) head_norm_warp(qs + g * hd, ri.wq, hd, ri.eps);
+        if (mine && ri.wk && w == G % 4) head_norm_warp(kf, ri.wk, hd, ri.eps);
+        __syncthreads();
+        for (int i = tid; i < G * half; i += blockDim.x) {
+            int pr = i % half;
+            rope_head_pair(qs + (i / half) * hd, pr, half, ri.neox, cr[pr]);
+        }
+        if (mine) {
+            for (int pr = tid; pr < half; pr += blockDim.x)
+                rope_head_pair(kf, pr, half, ri.neox, cr[pr]);
             __syncthreads();
-            int w = tid >> 5;
-            if (ri.wq)
-                for (int g = w; g < G; g += 4) head_norm_warp(qs + g * hd, ri.wq, hd, ri.eps);
-            if (mine && ri.wk && w == G % 4) head_norm_warp(kf, ri.wk, hd, ri.eps);
-            __syncthreads();
-            for (int i = tid; i < G * half; i += blockDim.x) {
-                int pr = i % half;
-                rope_head_pair(qs + (i / half) * hd, pr, half, ri.neox, cr[pr]);
-            }
-            if (mine) {
-                for (int pr = tid; pr < half; pr += blockDim.x)
-                    rope_head_pair(kf, pr, half, ri.neox, cr[pr]);
-                __syncthreads();
-                u16* kc = (u16*)(kv_row(s, seq, pos, k_off, k_rb) + hoff);
-                u16* vc = (u16*)(kv_row(s, seq, pos, v_off, v_rb) + hoff);
-                for (int i = tid; i < hd; i += blockDim.x) {
-                    u16 kh16 = f2h(kf[i]), vh16 = f2h(ri.v[(u64)r * ri.vd + (u64)kh * hd + i]);
-                    kc[i] = kh16;
-                    vc[i] = vh16;
-                    kn16[i] = kh16;
-                    vn16[i] = vh16;
-                }
+            u16* kc = (u16*)(kv_row(s, seq, pos, k_off, k_rb) + hoff);
+            u16* vc = (u16*)(kv_row(s, seq, pos, v_off, v_rb) + hoff);
+            for (int i = tid; i < hd; i += blockDim.x) {
+                u16 kh16 = f2h(kf[i]), vh16 = f2h(ri.v[(u64)r * ri.vd + (u64)kh * hd + i]);
+                kc[i] = kh16;
+                vc[i] = vh16;
+                kn16[i] = kh16;
+                vn16[i] = vh16;
             }
         }
-        const int NV = DEC_HD / 128;
-        float acc[SPLIT_G][NV];
-    #pragma unroll
-        for (int g = 0; g < SPLIT_G; g++)
-    #pragma unroll
-            for (int i = 0; i < NV; i++) acc[g][i] = 0.f;
-        int st = 0;
-        for (int t0 = a; t0 <= b; t0 += DEC_C, st ^= 1) {
-            int nt = min(DEC_C, b - t0 + 1);
-            // The other stage was last read before the barrier that ended the previous chunk.
-            if (t0 + DEC_C <= b) load(t0 + DEC_C, st ^ 1, 0);
-            cp_commit();
-            cp_wait<1>();
-            __syncthreads();
-            if (ROPE && t0 <= pos && pos <= t0 + nt - 1) {
-                // The row's own key and value, made above, where the load would have put them.
-                for (int i = tid; i < hd; i += blockDim.x) {
-                    ks[st][(pos - t0) * hd + i] = kn16[i];
-                    vs[st][(pos - t0) * hd + i] = vn16[i];
-                }
-                __syncthreads();
+    }
+    const int NV = DEC_HD / 128;
+    float acc[SPLIT_G][NV];
+#pragma unroll
+    for (int g = 0; g < SPLIT_G; g++)
+#pragma unroll
+        for (int i = 0; i < NV; i++) acc[g][i] = 0.f;
+    int st = 0;
+    for (int t0 = a; t0 <= b; t0 += DEC_C, st ^= 1) {
+        int nt = min(DEC_C, b - t0 + 1);
+        // The other stage was last read before the barrier that ended the previous chunk.
+        if (t0 + DEC_C <= b) load(t0 + DEC_C, st ^ 1, 0);
+        cp_commit();
+        cp_wait<1>();
+        __syncthreads();
+        if (ROPE && t0 <= pos && pos <= t0 + nt - 1) {
+            // The row's own key and value, made above, where the load would have put them.
+            for (int i = tid; i < hd; i += blockDim.x) {
+                ks[st][(pos - t0) * hd + i] = kn16[i];
+                vs[st][(pos - t0) * hd + i] = vn16[i];
             }
-            {
-                int k = tid >> 3, part = tid & 7;
-                float pg[SPLIT_G];
-    #pragma unroll
-                for (int g = 0; g < SPLIT_G; g++) pg[g] = 0.f;
-                if (k < nt) {
-                    for (int d = part * 8; d < hd; d += 64) {
-                        uint4 kw = *(const uint4*)(ks[st] + k * hd + d);
-                        float kv[8] = {h2f(kw.x & 0xFFFF), h2f(kw.x >> 16), h2f(kw.y & 0xFFFF), h2f(kw.y >> 16),
-                                       h2f(kw.z & 0xFFFF), h2f(kw.z >> 16), h2f(kw.w & 0xFFFF), h2f(kw.w >> 16)};
-    #pragma unroll
-                        for (int g = 0; g < SPLIT_G; g++) {
-                            if (g < G) {
-                                const float* qg = qs + g * hd + d;
-    #pragma unroll
-                                for (int e = 0; e < 8; e++) pg[g] += qg[e] * kv[e];
-                            }
+            __syncthreads();
+        }
+        {
+            int k = tid >> 3, part = tid & 7;
+            float pg[SPLIT_G];
+#pragma unroll
+            for (int g = 0; g < SPLIT_G; g++) pg[g] = 0.f;
+            if (k < nt) {
+                for (int d = part * 8; d < hd; d += 64) {
+                    uint4 kw = *(const uint4*)(ks[st] + k * hd + d);
+                    float kv[8] = {h2f(kw.x & 0xFFFF), h2f(kw.x >> 16), h2f(kw.y & 0xFFFF), h2f(kw.y >> 16),
+                                   h2f(kw.z & 0xFFFF), h2f(kw.z >> 16), h2f(kw.w & 0xFFFF), h2f(kw.w >> 16)};
+#pragma unroll
+                    for (int g = 0; g < SPLIT_G; g++) {
+                        if (g < G) {
+                            const float* qg = qs + g * hd + d;
+#pragma unroll
+                            for (int e = 0; e < 8; e++) pg[g] += qg[e] * kv[e];
                         }
                     }
                 }
-    #pragma unroll
-                for (int g = 0; g < SPLIT_G; g++) {
-                    if (g < G) {
-    #pragma unroll
-                        for (int o = 1; o < 8; o <<= 1) pg[g] += __shfl_xor_sync(0xffffffffu, pg[g], o);
-                        if (part == 0 && k < nt) sc[g][k] = pg[g] * scale;
-                    }
+            }
+#pragma unroll
+            for (int g = 0; g < SPLIT_G; g++) {
+                if (g < G) {
+#pragma unroll
+                    for (int o = 1; o < 8; o <<= 1) pg[g] += __shfl_xor_sync(0xffffffffu, pg[g], o);
+                    if (part == 0 && k < nt) sc[g][k] = pg[g] * scale;
                 }
             }
-            __syncthreads();
-            chunk_softmax<DEC_C>(sc, nt, G, ms, ls, cs);
-            __syncthreads();
-            const u16* vst = vs[st];
-            chunk_v<NV, DEC_C>(acc, sc, cs, nt, G, hd, [&](int k, int d) { return h2f(vst[k * hd + d]); });
-            __syncthreads();
         }
-        if (CL) {
-            // The split's outputs where the cluster's blocks read them: the stages are free (the
-            // loop's last barrier is behind every read of them, its copies all waited for).
-            float* part = (float*)ks[0];
-    #pragma unroll
-            for (int g = 0; g < SPLIT_G; g++)
-    #pragma unroll
-                for (int i = 0; i < NV; i++) {
-                    int d = tid + 128 * i;
-                    if (g < G && d < hd) part[g * hd + d] = acc[g][i];
-                }
-        } else {
-            split_store<NV>(acc, ms, ls, po, pml, idx, n_head, h0, j, G, hd);
-        }
+        __syncthreads();
+        chunk_softmax<DEC_C>(sc, nt, G, ms, ls, cs);
+        __syncthreads();
+        const u16* vst = vs[st];
+        chunk_v<NV, DEC_C>(acc, sc, cs, nt, G, hd, [&](int k, int d) { return h2f(vst[k * hd + d]); });
+        __syncthreads();
     }
-    if (CL) {
-        cluster_merge((const float*)ks[0], ms, ls, r, kh, j, (nk + len - 1) / len, G, hd, ocols, out, n_pad, q0, d0, qk, dk);
-        return;
-    }
+    split_store<NV>(acc, ms, ls, po, pml, idx, n_head, h0, j, G, hd);
     // (cnt null: attn_combine merges them.)
     if (cnt) merge_last(po, pml, cnt, r, idx, kh, (nk + len - 1) / len, G, hd, n_head, n_kv, ocols, out, n_pad, q0, d0, qk, dk);
 }
@@ -638,28 +570,6 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16_rope(Step s, cons
                                                                     const float* wq, const float* wk, float eps) {
     attn_dec_t<true>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, cnt, out,
                      ocols, n_pad, q0, d0, qk, dk, RopeIn{k, v, kd, vd, cs, n_dims, neox, wq, wk, eps});
-}
-
-// The same with the splits of a (row, KV head) in one cluster of ATTN_CLUSTER blocks (grid (rows,
-// n_kv · ATTN_CLUSTER), cluster (1, ATTN_CLUSTER)), which merge them (cluster_merge; cnt unused):
-// for steps whose rows all have at most ATTN_CLUSTER splits (the host checks), on sm_90.
-extern "C" __global__ void __launch_bounds__(128) attn_dec_f16_cl(Step s, const float* q, float* po, float* pml, const int* sidx,
-                                                                  int cols, int hd, int n_head, int n_kv, float scale, int window,
-                                                                  int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, int* cnt,
-                                                                  float* out, int ocols, int n_pad, signed char* q0, float* d0,
-                                                                  signed char* qk, float* dk) {
-    attn_dec_t<false, true>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, cnt, out,
-                            ocols, n_pad, q0, d0, qk, dk, RopeIn{});
-}
-extern "C" __global__ void __launch_bounds__(128) attn_dec_f16_rope_cl(Step s, const float* q, float* po, float* pml, const int* sidx,
-                                                                       int cols, int hd, int n_head, int n_kv, float scale, int window,
-                                                                       int causal, u64 k_off, u64 v_off, int k_rb, int v_rb, int* cnt,
-                                                                       float* out, int ocols, int n_pad, signed char* q0, float* d0,
-                                                                       signed char* qk, float* dk, const float* k, const float* v,
-                                                                       int kd, int vd, const float2* cs, int n_dims, int neox,
-                                                                       const float* wq, const float* wk, float eps) {
-    attn_dec_t<true, true>(s, q, po, pml, sidx, cols, hd, n_head, n_kv, scale, window, causal, k_off, v_off, k_rb, v_rb, cnt, out,
-                           ocols, n_pad, q0, d0, qk, dk, RopeIn{k, v, kd, vd, cs, n_dims, neox, wq, wk, eps});
 }
 
 // Value d of head h of row r (its splits at sidx[r] ≥ 0), the splits merged in split order.

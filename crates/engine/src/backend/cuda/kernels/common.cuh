@@ -125,51 +125,6 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
     return a;
 }
-// (The matrix-vector kernels' steps, matmul.cu; the router in a cluster, mmq.cu.)
-// Eight weights times eight activations, in one fixed order.
-__device__ __forceinline__ float dot8(const float w[8], const float a[8]) {
-    float s = __fmul_rn(w[0], a[0]);
-#pragma unroll
-    for (int i = 1; i < 8; i++) s = __fmaf_rn(w[i], a[i], s);
-    return s;
-}
-
-// Eight floats at p (16-byte aligned).
-__device__ __forceinline__ void ld8(const float* p, float a[8]) {
-    const float4* v = (const float4*)p;
-    float4 b = v[0], c = v[1];
-    a[0] = b.x, a[1] = b.y, a[2] = b.z, a[3] = b.w, a[4] = c.x, a[5] = c.y, a[6] = c.z, a[7] = c.w;
-}
-
-// ---- Thread block clusters (sm_90; nothing on earlier GPUs, whose kernels never launch in them).
-// Every thread of every block of the cluster: what each wrote to its shared memory before is
-// seen by the others after.
-__device__ __forceinline__ void cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-#endif
-}
-// The four f32 at p (16-byte aligned, in this block's shared memory) in block `rank` of the cluster.
-__device__ __forceinline__ float4 ld_cluster4(const float* p, int rank) {
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#if __CUDA_ARCH__ >= 900
-    u32 a = smem_addr(p), ra;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(ra));
-#endif
-    return v;
-}
-__device__ __forceinline__ float ld_cluster(const float* p, int rank) {
-    float v = 0.f;
-#if __CUDA_ARCH__ >= 900
-    u32 a = smem_addr(p), ra;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra));
-#endif
-    return v;
-}
-
-// (The asynchronous copies, on.)
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
 }
@@ -411,9 +366,8 @@ __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, in
 // ≤ 1024 < 2^10: every partial sum is a double, in any order), else by thread 0 in order as
 // moe_route_t; the k largest by rank (how many values are larger, or equal at a lower id: the order
 // of moe_route_t's rounds). The same ids and weights as moe_route_t, bit for bit.
-// (moe_route_by: value i of the row from get(i), which moe_route_blk reads from x.)
-template <int NMAX, class Get>
-__device__ void moe_route_by(Get get, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
+template <int NMAX = 1024>
+__device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
     __shared__ __align__(16) float p[NMAX];
     __shared__ double dpart[32];
     __shared__ float fpart[32];
@@ -423,7 +377,7 @@ __device__ void moe_route_by(Get get, int ne, int k, int softmax_first, int norm
     const int ne4 = (ne + 3) & ~3;
     float mx = -INFINITY;
     for (int i = tid; i < ne4; i += nt) {
-        float v = i < ne ? get(i) : -INFINITY;
+        float v = i < ne ? __ldcg(x + i) : -INFINITY;
         p[i] = v;
         mx = fmaxf(mx, v);
     }
@@ -482,11 +436,6 @@ __device__ void moe_route_by(Get get, int ne, int k, int softmax_first, int norm
         ws[j] = sel[j];
     }
     __syncthreads();
-}
-
-template <int NMAX = 1024>
-__device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
-    moe_route_by<NMAX>([&](int i) { return __ldcg(x + i); }, ne, k, softmax_first, normalize, ids, ws);
 }
 
 // The routing of rows 0 .. t (n_expert ne ≤ 1024) by every thread of the block (moe_route_blk).

@@ -13,7 +13,20 @@
 // H100 (8B BF16 tg128 0.995× to 0.87×: bench/runs/2026-12-05-h100-e); the products' limit there
 // is the activations' loads: a warp per pair of rows (PAIR) loads them once for two.
 
-// (dot8 and ld8: common.cuh.)
+// Eight weights times eight activations, in one fixed order.
+__device__ __forceinline__ float dot8(const float w[8], const float a[8]) {
+    float s = __fmul_rn(w[0], a[0]);
+#pragma unroll
+    for (int i = 1; i < 8; i++) s = __fmaf_rn(w[i], a[i], s);
+    return s;
+}
+
+// Eight floats at p (16-byte aligned).
+__device__ __forceinline__ void ld8(const float* p, float a[8]) {
+    const float4* v = (const float4*)p;
+    float4 b = v[0], c = v[1];
+    a[0] = b.x, a[1] = b.y, a[2] = b.z, a[3] = b.w, a[4] = c.x, a[5] = c.y, a[6] = c.z, a[7] = c.w;
+}
 
 // Eight activations at x: as they are, or (NORM) times the norm's weights g, their squares added
 // to ss (in order); (ADD) x + y's first, the sum's squares and products.

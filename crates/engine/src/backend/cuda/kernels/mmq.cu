@@ -489,6 +489,10 @@ extern "C" __global__ void moe_route(const float* logits, int ne, int k, int sof
     moe_route_blk<>(logits + (u64)row * ne, ne, k, softmax_first, normalize, ids + row * k, ws + row * k);
 }
 
+// (The router's product and this routing in one launch of one thread block cluster of 8 blocks,
+// each warp holding an expert's f32 row in registers from before the wait for the norm, the logits
+// read through distributed shared memory, the same bits, was slower: MoE tg128 0.973× on an H100,
+// bench/runs/2026-12-06-h100-f call 4.)
 // The same by one warp a row (moe_route_t, common.cuh: the serial sum and k rounds of argmax),
 // to compare (HF2Q_CUDA_ROUTE_WARP=1).
 extern "C" __global__ void moe_route_w(const float* logits, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
@@ -504,64 +508,6 @@ extern "C" __global__ void moe_route_w(const float* logits, int ne, int k, int s
     else if (ne <= 256) moe_route_t<8>(x, ne, k, softmax_first, normalize, id, w);
     else if (ne <= 512) moe_route_t<16>(x, ne, k, softmax_first, normalize, id, w);
     else moe_route_t<32>(x, ne, k, softmax_first, normalize, id, w);
-}
-
-// The router's product (f32 weights, W: ne rows of n) and the routing of t ≤ RC_BLOCKS decode
-// rows in one launch: one thread block cluster (sm_90) of RC_BLOCKS blocks of RC_WARPS warps, a
-// warp an expert (e = rank · RC_WARPS + warp; ne ≤ RC_BLOCKS · RC_WARPS, n a multiple of 256 and at
-// most 2048). A warp holds its expert's whole row in registers, asked for before the wait for the
-// kernel ahead (the norm that makes x): the weights stream while it runs. Each logit is summed as
-// mmv_TY_F32's four warps a row sum it (wpr 4: part p's chunks p, p + 4 of 256 values, eight a
-// lane, each lane in order, then the warp; then the parts in order), so the same bits; written to
-// logits, and kept in the block's shared memory. After a cluster barrier, block r routes row r
-// (moe_route_by: its values read from the blocks' shared memory), as moe_route does; a second
-// barrier keeps the logits there until every routing block has read them.
-#define RC_BLOCKS 8
-#define RC_WARPS 16
-extern "C" __global__ void __launch_bounds__(RC_WARPS * 32) moe_router_cl(const float* W, const float* x, float* logits, int n, int ne,
-                                                                           int t, int k, int softmax_first, int normalize, int* ids,
-                                                                           float* ws) {
-    __shared__ float lg[RC_BLOCKS][RC_WARPS];
-    pdl_trigger();
-    const int rank = blockIdx.y % RC_BLOCKS, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int e = rank * RC_WARPS + w, nc = n / 256;
-    float wr[8][8];
-    if (e < ne) {
-#pragma unroll
-        for (int c = 0; c < 8; c++)
-            if (c < nc) ld8(W + (u64)e * n + c * 256 + lane * 8, wr[c]);
-    }
-    pdl_wait();
-    if (e < ne) {
-        for (int r = 0; r < t; r++) {
-            float part[4];
-#pragma unroll
-            for (int p = 0; p < 4; p++) {
-                float v = 0.f;
-#pragma unroll
-                for (int c = p; c < 8; c += 4) {
-                    if (c < nc) {
-                        float a[8];
-                        ld8(x + (u64)r * n + c * 256 + lane * 8, a);
-                        v = __fadd_rn(v, dot8(wr[c], a));
-                    }
-                }
-                part[p] = warp_sum(v);
-            }
-            float s = 0.f;
-#pragma unroll
-            for (int p = 0; p < 4; p++) s = __fadd_rn(s, part[p]);
-            if (lane == 0) {
-                lg[r][w] = s;
-                logits[(u64)r * ne + e] = s;
-            }
-        }
-    }
-    cluster_sync();
-    if (rank < t)
-        moe_route_by<RC_BLOCKS * RC_WARPS>([&](int i) { return ld_cluster(&lg[rank][i % RC_WARPS], i / RC_WARPS); }, ne, k,
-                                          softmax_first, normalize, ids + rank * k, ws + rank * k);
-    cluster_sync();
 }
 
 // Routing inside the experts' launches (no moe_route launch between the router's product and the
