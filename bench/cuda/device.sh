@@ -75,8 +75,11 @@
 #            48-layer MoE's save_pretrained ran out of GPU memory (make_model.py now writes it a
 #            tensor at a time). Twenty-fifth session (bench/runs/2026-12-06-h100-e): six refused
 #            starts, then s49 / s49b on an H100: the 48-layer MoE made (save_split, 56.9 GiB of GPU
-#            memory), both tools 1.382x / 1.358x. Next: s49 on an H200 (it now does round 2 and the
-#            tensor list itself when it has time; s49b finishes what it could not).
+#            memory), both tools 1.382x / 1.358x. Twenty-sixth session (bench/runs/2026-12-06-h100-f),
+#            four H100s, no refusals: s49 (1.393x / 1.379x), s53 (shorter attention splits), s54 and s55
+#            (decode attention's merge and the MoE router + routing in thread block clusters: slower,
+#            taken out). Next: s49 on an H200 (it does round 2 and the tensor list itself when it has
+#            time; s49b finishes what it could not).
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
@@ -932,6 +935,8 @@ s53)
   # shorter splits (HF2Q_CUDA_DEFINE=SPLIT_KEYS=8 and 4: more blocks of fewer keys, more partials for
   # the combine; 32 keys measured 0.957x the default 16 on the 8-layer cut), their op tests first,
   # then three alternating rounds of tg128 and the greedy tokens. On a fresh machine it says so.
+  # Ran 2026-12-06 on an H100 (bench/runs/2026-12-06-h100-f call 2, 84 s): op tests passed; 8 keys
+  # 0.999x, 4 keys 0.986x (medians of three); the tokens differ (another summation order).
   m=$W/moe.q4_k_m.gguf
   if [ ! -f $m ] || [ ! -f /tmp/bin/engine-tests ]; then echo "s53: a fresh machine, s49's model is gone" | tee $OUT/ab.txt; exit 0; fi
   machine_info
@@ -951,6 +956,8 @@ s54)
   # attn_dec_f16(_rope)_cl, no attn_combine_q8 launch; contexts of at most 128 keys, as all of
   # tg128's) on the 8-layer cut of the MoE: its op tests first (bit for bit against the separate
   # launches), then three alternating rounds of tg128 and the greedy tokens.
+  # Ran 2026-12-06 on an H100 (bench/runs/2026-12-06-h100-f call 3, 84 s, built at 9710c5d): op tests
+  # passed, the same tokens, 0.984x; the variant taken out at 3e65648 (this phase needs 9710c5d).
   unpack
   machine_info
   bg_make "" moe 8
@@ -972,6 +979,9 @@ s55)
   # before it), alone and with decode attention's splits merged in a cluster (HF2Q_CUDA_ATTN_CLUSTER=1),
   # on the 8-layer cut of the MoE: the op tests first (bit for bit against the separate launches),
   # then three alternating rounds of tg128 and the greedy tokens.
+  # Ran 2026-12-06 on an H100 (bench/runs/2026-12-06-h100-f call 4, 87 s, built at 4bb23c0): op tests
+  # passed, the same tokens; the router in a cluster 0.973x, with the attention's 0.972x; both taken
+  # out at 3e65648 (this phase needs 4bb23c0).
   unpack
   machine_info
   bg_make "" moe 8
