@@ -996,6 +996,31 @@ s55)
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
+s49h)
+  # Written 2026-12-06 (twenty-sixth session; carry .dev made at HEAD, timeout 450, for ~538 s of
+  # device time left after two refused starts): s49 cut to what fits ~430 s: the whole 48-layer MoE
+  # made beside llama-bench's build, then one round of both tools and the tensor list (no greedy
+  # tokens, no round 2); llama-bench is skipped past 395 s and the tensor list past 420 s, so the
+  # files are packed before the limit.
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "" moe 48
+  timeout 200 $H doctor > $OUT/doctor.txt 2>&1
+  m=$W/moe.q4_k_m.gguf
+  moe_made 400 bench-summary.txt
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  if grep -q MOE-END /tmp/mk.log && [ -f $m ]; then
+    bench_hf2q moe $m
+    for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 395 ] && break; sleep 3; done
+    tail -n 2 /tmp/lc.log >> $OUT/make.txt
+    grep -q BUILD-END /tmp/lc.log && [ $SECONDS -lt 395 ] && bench_llama moe $m
+    bench_sum moe
+    [ $SECONDS -lt 420 ] && timeout 10 $H info --tensors $m > $OUT/moe-info.txt 2>&1 && python3 bench/cuda/active_bytes.py $OUT/moe-info.txt | tee -a $OUT/bench-summary.txt
+  fi
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt copy-bandwidth.txt make.txt moe-info.txt
+  ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
   # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a
