@@ -1000,7 +1000,7 @@ s49h)
   # Written 2026-12-06 (twenty-sixth session; carry .dev made at HEAD, timeout 450, for ~538 s of
   # device time left after two refused starts): s49 cut to what fits ~430 s: the whole 48-layer MoE
   # made beside llama-bench's build, then one round of both tools and the tensor list (no greedy
-  # tokens, no round 2); llama-bench is skipped past 395 s and the tensor list past 420 s, so the
+  # tokens, no round 2); llama-bench is skipped past 412 s and the tensor list past 422 s, so the
   # files are packed before the limit.
   unpack
   machine_info
@@ -1012,11 +1012,11 @@ s49h)
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   if grep -q MOE-END /tmp/mk.log && [ -f $m ]; then
     bench_hf2q moe $m
-    for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 395 ] && break; sleep 3; done
+    for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 412 ] && break; sleep 3; done
     tail -n 2 /tmp/lc.log >> $OUT/make.txt
-    grep -q BUILD-END /tmp/lc.log && [ $SECONDS -lt 395 ] && bench_llama moe $m
+    grep -q BUILD-END /tmp/lc.log && [ $SECONDS -lt 412 ] && bench_llama moe $m
     bench_sum moe
-    [ $SECONDS -lt 420 ] && timeout 10 $H info --tensors $m > $OUT/moe-info.txt 2>&1 && python3 bench/cuda/active_bytes.py $OUT/moe-info.txt | tee -a $OUT/bench-summary.txt
+    [ $SECONDS -lt 422 ] && timeout 10 $H info --tensors $m > $OUT/moe-info.txt 2>&1 && python3 bench/cuda/active_bytes.py $OUT/moe-info.txt | tee -a $OUT/bench-summary.txt
   fi
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt copy-bandwidth.txt make.txt moe-info.txt
