@@ -1021,6 +1021,31 @@ s49h)
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt copy-bandwidth.txt make.txt moe-info.txt
   ;;
+s56)
+  # Written 2026-12-06 (twenty-sixth session; carry .dev made at HEAD, a fresh machine, timeout 240,
+  # for the 448 s of device time left): what each MoE kernel adds to a decode step's chain of
+  # launches, on the 8-layer cut: tg128 with its launches left out from the 41st step on
+  # (HF2Q_CUDA_SKIP=NAME, dev.rs; timing only, the tokens are wrong) against the defaults, two
+  # alternating rounds. The step's time less that with a kernel left out is the most that fusing it
+  # away could save; HF2Q_CUDA_TWICE (2026-12-06-h100 call 3) measured what adding one costs.
+  unpack
+  machine_info
+  bg_make "" moe 8
+  m=$W/moe.q4_k_m.gguf
+  moe_made 150 ab.txt
+  if [ -f $m ]; then
+    for i in 1 2; do
+      for k in X moe_route glu_q8 attn_combine_q8 mmv_TY_F32_1 add_rms_norm_q8 add_ws_rms_norm_q8 attn_dec_f16_rope \
+          mmq_moe_v3_TY_Q4_K mmq_moe_v2_TY_Q4_K,mmq_moe_v2_TY_Q6_K mmq_v5_TY_Q4_K; do
+        [ $SECONDS -gt 200 ] && break
+        tgp moe8 $m HF2Q_CUDA_SKIP=$k
+      done
+    done
+  fi
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt copy-bandwidth.txt make.txt
+  ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
   # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a

@@ -19,6 +19,10 @@ pub(super) struct Kernels {
     _modules: Vec<Arc<CudaModule>>,
 }
 
+/// Steps run whole before `HF2Q_CUDA_SKIP` leaves its kernels out (bench's warm-up run of a test
+/// is longer), so that what they write holds a real step's values.
+const SKIP_AFTER: usize = 40;
+
 /// A recorded launch: kernel index, grid, block, arguments, and whether it may start before the
 /// kernel ahead of it ends (programmatic dependent launch: the kernel waits for it itself).
 #[derive(Clone, PartialEq)]
@@ -166,6 +170,14 @@ pub struct Dev {
     /// launches overlap, which the event-timed profile cannot show. For timing only: a kernel that
     /// updates its input in place gives other numbers when run twice.
     twice: Option<String>,
+    /// Kernels whose launches are left out from the `SKIP_AFTER`-th step on
+    /// (`HF2Q_CUDA_SKIP=NAME[,NAME...]`, names as the profile prints them): a step's time without
+    /// them against with them is what they add to the chain of launches, the most that fusing them
+    /// away could save. For timing only: the outputs are wrong (the skipped kernels' outputs keep
+    /// what the steps before left there, so every value stays finite and every expert id valid).
+    skip: Vec<String>,
+    /// Steps begun (`new_step`), for `skip`.
+    steps: std::sync::atomic::AtomicUsize,
     /// The host side of reads (`read_with`).
     pinned: Mutex<Pinned>,
     /// Deferred argmaxes and page-locked step uploads (`feed.rs`).
@@ -315,6 +327,13 @@ impl Dev {
             prof: super::prof::Prof::from_env(),
             step_times: super::prof::StepTimes::from_env(),
             twice: std::env::var("HF2Q_CUDA_TWICE").ok().filter(|v| !v.is_empty()),
+            skip: std::env::var("HF2Q_CUDA_SKIP")
+                .unwrap_or_default()
+                .split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|v| !v.is_empty())
+                .map(String::from)
+                .collect(),
+            steps: Default::default(),
             pinned: Mutex::new(Pinned {
                 host: PageLocked::null(),
                 len: 0,
@@ -512,6 +531,12 @@ impl Dev {
             .get(name)
             .unwrap_or_else(|| panic!("CUDA kernel {name} is not in the compiled modules"));
         self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !self.skip.is_empty()
+            && self.steps.load(std::sync::atomic::Ordering::Relaxed) > SKIP_AFTER
+            && self.skip.iter().any(|k| k == name)
+        {
+            return;
+        }
         let l = Launch {
             f,
             grid,
@@ -610,6 +635,7 @@ impl Dev {
     /// did). Everything recorded before is issued first; the uploads are ordered after it on the
     /// stream, so in-flight launches still read the previous step's data.
     pub(super) fn new_step(&self) {
+        self.steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.flush();
         self.feed().new_step(&self.ctx, &self.stream);
         if let Some(p) = &self.prof {
