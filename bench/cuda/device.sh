@@ -1022,7 +1022,7 @@ s49h)
   pack bench-summary.txt copy-bandwidth.txt make.txt moe-info.txt
   ;;
 s56)
-  # Written 2026-12-06 (twenty-sixth session; carry .dev made at HEAD, a fresh machine, timeout 240,
+  # Written 2026-12-06 (twenty-sixth session; carry .dev made at HEAD, a fresh machine, timeout 170,
   # for the 448 s of device time left): what each MoE kernel adds to a decode step's chain of
   # launches, on the 8-layer cut: tg128 with its launches left out from the 41st step on
   # (HF2Q_CUDA_SKIP=NAME, dev.rs; timing only, the tokens are wrong) against the defaults, two
@@ -1037,7 +1037,7 @@ s56)
     for i in 1 2; do
       for k in X moe_route glu_q8 attn_combine_q8 mmv_TY_F32_1 add_rms_norm_q8 add_ws_rms_norm_q8 attn_dec_f16_rope \
           mmq_moe_v3_TY_Q4_K mmq_moe_v2_TY_Q4_K,mmq_moe_v2_TY_Q6_K mmq_v5_TY_Q4_K; do
-        [ $SECONDS -gt 200 ] && break
+        [ $SECONDS -gt 145 ] && break
         tgp moe8 $m HF2Q_CUDA_SKIP=$k
       done
     done
