@@ -78,8 +78,9 @@
 #            memory), both tools 1.382x / 1.358x. Twenty-sixth session (bench/runs/2026-12-06-h100-f),
 #            four H100s, no refusals: s49 (1.393x / 1.379x), s53 (shorter attention splits), s54 and s55
 #            (decode attention's merge and the MoE router + routing in thread block clusters: slower,
-#            taken out). Next: s49 on an H200 (it does round 2 and the tensor list itself when it has
-#            time; s49b finishes what it could not).
+#            taken out); s49h and s56 were refused. Next: s56 (~150 s, any card: what each MoE kernel
+#            adds to a step, HF2Q_CUDA_SKIP), and s49 on an H200 (it does round 2 and the tensor list
+#            itself when it has time; s49b finishes what it could not).
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
@@ -1028,6 +1029,8 @@ s56)
   # (HF2Q_CUDA_SKIP=NAME, dev.rs; timing only, the tokens are wrong) against the defaults, two
   # alternating rounds. The step's time less that with a kernel left out is the most that fusing it
   # away could save; HF2Q_CUDA_TWICE (2026-12-06-h100 call 3) measured what adding one costs.
+  # Not run in that session: three starts refused, then too little device time left
+  # (bench/runs/2026-12-06-h100-f).
   unpack
   machine_info
   bg_make "" moe 8
