@@ -173,8 +173,9 @@ pub struct Dev {
     /// Kernels whose launches are left out after the first `SKIP_AFTER` steps
     /// (`HF2Q_CUDA_SKIP=NAME[,NAME...]`, names as the profile prints them): a step's time with
     /// them less its time without them is what they add to the chain of launches, the most that
-    /// fusing them away could save. For timing only: the outputs are wrong (the skipped kernels' outputs keep
-    /// what the steps before left there, so every value stays finite and every expert id valid).
+    /// fusing them away could save. For timing only: the outputs are wrong (the skipped kernels'
+    /// outputs keep what the steps before left there, so every value stays finite and every
+    /// expert id valid).
     skip: Vec<String>,
     /// Steps begun (`new_step`), for `skip`.
     steps: std::sync::atomic::AtomicUsize,
