@@ -301,6 +301,24 @@ greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under eac
     echo "$e $(env $e timeout 60 $H generate -m $m --device cuda -p "The capital of France is" -n 48 --temp 0 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
   done
 }
+cut_ab() {  # cut_ab "TESTS" SETTING ...: on a fresh machine, the 8-layer cut of the MoE made while the
+  # op tests matching TESTS run; then tg128 under each setting (X=1: the defaults; a quoted setting
+  # may hold several ENV=V), alternating, three rounds, and the greedy tokens (ab.txt, greedy-ab.txt)
+  local tests=$1; shift
+  unpack
+  machine_info
+  bg_make "" moe 8
+  op_tests $tests
+  local m=$W/moe.q4_k_m.gguf
+  moe_made 200 ab.txt
+  if [ -f $m ]; then
+    for i in 1 2 3; do for c in "$@"; do tgp moe8 $m $c; done; done
+    greedy_ab $m "$@"
+  fi
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
+}
 fresh_start() {
   # fresh_start [BUILD]: a fresh machine's first call: the carried binaries; llama-bench (BUILD:
   # bg_llama_bench, or bg_llama for the server too) and the models in the background (8B Q4_K_M,
@@ -959,19 +977,7 @@ s54)
   # launches), then three alternating rounds of tg128 and the greedy tokens.
   # Ran 2026-12-06 on an H100 (bench/runs/2026-12-06-h100-f call 3, 84 s, built at 9710c5d): op tests
   # passed, the same tokens, 0.984x; the variant taken out at 3e65648 (this phase needs 9710c5d).
-  unpack
-  machine_info
-  bg_make "" moe 8
-  op_tests cuda::attention cuda::rope_store_kv
-  m=$W/moe.q4_k_m.gguf
-  moe_made 200 ab.txt
-  if [ -f $m ]; then
-    for i in 1 2 3; do for c in X=1 HF2Q_CUDA_ATTN_CLUSTER=1; do tgp moe8 $m $c; done; done
-    greedy_ab $m X=1 HF2Q_CUDA_ATTN_CLUSTER=1
-  fi
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
-  pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
+  cut_ab "cuda::attention cuda::rope_store_kv" X=1 HF2Q_CUDA_ATTN_CLUSTER=1
   ;;
 s55)
   # Written 2026-12-06 (twenty-sixth session; carry .dev made at HEAD, a fresh machine, timeout 300):
@@ -983,19 +989,8 @@ s55)
   # Ran 2026-12-06 on an H100 (bench/runs/2026-12-06-h100-f call 4, 87 s, built at 4bb23c0): op tests
   # passed, the same tokens; the router in a cluster 0.973x, with the attention's 0.972x; both taken
   # out at 3e65648 (this phase needs 4bb23c0).
-  unpack
-  machine_info
-  bg_make "" moe 8
-  op_tests cuda::moe cuda::attention_cluster cuda::rope_store_kv
-  m=$W/moe.q4_k_m.gguf
-  moe_made 200 ab.txt
-  if [ -f $m ]; then
-    for i in 1 2 3; do for c in X=1 HF2Q_CUDA_ROUTER_CLUSTER=1 "HF2Q_CUDA_ROUTER_CLUSTER=1 HF2Q_CUDA_ATTN_CLUSTER=1"; do tgp moe8 $m $c; done; done
-    greedy_ab $m X=1 HF2Q_CUDA_ROUTER_CLUSTER=1 "HF2Q_CUDA_ROUTER_CLUSTER=1 HF2Q_CUDA_ATTN_CLUSTER=1"
-  fi
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
-  pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
+  cut_ab "cuda::moe cuda::attention_cluster cuda::rope_store_kv" X=1 HF2Q_CUDA_ROUTER_CLUSTER=1 \
+    "HF2Q_CUDA_ROUTER_CLUSTER=1 HF2Q_CUDA_ATTN_CLUSTER=1"
   ;;
 s49h)
   # Written 2026-12-06 (twenty-sixth session; carry .dev made at HEAD, timeout 450, for ~538 s of
