@@ -1035,7 +1035,7 @@ s56)
     for i in 1 2; do
       for k in X moe_route glu_q8 attn_combine_q8 mmv_TY_F32_1 add_rms_norm_q8 add_ws_rms_norm_q8 attn_dec_f16_rope \
           mmq_moe_v3_TY_Q4_K mmq_moe_v2_TY_Q4_K,mmq_moe_v2_TY_Q6_K mmq_v5_TY_Q4_K; do
-        [ $SECONDS -gt 145 ] && break
+        [ $SECONDS -gt 300 ] && break
         tgp moe8 $m HF2Q_CUDA_SKIP=$k
       done
     done
@@ -1043,6 +1043,34 @@ s56)
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt copy-bandwidth.txt make.txt
+  ;;
+s57)
+  # Written 2026-12-06 (twenty-seventh session; carry .dev made at HEAD, with .dev/hf2q-old.xz, the
+  # hf2q binary of e6ac8a8): decode attention's loads that do not depend on the kernel ahead asked
+  # for before waiting for it (attn_dec_f16_rope: the norms' weights, the row's rope pairs, the
+  # new key's and value's cache rows; attn_combine_q8: the step's tables, then every split's
+  # values at once), against the binary before; and a KV head's query heads over 2, 4 or 8 blocks
+  # a split (HF2Q_CUDA_ATTN_HG). The op tests that hold them to the bits of what they stand for
+  # (attention_merge, attention_head_groups, rope_store_kv), two alternating tg128 rounds on the
+  # 8-layer cut, and the greedy tokens of each.
+  unpack
+  machine_info
+  xz -dc $D/hf2q-old.xz > /tmp/bin/hf2q-old && chmod +x /tmp/bin/hf2q-old
+  bg_make "" moe 8
+  op_tests cuda::attention cuda::rope_store_kv cuda::moe cuda::routing
+  m=$W/moe.q4_k_m.gguf
+  moe_made 200 ab.txt
+  if [ -f $m ]; then
+    for i in 1 2; do
+      H=/tmp/bin/hf2q-old; tgp moe8-old $m X=1
+      H=/tmp/bin/hf2q; for c in X=1 HF2Q_CUDA_ATTN_HG=2 HF2Q_CUDA_ATTN_HG=4 HF2Q_CUDA_ATTN_HG=8; do tgp moe8-new $m $c; done
+    done
+    H=/tmp/bin/hf2q-old; greedy_ab $m OLD=1
+    H=/tmp/bin/hf2q; greedy_ab $m X=1 HF2Q_CUDA_ATTN_HG=2 HF2Q_CUDA_ATTN_HG=4 HF2Q_CUDA_ATTN_HG=8
+  fi
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same

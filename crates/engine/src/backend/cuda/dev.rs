@@ -174,8 +174,10 @@ pub struct Dev {
     /// (`HF2Q_CUDA_SKIP=NAME[,NAME...]`, names as the profile prints them): a step's time with
     /// them less its time without them is what they add to the chain of launches, the most that
     /// fusing them away could save. For timing only: the outputs are wrong (the skipped kernels'
-    /// outputs keep what the steps before left there, so every value stays finite and every
-    /// expert id valid).
+    /// outputs keep what the steps before left there). Not every kernel can be left out alone:
+    /// `attn_combine_q8`, `add_rms_norm_q8` or `add_ws_rms_norm_q8` alone ended in
+    /// CUDA_ERROR_ILLEGAL_ADDRESS on the MoE (the three together ran; cause not found;
+    /// bench/runs/2026-12-06-h100-g call 2).
     skip: Vec<String>,
     /// Steps begun (`new_step`), for `skip`.
     steps: std::sync::atomic::AtomicUsize,
