@@ -78,9 +78,11 @@
 #            memory), both tools 1.382x / 1.358x. Twenty-sixth session (bench/runs/2026-12-06-h100-f),
 #            four H100s, no refusals: s49 (1.393x / 1.379x), s53 (shorter attention splits), s54 and s55
 #            (decode attention's merge and the MoE router + routing in thread block clusters: slower,
-#            taken out); s49h and s56 were refused. Next: s56 (~150 s, any card: what each MoE kernel
-#            adds to a step, HF2Q_CUDA_SKIP), and s49 on an H200 (it does round 2 and the tensor list
-#            itself when it has time; s49b finishes what it could not).
+#            taken out); s49h and s56 were refused. Twenty-seventh session (bench/runs/2026-12-06-h100-g):
+#            s56 on an H100 (each MoE kernel's share of a step: gate / up 9.45 us a layer, attention
+#            8.42), then eight refused starts. Next: s57 (~170 s, any card: branch
+#            cuda-attn-prewait's attention against main's binary), then s49 on an H200 (it does
+#            round 2 and the tensor list itself when it has time; s49b finishes what it could not).
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
@@ -1025,7 +1027,12 @@ s56)
   # alternating rounds. The step's time less that with a kernel left out is the most that fusing it
   # away could save; HF2Q_CUDA_TWICE (2026-12-06-h100 call 3) measured what adding one costs.
   # Not run in that session: three starts refused, then too little device time left
-  # (bench/runs/2026-12-06-h100-f).
+  # (bench/runs/2026-12-06-h100-f). Run in the next on an H100 (bench/runs/2026-12-06-h100-g call 1,
+  # cap 300 s, done at 114 s): the defaults 1,893.0 t/s; left out, moe_route 1,979.1, glu_q8
+  # 1,957.5, mmv_TY_F32_1 1,949.4, attn_dec_f16_rope 2,169.6, mmq_moe_v3_TY_Q4_K 2,209.2, down
+  # (both types) 2,030.2, mmq_v5_TY_Q4_K 2,080.7 (means of two). attn_combine_q8, add_rms_norm_q8
+  # and add_ws_rms_norm_q8 printed no line: each alone ended in CUDA_ERROR_ILLEGAL_ADDRESS (call 2,
+  # on the same warm machine; the three together 2,164.5 against 1,893.7).
   unpack
   machine_info
   bg_make "" moe 8
@@ -1045,8 +1052,9 @@ s56)
   pack ab.txt copy-bandwidth.txt make.txt
   ;;
 s57)
-  # Written 2026-12-06 (twenty-seventh session; carry .dev made at HEAD, with .dev/hf2q-old.xz, the
-  # hf2q binary of e6ac8a8): decode attention's loads that do not depend on the kernel ahead asked
+  # Written 2026-12-06 (twenty-seventh session; not run: no machine could be started). Carry .dev
+  # made (make_dev.sh) on branch cuda-attn-prewait, with .dev/hf2q-old.xz, main's hf2q binary
+  # (xz of it): decode attention's loads that do not depend on the kernel ahead asked
   # for before waiting for it (attn_dec_f16_rope: the norms' weights, the row's rope pairs, the
   # new key's and value's cache rows; attn_combine_q8: the step's tables, then every split's
   # values at once), against the binary before; and a KV head's query heads over 2, 4 or 8 blocks

@@ -117,13 +117,6 @@ impl Cuda {
                 args.extend([a[3], a[5], a[4], a[6], a[7], a[9], a[10], a[14], a[15], a[16]]);
                 self.count_fused(super::Fused::RopeAttn);
             }
-            // The query heads of a KV head over `hg` blocks a split (attn_dec_f16: the kernel
-            // finds hg from its grid), not where the last block merges the splits.
-            let hg = if dec && !merge && g.is_multiple_of(self.attn_hg) {
-                self.attn_hg
-            } else {
-                1
-            };
             self.dev.launch_early(
                 &if rope.is_some() {
                     "attn_dec_f16_rope".into()
@@ -132,7 +125,7 @@ impl Cuda {
                 } else {
                     format!("attn_split_{ty}")
                 },
-                (q.rows as u32, (l.n_kv_head * ATTN_SPLIT_MAX * hg) as u32),
+                (q.rows as u32, (l.n_kv_head * ATTN_SPLIT_MAX) as u32),
                 128,
                 &args,
             );
