@@ -1054,7 +1054,8 @@ s56)
 s57)
   # Written 2026-12-06 (twenty-seventh session; not run: no machine could be started). Carry .dev
   # made (make_dev.sh) on branch cuda-attn-prewait, with .dev/hf2q-old.xz, main's hf2q binary
-  # (xz of it): decode attention's loads that do not depend on the kernel ahead asked
+  # (xz of it). The branch's routing in f32::total_cmp's order is held to the CPU's by
+  # cuda::routing (with non-finite logits). Decode attention's loads that do not depend on the kernel ahead asked
   # for before waiting for it (attn_dec_f16_rope: the norms' weights, the row's rope pairs, the
   # new key's and value's cache rows; attn_combine_q8: the step's tables, then every split's
   # values at once), against the binary before; and a KV head's query heads over 2, 4 or 8 blocks
