@@ -321,6 +321,22 @@ cut_ab() {  # cut_ab "TESTS" SETTING ...: on a fresh machine, the 8-layer cut of
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
 }
+moe48_start() {  # moe48_start CAP: a fresh machine's start for the whole 48-layer MoE (s49, s49h):
+  # llama-bench's build and the model in the background, doctor (the kernels into the cache), the
+  # model waited for until the CAP-th second (m: its path), copy bandwidth
+  unpack
+  machine_info
+  bg_llama_bench
+  bg_make "" moe 48
+  timeout 200 $H doctor > $OUT/doctor.txt 2>&1
+  m=$W/moe.q4_k_m.gguf
+  moe_made $1 bench-summary.txt
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+}
+llama_by() {  # llama_by SECOND: wait for llama.cpp's build until then; its last lines to make.txt
+  for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt $1 ] && break; sleep 3; done
+  tail -n 2 /tmp/lc.log >> $OUT/make.txt
+}
 fresh_start() {
   # fresh_start [BUILD]: a fresh machine's first call: the carried binaries; llama-bench (BUILD:
   # bg_llama_bench, or bg_llama for the server too) and the models in the background (8B Q4_K_M,
@@ -858,19 +874,11 @@ s49)
   # call on the same warm machine (issued at once: a machine is given back 30 s after a call).
   # On 2026-12-06 (bench/runs/2026-12-06-h100-e, an H100) the model was there at 308 s and both
   # tools done at 414 s, so s49 now also writes the tensors' types and runs round 2 when it can.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "" moe 48
-  timeout 200 $H doctor > $OUT/doctor.txt 2>&1
-  m=$W/moe.q4_k_m.gguf
-  moe_made 520 bench-summary.txt
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  moe48_start 520
   if grep -q MOE-END /tmp/mk.log && [ -f $m ]; then
     bench_hf2q moe $m
     greedy_ab $m X=1
-    for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 560 ] && break; sleep 3; done
-    tail -n 2 /tmp/lc.log >> $OUT/make.txt
+    llama_by 560
     grep -q BUILD-END /tmp/lc.log && [ $SECONDS -lt 565 ] && bench_llama moe $m && touch /tmp/s49-llama-done
     bench_sum moe
     # Round 2 and the tensors' types took 16 s on the warm machine of 2026-12-06-h100-e (call 2):
@@ -1000,18 +1008,10 @@ s49h)
   # made beside llama-bench's build, then one round of both tools and the tensor list (no greedy
   # tokens, no round 2); llama-bench is skipped past 412 s and the tensor list past 422 s, so the
   # files are packed before the limit.
-  unpack
-  machine_info
-  bg_llama_bench
-  bg_make "" moe 48
-  timeout 200 $H doctor > $OUT/doctor.txt 2>&1
-  m=$W/moe.q4_k_m.gguf
-  moe_made 400 bench-summary.txt
-  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  moe48_start 400
   if grep -q MOE-END /tmp/mk.log && [ -f $m ]; then
     bench_hf2q moe $m
-    for i in $(seq 1 200); do grep -q BUILD-END /tmp/lc.log && break; [ $SECONDS -gt 412 ] && break; sleep 3; done
-    tail -n 2 /tmp/lc.log >> $OUT/make.txt
+    llama_by 412
     grep -q BUILD-END /tmp/lc.log && [ $SECONDS -lt 412 ] && bench_llama moe $m
     bench_sum moe
     [ $SECONDS -lt 422 ] && timeout 10 $H info --tensors $m > $OUT/moe-info.txt 2>&1 && python3 bench/cuda/active_bytes.py $OUT/moe-info.txt | tee -a $OUT/bench-summary.txt
