@@ -1081,6 +1081,39 @@ s57)
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
+s58)
+  # Written 2026-12-06 (twenty-eighth session; carry .dev made at HEAD by make_dev.sh with
+  # FIXTURES="llama qwen3 qwen3_moe gemma3 gemma4 qwen3_5_text", plus .dev/hf2q-old.xz, the binary
+  # before 958dca1's attention; a fresh machine, ~450 s, timeout 600). s57 (2026-12-06-h200-b call
+  # 1) measured the MoE's 8-layer cut faster with a KV head's query heads over 4 or 8 blocks a
+  # split and slower with 1; HEAD's default takes the most of 8 / 4 / 2 dividing them (the 8B has
+  # 4 a KV head). This checks the rest on an H200: every op test, the fixtures carried, fed greedy
+  # decoding, both tools on the 8B Q4_K_M, Q8_0 and BF16, then tg128 of the binary before against
+  # HEAD's defaults and HF2Q_CUDA_ATTN_HG=1 / 2 on the 8B Q4_K_M and BF16, and the greedy tokens.
+  unpack
+  machine_info
+  xz -dc $D/hf2q-old.xz > /tmp/bin/hf2q-old && chmod +x /tmp/bin/hf2q-old
+  bg_llama_bench
+  bg_make "q4_k_m q8_0 bf16"
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests
+  fixtures $D/fixtures engine-tiny
+  decode_greedy_cuda
+  wait_builds
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  for q in q4_k_m bf16; do
+    f=$W/l8b.$q.gguf
+    for i in 1 2; do
+      [ $SECONDS -lt 540 ] || break
+      H=/tmp/bin/hf2q-old; tgp $q-old $f X=1
+      H=/tmp/bin/hf2q; for c in X=1 HF2Q_CUDA_ATTN_HG=1 HF2Q_CUDA_ATTN_HG=2; do tgp $q-new $f $c; done
+    done
+  done
+  H=/tmp/bin/hf2q-old; greedy_ab $W/l8b.q8_0.gguf OLD=1
+  H=/tmp/bin/hf2q; greedy_ab $W/l8b.q8_0.gguf X=1 HF2Q_CUDA_ATTN_HG=1
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt ab.txt greedy-ab.txt copy-bandwidth.txt engine-tiny.txt
+  ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
   # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a

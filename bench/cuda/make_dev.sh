@@ -22,4 +22,10 @@ if [ ! -f .dev/llama-src.tgz ]; then
     --exclude='ggml/src/ggml-'{vulkan,sycl,metal,opencl,cann,musa,hip} \
     -czf .dev/llama-src.tgz CMakeLists.txt cmake common ggml include src tools vendor licenses app scripts
 fi
-ls -la .dev
+# FIXTURES="llama qwen3 ...": those engine fixture families into .dev/fixtures/tiny for
+# device.sh's `fixtures` (all twelve are ~45 MB, past what a call carries beside the rest).
+rm -rf .dev/fixtures
+for f in ${FIXTURES:-}; do
+  mkdir -p .dev/fixtures/tiny && cp -r "${HF2Q_FIXTURES:-../shared/fixtures}/tiny/$f" .dev/fixtures/tiny/
+done
+ls -la .dev; du -sh .dev

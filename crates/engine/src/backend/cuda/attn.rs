@@ -117,6 +117,9 @@ impl Cuda {
                 args.extend([a[3], a[5], a[4], a[6], a[7], a[9], a[10], a[14], a[15], a[16]]);
                 self.count_fused(super::Fused::RopeAttn);
             }
+            // The query heads of a KV head over `hg` blocks a split (attn_dec_f16: the kernel
+            // finds hg from its grid), not where the last block merges the splits.
+            let hg = if dec && !merge { self.head_groups(g) } else { 1 };
             self.dev.launch_early(
                 &if rope.is_some() {
                     "attn_dec_f16_rope".into()
@@ -125,7 +128,7 @@ impl Cuda {
                 } else {
                     format!("attn_split_{ty}")
                 },
-                (q.rows as u32, (l.n_kv_head * ATTN_SPLIT_MAX) as u32),
+                (q.rows as u32, (l.n_kv_head * ATTN_SPLIT_MAX * hg) as u32),
                 128,
                 &args,
             );

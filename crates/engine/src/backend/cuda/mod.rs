@@ -115,6 +115,13 @@ pub struct Cuda {
     /// Decode attention over F16 caches through `attn_dec_f16` (`HF2Q_CUDA_ATTN_DEC=0`: through
     /// `attn_split_f16`, its keys loaded one after another).
     attn_dec: bool,
+    /// Query heads of a KV head split over this many blocks in `attn_dec_f16(_rope)`
+    /// (`HF2Q_CUDA_ATTN_HG=N`, N dividing the query heads a KV head; 1: a block takes them all;
+    /// 0, the default: the most of 8, 4, 2 that divides them): more blocks a split, each with
+    /// fewer heads' work after the wait, the same bits. On the MoE's 8-layer cut (8 query heads a
+    /// KV head) tg128 2,179.7 t/s with 8 against 2,060.4 before the change and 1,903.2 with 1 (H200,
+    /// bench/runs/2026-12-06-h200-b call 1).
+    attn_hg: usize,
     /// Which launch-saving variants (`Fused`) are on: `with_fused`, or each one's variable
     /// (`Fused::var`) set to 1 (0). All but SumNorm off by default: each measured slower on an
     /// H100 (tg128, median of two: the MoE 0.94× / 0.99× / 0.98× / 0.98× / 0.83× for AttnMerge /
@@ -181,6 +188,10 @@ impl Cuda {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(400),
             attn_dec: std::env::var("HF2Q_CUDA_ATTN_DEC").map_or(true, |v| v != "0"),
+            attn_hg: std::env::var("HF2Q_CUDA_ATTN_HG")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             moe_lean: std::env::var("HF2Q_CUDA_MOE_LEAN").map_or(true, |v| v != "0"),
             moe_lean_n: Default::default(),
             fuse: Fused::ALL.map(|k| std::env::var(k.var()).map_or(k.default_on(), |v| v == "1")),
@@ -213,6 +224,22 @@ impl Cuda {
     pub fn with_attn_dec(mut self, on: bool) -> Cuda {
         self.attn_dec = on;
         self
+    }
+
+    /// `attn_dec_f16`'s query heads of a KV head split over `hg` blocks (where `hg` divides them;
+    /// otherwise one block takes them all; 0: the most of 8, 4, 2 that divides them).
+    pub fn with_attn_hg(mut self, hg: usize) -> Cuda {
+        self.attn_hg = hg;
+        self
+    }
+
+    /// The blocks a split that `attn_dec_f16` spreads `g` query heads (of one KV head) over.
+    fn head_groups(&self, g: usize) -> usize {
+        match self.attn_hg {
+            0 => [8, 4, 2].into_iter().find(|&h| g.is_multiple_of(h)).unwrap_or(1),
+            h if g.is_multiple_of(h) => h,
+            _ => 1,
+        }
     }
 
     /// `Backend::top_of_rows` on the GPU or on the host.

@@ -568,5 +568,52 @@ mod tests {
                 }
             }
         }
+        // Logits that are not all finite numbers (a broken model's), by the block's routing (the
+        // default): k distinct ids below n_expert in every row; taken as they are (no softmax
+        // first), the CPU's ids (f32::total_cmp's order) and weights (NaN where the CPU's are).
+        // After a softmax the NaNs' bits are the platform's (x86 and the GPU make different ones),
+        // so there only the ids' validity is checked. Rows: a NaN among them; +inf; -inf and NaN;
+        // ±0 ties at the top.
+        let ne = 16;
+        let mut logits = crate::backend::tests::values(4 * ne, 31);
+        logits[5] = f32::NAN;
+        logits[ne + 9] = f32::INFINITY;
+        logits[2 * ne + 1] = f32::NEG_INFINITY;
+        logits[2 * ne + 12] = f32::NAN;
+        for (i, v) in logits[3 * ne..].iter_mut().enumerate() {
+            *v = if i % 2 == 0 { -0.0 } else { 0.0 };
+        }
+        for (softmax_first, normalize) in [(true, true), (false, true), (false, false)] {
+            let r = Routing {
+                n_expert: ne,
+                k: 4,
+                softmax_first,
+                normalize,
+            };
+            let (want_ids, want_ws) = route(&logits, &r);
+            let (ids, ws) = b.run(|| {
+                let mut x = b.alloc(4, ne);
+                b.write(&mut x, 4, ne, &logits);
+                let (ids, ws) = (b.alloc(4, 4), b.alloc(4, 4));
+                b.route_rows_by(x.ptr, 4, &r, ids.ptr, ws.ptr, false, false);
+                (b.read(&ids), b.read(&ws))
+            });
+            let what = format!("non-finite logits, softmax first {softmax_first}, normalize {normalize}");
+            let ids: Vec<usize> = ids.iter().map(|v| v.to_bits() as usize).collect();
+            for row in ids.chunks(4) {
+                let mut seen = row.to_vec();
+                seen.sort_unstable();
+                seen.dedup();
+                assert!(seen.len() == 4 && seen[3] < ne, "{what}: ids {row:?}");
+            }
+            if softmax_first {
+                continue;
+            }
+            assert_eq!(ids, want_ids, "{what}: ids differ from the CPU's");
+            for (i, (g, w)) in ws.iter().zip(&want_ws).enumerate() {
+                let same = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-6;
+                assert!(same, "{what}: weight {i}: {g} against the CPU's {w}");
+            }
+        }
     }
 }

@@ -1315,6 +1315,39 @@ pub(crate) mod cuda {
         }
     }
     #[test]
+    fn attention_head_groups() {
+        // A KV head's query heads over several blocks a split (`with_attn_hg`) against one block
+        // taking them all: the same bits (each head's sums in the same order either way).
+        if let Some(b) = cuda("attention_head_groups") {
+            let one = b.with_attn_dec(true).with_attn_hg(1);
+            let want = super::attention_decode_step(&one);
+            // (4 and 2 query heads a KV head: 4 groups falls back to one block in the second;
+            // 0, the default, takes 4 and 2.)
+            for hg in [0, 2, 4] {
+                let b = Cuda::new(0).unwrap().with_attn_dec(true).with_attn_hg(hg);
+                for ((what, g), (_, w)) in super::attention_decode_step(&b).iter().zip(&want) {
+                    let bad = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
+                    assert!(
+                        bad.is_none(),
+                        "{what}, {hg} groups: {:?} vs {:?}",
+                        bad.map(|i| g[i]),
+                        bad.map(|i| w[i])
+                    );
+                }
+            }
+            // With the rope in the attention (`Fused::RopeAttn`), one head a block: its output and
+            // the keys it stored against the separate launches'.
+            let b = Cuda::new(0)
+                .unwrap()
+                .with_rope_store(true)
+                .with_attn_dec(true)
+                .with_attn_hg(8)
+                .with_fused(Fused::RopeAttn, true);
+            super::rope_store_kv_heads(&b, 16, 2);
+            assert_eq!(b.fused(Fused::RopeAttn), 6);
+        }
+    }
+    #[test]
     fn rope_store_kv() {
         // The fused launch against the two launches it replaces (on whatever the default is).
         if let Some(b) = cuda("rope_store_kv") {

@@ -429,8 +429,15 @@ __device__ void attn_dec_t(Step s, const float* q, float* po, float* pml, const 
     // (ROPE: the row's new key in f32, then it and its value in f16.)
     __shared__ __align__(16) float kf[ROPE ? DEC_HD : 1];
     __shared__ __align__(16) u16 kn16[ROPE ? DEC_HD : 1], vn16[ROPE ? DEC_HD : 1];
+    // (ROPE: the q and k norms' weights, and the row's rope pairs.)
+    __shared__ float wn[ROPE ? 2 * DEC_HD : 1];
+    __shared__ float2 rc[ROPE ? DEC_HD / 2 : 1];
     // The step's tables were uploaded before its first kernel: read before the wait.
-    int r = blockIdx.x, kh = blockIdx.y / SPLIT_MAX, j = blockIdx.y % SPLIT_MAX;
+    // The grid's y: (KV head, head group, split); hg groups of the KV head's query heads (hg from
+    // the grid: Cuda::attn_hg), each group's G heads a block of their own (with hg > 1 each block
+    // of the row's last split makes the new key itself; the group-0 one stores it).
+    int hg = gridDim.y / (n_kv * SPLIT_MAX), kq = blockIdx.y / SPLIT_MAX;
+    int r = blockIdx.x, kh = kq / hg, j = blockIdx.y % SPLIT_MAX;
     int idx = sidx[r];
     if (idx < 0) return;
     int seq = s.row_seq[r], pos = s.row_pos[r], lo, hi;
@@ -438,7 +445,8 @@ __device__ void attn_dec_t(Step s, const float* q, float* po, float* pml, const 
     int nk = hi - lo + 1, len = split_len(nk);
     if (j * len >= nk) return;
     int a = lo + j * len, b = min(hi, a + len - 1), fresh = s.seq_pos0[seq];
-    int G = n_head / n_kv, h0 = kh * G, tid = threadIdx.x;
+    int G = n_head / n_kv / hg, h0 = kh * (n_head / n_kv) + (kq % hg) * G, tid = threadIdx.x;
+    bool store = kq % hg == 0;
     int pk = hd / 8;
     u64 hoff = (u64)kh * hd * 2;
     // Keys t0 .. of a chunk into stage st: those of earlier steps (part 1), of this step (2), all (0).
@@ -453,6 +461,29 @@ __device__ void attn_dec_t(Step s, const float* q, float* po, float* pml, const 
     };
     load(a, 0, 1);
     cp_commit();
+    // ROPE: what the rope's steps read that the kernel ahead does not write (the norms' weights,
+    // the row's rope pairs, uploaded before the step's first kernel, and the new key's and value's
+    // cache rows), fetched before the wait, so that after it only the queries, key and value are
+    // loads the block waits on. (Read after the wait, each was a load from the L2 that the next
+    // steps waited for.)
+    bool mine = ROPE && b == hi && hi == pos;
+    const float *wq = 0, *wk = 0;
+    const float2* cr = rc;
+    u16 *kc = 0, *vc = 0;
+    if (ROPE) {
+        int half = ri.n_dims / 2;
+        for (int i = tid; i < hd; i += blockDim.x) {
+            if (ri.wq) wn[i] = ri.wq[i];
+            if (mine && ri.wk) wn[DEC_HD + i] = ri.wk[i];
+        }
+        for (int pr = tid; pr < half; pr += blockDim.x) rc[pr] = ri.cs[(u64)r * half + pr];
+        wq = ri.wq ? wn : 0;
+        wk = ri.wk ? wn + DEC_HD : 0;
+        if (mine && store) {
+            kc = (u16*)(kv_row(s, seq, pos, k_off, k_rb) + hoff);
+            vc = (u16*)(kv_row(s, seq, pos, v_off, v_rb) + hoff);
+        }
+    }
     pdl_wait();
     load(a, 0, 2);
     cp_commit();
@@ -462,15 +493,16 @@ __device__ void attn_dec_t(Step s, const float* q, float* po, float* pml, const 
     if (ROPE) {
         // rope_store_kv's work for this block (see above); its per-head norm a warp a head.
         int half = ri.n_dims / 2;
-        const float2* cr = ri.cs + (u64)r * half;
-        bool mine = b == hi && hi == pos;
         if (mine)
-            for (int i = tid; i < hd; i += blockDim.x) kf[i] = ri.k[(u64)r * ri.kd + (u64)kh * hd + i];
+            for (int i = tid; i < hd; i += blockDim.x) {
+                kf[i] = ri.k[(u64)r * ri.kd + (u64)kh * hd + i];
+                vn16[i] = f2h(ri.v[(u64)r * ri.vd + (u64)kh * hd + i]);
+            }
         __syncthreads();
         int w = tid >> 5;
-        if (ri.wq)
-            for (int g = w; g < G; g += 4) head_norm_warp(qs + g * hd, ri.wq, hd, ri.eps);
-        if (mine && ri.wk && w == G % 4) head_norm_warp(kf, ri.wk, hd, ri.eps);
+        if (wq)
+            for (int g = w; g < G; g += 4) head_norm_warp(qs + g * hd, wq, hd, ri.eps);
+        if (mine && wk && w == G % 4) head_norm_warp(kf, wk, hd, ri.eps);
         __syncthreads();
         for (int i = tid; i < G * half; i += blockDim.x) {
             int pr = i % half;
@@ -480,14 +512,14 @@ __device__ void attn_dec_t(Step s, const float* q, float* po, float* pml, const 
             for (int pr = tid; pr < half; pr += blockDim.x)
                 rope_head_pair(kf, pr, half, ri.neox, cr[pr]);
             __syncthreads();
-            u16* kc = (u16*)(kv_row(s, seq, pos, k_off, k_rb) + hoff);
-            u16* vc = (u16*)(kv_row(s, seq, pos, v_off, v_rb) + hoff);
+            // (vn16[i] was written by this thread above.)
             for (int i = tid; i < hd; i += blockDim.x) {
-                u16 kh16 = f2h(kf[i]), vh16 = f2h(ri.v[(u64)r * ri.vd + (u64)kh * hd + i]);
-                kc[i] = kh16;
-                vc[i] = vh16;
+                u16 kh16 = f2h(kf[i]);
+                if (store) {
+                    kc[i] = kh16;
+                    vc[i] = vn16[i];
+                }
                 kn16[i] = kh16;
-                vn16[i] = vh16;
             }
         }
     }
@@ -572,19 +604,42 @@ extern "C" __global__ void __launch_bounds__(128) attn_dec_f16_rope(Step s, cons
                      ocols, n_pad, q0, d0, qk, dk, RopeIn{k, v, kd, vd, cs, n_dims, neox, wq, wk, eps});
 }
 
-// Value d of head h of row r (its splits at sidx[r] ≥ 0), the splits merged in split order.
-__device__ __forceinline__ float combine_one(const Step& s, const float* po, const float* pml, int r, int idx, int h, int d,
-                                             int hd, int n_head, int window, int causal) {
+// The number of splits of row r's keys (from the step's tables: readable before the wait for the
+// kernel ahead).
+__device__ __forceinline__ int combine_splits(const Step& s, int r, int window, int causal) {
     int lo, hi;
     key_range(s, r, window, causal, &lo, &hi);
-    int nk = hi - lo + 1, len = split_len(nk), ns = (nk + len - 1) / len;
+    int nk = hi - lo + 1, len = split_len(nk);
+    return (nk + len - 1) / len;
+}
+// Value d of head h of row idx's ns splits, merged in split order. Every split's max, sum and
+// value are asked for at once (unrolled, predicated: one wait on the L2, not one a split); the
+// same operations in the same order as a loop over the splits.
+__device__ __forceinline__ float combine_one(const float* po, const float* pml, int idx, int ns, int h, int d, int hd,
+                                             int n_head) {
     u64 P0 = ((u64)idx * n_head + h) * SPLIT_MAX;
+    float m[SPLIT_MAX], l[SPLIT_MAX], v[SPLIT_MAX];
+#pragma unroll
+    for (int j = 0; j < SPLIT_MAX; j++) {
+        if (j < ns) {
+            float2 t = *(const float2*)(pml + 2 * (P0 + j));
+            m[j] = t.x;
+            l[j] = t.y;
+            v[j] = po[(P0 + j) * hd + d];
+        }
+    }
     float M = -INFINITY;
-    for (int j = 0; j < ns; j++) M = fmaxf(M, pml[2 * (P0 + j)]);
+#pragma unroll
+    for (int j = 0; j < SPLIT_MAX; j++)
+        if (j < ns) M = fmaxf(M, m[j]);
     float L = 0.f;
-    for (int j = 0; j < ns; j++) L += pml[2 * (P0 + j) + 1] * expf(pml[2 * (P0 + j)] - M);
+#pragma unroll
+    for (int j = 0; j < SPLIT_MAX; j++)
+        if (j < ns) L += l[j] * expf(m[j] - M);
     float o = 0.f;
-    for (int j = 0; j < ns; j++) o += po[(P0 + j) * hd + d] * expf(pml[2 * (P0 + j)] - M);
+#pragma unroll
+    for (int j = 0; j < SPLIT_MAX; j++)
+        if (j < ns) o += v[j] * expf(m[j] - M);
     return o / L;
 }
 
@@ -592,12 +647,13 @@ __device__ __forceinline__ float combine_one(const Step& s, const float* po, con
 extern "C" __global__ void attn_combine(Step s, const float* po, const float* pml, const int* sidx, float* out, int cols, int hd,
                                         int n_head, int window, int causal) {
     pdl_trigger();
-    pdl_wait();
     int r = blockIdx.x, h = blockIdx.y;
     int idx = sidx[r];
     if (idx < 0) return;
+    int ns = combine_splits(s, r, window, causal);
+    pdl_wait();
     for (int d = threadIdx.x; d < hd; d += blockDim.x)
-        out[(u64)r * cols + (u64)h * hd + d] = combine_one(s, po, pml, r, idx, h, d, hd, n_head, window, causal);
+        out[(u64)r * cols + (u64)h * hd + d] = combine_one(po, pml, idx, ns, h, d, hd, n_head);
 }
 
 // attn_combine for steps whose rows are all split-K rows, also quantizing the output for the
@@ -607,12 +663,14 @@ extern "C" __global__ void attn_combine_q8(Step s, const float* po, const float*
                                            int n_head, int window, int causal, int n_pad, signed char* q0, float* d0,
                                            signed char* qk, float* dk) {
     pdl_trigger();
-    pdl_wait();
     int r = blockIdx.x, c = blockIdx.y * 256 + threadIdx.x;
+    // (The step's tables: before the wait.)
     int idx = sidx[r];
+    int ns = idx >= 0 ? combine_splits(s, r, window, causal) : 0;
+    pdl_wait();
     float o = 0.f;
     if (idx >= 0 && c < cols) {
-        o = combine_one(s, po, pml, r, idx, c / hd, c % hd, hd, n_head, window, causal);
+        o = combine_one(po, pml, idx, ns, c / hd, c % hd, hd, n_head);
         out[(u64)r * cols + c] = o;
     }
     u64 qo = (u64)r * n_pad, dof = (u64)r * (n_pad / 32);

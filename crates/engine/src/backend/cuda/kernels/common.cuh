@@ -366,9 +366,15 @@ __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, in
 // ≤ 1024 < 2^10: every partial sum is a double, in any order), else by thread 0 in order as
 // moe_route_t; the k largest by rank (how many values are larger, or equal at a lower id: the order
 // of moe_route_t's rounds). The same ids and weights as moe_route_t, bit for bit.
+// f32::total_cmp's order as a signed integer's: negative values' bits but the sign flipped.
+__device__ __forceinline__ int total_key(float v) {
+    int b = __float_as_int(v);
+    return b ^ (int)((unsigned)(b >> 31) >> 1);
+}
 template <int NMAX = 1024>
 __device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
     __shared__ __align__(16) float p[NMAX];
+    __shared__ __align__(16) int kp[NMAX];
     __shared__ double dpart[32];
     __shared__ float fpart[32];
     __shared__ float sel[64];
@@ -417,16 +423,21 @@ __device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, 
         for (int i = tid; i < ne; i += nt) p[i] *= inv;
         __syncthreads();
     }
-    // Rank of each value; those under k are the chosen, in rank order.
+    // Rank of each value in the CPU's order (f32::total_cmp, ties to the lower id), through
+    // integer keys: a total order, NaN and ±0 included, so the ranks are a permutation and every
+    // chosen slot is written. (With the floats compared, a NaN logit left slots unwritten: expert
+    // ids from stale shared memory, then an illegal address.) The padding sorts below every value.
+    for (int i = tid; i < ne4; i += nt) kp[i] = i < ne ? total_key(p[i]) : -2147483647 - 1;
+    __syncthreads();
     for (int i = tid; i < ne; i += nt) {
-        float v = p[i];
+        int v = kp[i];
         int r = 0;
         for (int j = 0; j < ne4; j += 4) {
-            float4 q = *(const float4*)(p + j);
+            int4 q = *(const int4*)(kp + j);
             r += (q.x > v || (q.x == v && j < i)) + (q.y > v || (q.y == v && j + 1 < i)) +
                  (q.z > v || (q.z == v && j + 2 < i)) + (q.w > v || (q.w == v && j + 3 < i));
         }
-        if (r < k) { sel[r] = v; sid[r] = i; }
+        if (r < k) { sel[r] = p[i]; sid[r] = i; }
     }
     __syncthreads();
     if (tid == 0) route_weights(sel, k, softmax_first, normalize);
