@@ -1114,6 +1114,37 @@ s58)
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt ab.txt greedy-ab.txt copy-bandwidth.txt engine-tiny.txt
   ;;
+s58b)
+  # Written 2026-12-06 (twenty-eighth session, for 364 s of device time left, too little for s58's
+  # llama.cpp build; carry .dev as for s58, timeout 300): HEAD's decode attention (head groups by
+  # default) against the binary before it on the 8B Q4_K_M, BF16 and Q8_0, whose ratios to
+  # llama.cpp were measured with the attention before (2026-12-05-h200-b): tg128 alternating, two
+  # rounds while there is time; the op tests, the fixtures carried and fed greedy decoding while
+  # the models are made; the greedy tokens of both.
+  unpack
+  machine_info
+  xz -dc $D/hf2q-old.xz > /tmp/bin/hf2q-old && chmod +x /tmp/bin/hf2q-old
+  bg_make "q4_k_m bf16 q8_0"
+  timeout 90 /tmp/bin/engine-tests --test-threads=1 --skip kernels_compile cuda > $OUT/engine-tests.txt 2>&1
+  grep -E "test result|FAILED|panicked" $OUT/engine-tests.txt
+  HF2Q_FIXTURES=$D/fixtures timeout 60 /tmp/bin/engine_tiny --nocapture fixtures_on_cuda > $OUT/engine-tiny.txt 2>&1
+  grep -E "NOT RUN|test result|panicked|over" $OUT/engine-tiny.txt | head
+  HF2Q_FIXTURES=$D/fixtures timeout 30 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda > $OUT/decode-greedy.txt 2>&1
+  grep -E "test result|panicked|NOT RUN" $OUT/decode-greedy.txt
+  for i in 1 2; do
+    for q in q4_k_m bf16 q8_0; do
+      wait_for $q-END 250
+      [ $SECONDS -lt 265 ] && [ -f $W/l8b.$q.gguf ] || continue
+      H=/tmp/bin/hf2q-old; tgp $q-old $W/l8b.$q.gguf X=1
+      H=/tmp/bin/hf2q; tgp $q-new $W/l8b.$q.gguf X=1
+    done
+  done
+  H=/tmp/bin/hf2q-old; greedy_ab $W/l8b.q8_0.gguf OLD=1
+  H=/tmp/bin/hf2q; greedy_ab $W/l8b.q8_0.gguf X=1
+  grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt greedy-ab.txt engine-tests.txt engine-tiny.txt decode-greedy.txt make.txt
+  ;;
 s49b)
   # The second call of s49's chain (twenty-fourth session; carry nothing, timeout 600), on the same
   # warm machine: what s49 left (the make, hf2q bench, llama-bench's build and its bench), then a
