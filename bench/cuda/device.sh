@@ -1125,16 +1125,16 @@ s58b)
   machine_info
   xz -dc $D/hf2q-old.xz > /tmp/bin/hf2q-old && chmod +x /tmp/bin/hf2q-old
   bg_make "q4_k_m bf16 q8_0"
-  timeout 90 /tmp/bin/engine-tests --test-threads=1 --skip kernels_compile cuda > $OUT/engine-tests.txt 2>&1
+  timeout 100 /tmp/bin/engine-tests --test-threads=1 --skip kernels_compile cuda > $OUT/engine-tests.txt 2>&1
   grep -E "test result|FAILED|panicked" $OUT/engine-tests.txt
-  HF2Q_FIXTURES=$D/fixtures timeout 60 /tmp/bin/engine_tiny --nocapture fixtures_on_cuda > $OUT/engine-tiny.txt 2>&1
+  HF2Q_FIXTURES=$D/fixtures timeout 40 /tmp/bin/engine_tiny --nocapture fixtures_on_cuda > $OUT/engine-tiny.txt 2>&1
   grep -E "NOT RUN|test result|panicked|over" $OUT/engine-tiny.txt | head
-  HF2Q_FIXTURES=$D/fixtures timeout 30 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda > $OUT/decode-greedy.txt 2>&1
+  HF2Q_FIXTURES=$D/fixtures timeout 20 /tmp/bin/engine_tiny --nocapture decode_greedy_on_cuda > $OUT/decode-greedy.txt 2>&1
   grep -E "test result|panicked|NOT RUN" $OUT/decode-greedy.txt
   for i in 1 2; do
     for q in q4_k_m bf16 q8_0; do
-      wait_for $q-END 250
-      [ $SECONDS -lt 265 ] && [ -f $W/l8b.$q.gguf ] || continue
+      wait_for $q-END 240
+      [ $SECONDS -lt 250 ] && [ -f $W/l8b.$q.gguf ] || continue
       H=/tmp/bin/hf2q-old; tgp $q-old $W/l8b.$q.gguf X=1
       H=/tmp/bin/hf2q; tgp $q-new $W/l8b.$q.gguf X=1
     done
