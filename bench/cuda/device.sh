@@ -80,9 +80,12 @@
 #            (decode attention's merge and the MoE router + routing in thread block clusters: slower,
 #            taken out); s49h and s56 were refused. Twenty-seventh session (bench/runs/2026-12-06-h100-g):
 #            s56 on an H100 (each MoE kernel's share of a step: gate / up 9.45 us a layer, attention
-#            8.42), then eight refused starts. Next: s57 (~170 s, any card: branch
-#            cuda-attn-prewait's attention against main's binary), then s49 on an H200 (it does
-#            round 2 and the tensor list itself when it has time; s49b finishes what it could not).
+#            8.42), then eight refused starts. Twenty-eighth session (bench/runs/2026-12-06-h200-b):
+#            five refused starts, then on one H200 s57 (the branch's head groups: 8 blocks 1.058x on
+#            the 8-layer cut; one block 0.924x) and s49 with HF2Q_CUDA_ATTN_HG=8 (the whole MoE
+#            1.527x / 1.525x); s58 (the 8B with HEAD's default) was refused twice; s58b is its
+#            shorter form for the device time left. (s49 does round 2 and the tensor list itself
+#            when it has time; s49b finishes what it could not.)
 # A call carries at most 64 MiB with the tree, counted in disk blocks (du), not bytes (2026-12-06).
 # Seen on the device (2026-12-02): a call's carried paths replace .dev there (files carried by an
 # earlier call are gone), so phases copy what later calls need into /tmp; the machine is given back
