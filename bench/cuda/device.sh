@@ -1087,16 +1087,17 @@ s57)
 s58)
   # Written 2026-12-06 (twenty-eighth session; carry .dev made at HEAD by make_dev.sh with
   # FIXTURES="llama qwen3 qwen3_moe gemma3 gemma4 qwen3_5_text", plus .dev/hf2q-old.xz, the binary
-  # before 958dca1's attention; a fresh machine, ~420 s, timeout 460; the A/B rounds stop at 380 s). s57 (2026-12-06-h200-b call
-  # 1) measured the MoE's 8-layer cut faster with a KV head's query heads over 4 or 8 blocks a
-  # split and slower with 1; HEAD's default takes the most of 8 / 4 / 2 dividing them (the 8B has
-  # 4 a KV head). This checks the rest on an H200: every op test, the fixtures carried, fed greedy
-  # decoding, both tools on the 8B Q4_K_M, Q8_0 and BF16, then tg128 of the binary before against
-  # HEAD's defaults and HF2Q_CUDA_ATTN_HG=1 / 2 on the 8B Q4_K_M and BF16, and the greedy tokens.
+  # before 958dca1's attention; a fresh machine, ~480 s, timeout 600; then s58s at once on the same
+  # machine). s57 (2026-12-06-h200-b call 1) measured the MoE's 8-layer cut faster with a KV head's
+  # query heads over 4 or 8 blocks a split and slower with 1; HEAD's default takes the most of 8 / 4
+  # / 2 dividing them in steps of at most 4 rows (the 8B has 4 a KV head), one in larger steps.
+  # This checks the rest on an H200: every op test, the fixtures carried, fed greedy decoding,
+  # both tools on the 8B Q4_K_M, Q8_0 and BF16, then tg128 of the binary before against HEAD's
+  # defaults and HF2Q_CUDA_ATTN_HG=1 / 2 on the 8B Q4_K_M and BF16, and the greedy tokens.
   unpack
   machine_info
   xz -dc $D/hf2q-old.xz > /tmp/bin/hf2q-old && chmod +x /tmp/bin/hf2q-old
-  bg_llama_bench
+  bg_llama
   bg_make "q4_k_m q8_0 bf16"
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   op_tests
@@ -1106,7 +1107,7 @@ s58)
   for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
   for i in 1 2; do
     for q in q4_k_m bf16; do
-      [ $SECONDS -lt 380 ] || break
+      [ $SECONDS -lt 520 ] || break
       f=$W/l8b.$q.gguf
       H=/tmp/bin/hf2q-old; tgp $q-old $f X=1
       H=/tmp/bin/hf2q; for c in X=1 HF2Q_CUDA_ATTN_HG=1 HF2Q_CUDA_ATTN_HG=2; do tgp $q-new $f $c; done
@@ -1116,6 +1117,44 @@ s58)
   H=/tmp/bin/hf2q; greedy_ab $W/l8b.q8_0.gguf X=1 HF2Q_CUDA_ATTN_HG=1
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt ab.txt greedy-ab.txt copy-bandwidth.txt engine-tiny.txt
+  ;;
+s58s)
+  # After s58 on the same warm machine (carry .dev again, timeout 600): serving at 16 and 64
+  # streams on the 8B Q4_K_M with HEAD's attention against llama-server (the Done-when figure was
+  # measured before 958dca1: 2026-12-04-h200/cuda-session7 call 13), then hf2q alone at 64 streams
+  # with the head groups forced (HF2Q_CUDA_ATTN_HG=4: every block of a split reads its keys and
+  # values again from the L2) and with the binary before.
+  wait_builds
+  for n in 16 64; do serve_pair $n; done
+  echo "== the next line: HF2Q_CUDA_ATTN_HG=4" >> $OUT/serve.txt
+  (export HF2Q_CUDA_ATTN_HG=4; SKIP_LLAMA=1 serve_pair 64)
+  echo "== the next line: the binary before 958dca1 (hf2q-old)" >> $OUT/serve.txt
+  (H=/tmp/bin/hf2q-old; SKIP_LLAMA=1 serve_pair 64)
+  echo "$phase done at $SECONDS s" | tee -a $OUT/serve.txt
+  pack serve.txt serve-hf2q-log.txt
+  ;;
+s59)
+  # Written 2026-12-06 (twenty-eighth session; carry .dev made at HEAD, a fresh machine, ~220 s, any
+  # card): attn_combine(_q8)'s merge of the splits in HEAD's form (every split asked for at once
+  # where there are at most 8, 52 registers), in 958dca1's (all 32 unrolled, 155 registers: the
+  # form s57 and s49 measured, HF2Q_CUDA_DEFINE=COMBINE_FAST=32) and as loops (before 958dca1,
+  # COMBINE_LOOP), on the MoE's 8-layer cut, two alternating rounds, with the head groups forced
+  # to 4 beside them; the attention op tests; the greedy tokens (the same bits by construction).
+  unpack
+  machine_info
+  bg_make "" moe 8
+  op_tests cuda::attention cuda::rope_store_kv
+  for d in COMBINE_FAST=32 COMBINE_LOOP; do HF2Q_CUDA_DEFINE=$d timeout 150 $H doctor > /dev/null 2>&1; done
+  m=$W/moe.q4_k_m.gguf
+  moe_made 200 ab.txt
+  set -- X=1 HF2Q_CUDA_DEFINE=COMBINE_FAST=32 HF2Q_CUDA_DEFINE=COMBINE_LOOP HF2Q_CUDA_ATTN_HG=4
+  if [ -f $m ]; then
+    for i in 1 2; do for c in "$@"; do tgp moe8 $m $c; done; done
+    greedy_ab $m "$@"
+  fi
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
 s58b)
   # Written 2026-12-06 (twenty-eighth session, for 364 s of device time left, too little for s58's

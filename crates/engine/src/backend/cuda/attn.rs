@@ -12,6 +12,22 @@ use std::sync::atomic::Ordering;
 /// heads per KV head, and rows of a sequence in the step (decode rows; longer runs go through the
 /// one-block-per-head kernel).
 const ATTN_SPLIT_MAX: usize = 32;
+
+/// The blocks a split that `attn_dec_f16` spreads `g` query heads (of one KV head) over, in a
+/// step of `rows` rows, for the setting `hg` (`Cuda::attn_hg`: `HF2Q_CUDA_ATTN_HG`): that many
+/// where it divides `g`, else one. 0 (the default): the most of 8, 4, 2 that divides `g` in steps
+/// of at most `HG_MAX_ROWS` rows, where decode attention reads few keys and its time is latency;
+/// one in larger steps, whose attention is bound by reading the keys and values, which every
+/// block of a split reads again from the L2 (so `hg` times; not measured there).
+fn head_groups(hg: usize, g: usize, rows: usize) -> usize {
+    const HG_MAX_ROWS: usize = 4;
+    match hg {
+        0 if rows <= HG_MAX_ROWS => [8, 4, 2].into_iter().find(|&h| g.is_multiple_of(h)).unwrap_or(1),
+        0 => 1,
+        h if g.is_multiple_of(h) => h,
+        _ => 1,
+    }
+}
 const ATTN_SPLIT_G: usize = 8;
 const ATTN_SPLIT_ROWS: usize = 8;
 /// Widest head `attn_dec_f16` takes (its shared-memory stages are sized for it).
@@ -119,7 +135,11 @@ impl Cuda {
             }
             // The query heads of a KV head over `hg` blocks a split (attn_dec_f16: the kernel
             // finds hg from its grid), not where the last block merges the splits.
-            let hg = if dec && !merge { self.head_groups(g) } else { 1 };
+            let hg = if dec && !merge {
+                head_groups(self.attn_hg, g, q.rows)
+            } else {
+                1
+            };
             self.dev.launch_early(
                 &if rope.is_some() {
                     "attn_dec_f16_rope".into()
@@ -244,5 +264,24 @@ impl Cuda {
             }
             (self.dev.upload(&t), t.len() / 2)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn head_groups() {
+        use super::head_groups;
+        // Default: the most of 8 / 4 / 2 dividing the query heads a KV head, in steps of few rows.
+        assert_eq!(head_groups(0, 8, 1), 8); // Qwen3-30B-A3B: 32 heads, 4 KV heads
+        assert_eq!(head_groups(0, 4, 4), 4); // Llama-3.1-8B: 32, 8
+        assert_eq!(head_groups(0, 16, 1), 8);
+        assert_eq!(head_groups(0, 6, 1), 2);
+        assert_eq!(head_groups(0, 3, 1), 1); // SmolLM2-135M: 9, 3
+        assert_eq!(head_groups(0, 8, 5), 1);
+        // Set: where it divides them, whatever the rows.
+        assert_eq!(head_groups(2, 8, 64), 2);
+        assert_eq!(head_groups(4, 2, 1), 1);
+        assert_eq!(head_groups(1, 8, 1), 1);
     }
 }

@@ -117,9 +117,9 @@ pub struct Cuda {
     attn_dec: bool,
     /// Query heads of a KV head split over this many blocks in `attn_dec_f16(_rope)`
     /// (`HF2Q_CUDA_ATTN_HG=N`, N dividing the query heads a KV head; 1: a block takes them all;
-    /// 0, the default: the most of 8, 4, 2 that divides them): more blocks a split, each with
-    /// fewer heads' work after the wait, the same bits. On the MoE's 8-layer cut (8 query heads a
-    /// KV head) tg128 2,179.7 t/s with 8 against 2,060.4 before the change and 1,903.2 with 1 (H200,
+    /// 0, the default: `head_groups`): more blocks a split, each with fewer heads' work after the
+    /// wait, the same bits. On the MoE's 8-layer cut (8 query heads a KV head) tg128 2,179.7 t/s
+    /// with 8 against 2,060.4 before the change and 1,903.2 with 1 (H200,
     /// bench/runs/2026-12-06-h200-b call 1).
     attn_hg: usize,
     /// Which launch-saving variants (`Fused`) are on: `with_fused`, or each one's variable
@@ -227,19 +227,10 @@ impl Cuda {
     }
 
     /// `attn_dec_f16`'s query heads of a KV head split over `hg` blocks (where `hg` divides them;
-    /// otherwise one block takes them all; 0: the most of 8, 4, 2 that divides them).
+    /// otherwise one block takes them all; 0: the choice of `attn.rs`'s `head_groups`).
     pub fn with_attn_hg(mut self, hg: usize) -> Cuda {
         self.attn_hg = hg;
         self
-    }
-
-    /// The blocks a split that `attn_dec_f16` spreads `g` query heads (of one KV head) over.
-    fn head_groups(&self, g: usize) -> usize {
-        match self.attn_hg {
-            0 => [8, 4, 2].into_iter().find(|&h| g.is_multiple_of(h)).unwrap_or(1),
-            h if g.is_multiple_of(h) => h,
-            _ => 1,
-        }
     }
 
     /// `Backend::top_of_rows` on the GPU or on the host.

@@ -612,34 +612,52 @@ __device__ __forceinline__ int combine_splits(const Step& s, int r, int window, 
     int nk = hi - lo + 1, len = split_len(nk);
     return (nk + len - 1) / len;
 }
-// Value d of head h of row idx's ns splits, merged in split order. Every split's max, sum and
-// value are asked for at once (unrolled, predicated: one wait on the L2, not one a split); the
-// same operations in the same order as a loop over the splits.
+// Value d of head h of row idx's ns splits, merged in split order. Where there are at most
+// COMBINE_FAST splits (decode at up to 128 keys), every split's max, sum and value are asked for
+// at once (unrolled, predicated: one wait on the L2, not one a split); otherwise loops over the
+// splits. The same operations in the same order either way. (958dca1 unrolled all SPLIT_MAX
+// splits: 155 registers in attn_combine_q8 against the loops' 32 (ptxas -v, NVRTC 13.2, sm_90),
+// one 256-thread block an SM, so steps of many rows went in waves; with 8 at most, 52: four.
+// -DCOMBINE_LOOP: the loops alone, to compare.)
+#ifndef COMBINE_FAST
+#define COMBINE_FAST 8
+#endif
 __device__ __forceinline__ float combine_one(const float* po, const float* pml, int idx, int ns, int h, int d, int hd,
                                              int n_head) {
     u64 P0 = ((u64)idx * n_head + h) * SPLIT_MAX;
-    float m[SPLIT_MAX], l[SPLIT_MAX], v[SPLIT_MAX];
+#ifndef COMBINE_LOOP
+    if (ns <= COMBINE_FAST) {
+        float m[COMBINE_FAST], l[COMBINE_FAST], v[COMBINE_FAST];
 #pragma unroll
-    for (int j = 0; j < SPLIT_MAX; j++) {
-        if (j < ns) {
-            float2 t = *(const float2*)(pml + 2 * (P0 + j));
-            m[j] = t.x;
-            l[j] = t.y;
-            v[j] = po[(P0 + j) * hd + d];
+        for (int j = 0; j < COMBINE_FAST; j++) {
+            if (j < ns) {
+                float2 t = *(const float2*)(pml + 2 * (P0 + j));
+                m[j] = t.x;
+                l[j] = t.y;
+                v[j] = po[(P0 + j) * hd + d];
+            }
         }
+        float M = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < COMBINE_FAST; j++)
+            if (j < ns) M = fmaxf(M, m[j]);
+        float L = 0.f;
+#pragma unroll
+        for (int j = 0; j < COMBINE_FAST; j++)
+            if (j < ns) L += l[j] * expf(m[j] - M);
+        float o = 0.f;
+#pragma unroll
+        for (int j = 0; j < COMBINE_FAST; j++)
+            if (j < ns) o += v[j] * expf(m[j] - M);
+        return o / L;
     }
+#endif
     float M = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < SPLIT_MAX; j++)
-        if (j < ns) M = fmaxf(M, m[j]);
+    for (int j = 0; j < ns; j++) M = fmaxf(M, pml[2 * (P0 + j)]);
     float L = 0.f;
-#pragma unroll
-    for (int j = 0; j < SPLIT_MAX; j++)
-        if (j < ns) L += l[j] * expf(m[j] - M);
+    for (int j = 0; j < ns; j++) L += pml[2 * (P0 + j) + 1] * expf(pml[2 * (P0 + j)] - M);
     float o = 0.f;
-#pragma unroll
-    for (int j = 0; j < SPLIT_MAX; j++)
-        if (j < ns) o += v[j] * expf(m[j] - M);
+    for (int j = 0; j < ns; j++) o += po[(P0 + j) * hd + d] * expf(pml[2 * (P0 + j)] - M);
     return o / L;
 }
 
