@@ -14,7 +14,8 @@ use std::sync::atomic::Ordering;
 const ATTN_SPLIT_MAX: usize = 32;
 
 /// The blocks a split that `attn_dec_f16` spreads `g` query heads (of one KV head) over, in a
-/// step of `rows` rows, for the setting `hg` (`Cuda::attn_hg`: `HF2Q_CUDA_ATTN_HG`): that many
+/// step of `rows` rows that split their keys (decode rows; a prompt's rows go through flash
+/// attention), for the setting `hg` (`Cuda::attn_hg`: `HF2Q_CUDA_ATTN_HG`): that many
 /// where it divides `g`, else one. 0 (the default): the most of 8, 4, 2 that divides `g` in steps
 /// of at most `HG_MAX_ROWS` rows, where decode attention reads few keys and its time is latency;
 /// one in larger steps, whose attention is bound by reading the keys and values, which every
@@ -136,7 +137,7 @@ impl Cuda {
             // The query heads of a KV head over `hg` blocks a split (attn_dec_f16: the kernel
             // finds hg from its grid), not where the last block merges the splits.
             let hg = if dec && !merge {
-                head_groups(self.attn_hg, g, q.rows)
+                head_groups(self.attn_hg, g, n_split)
             } else {
                 1
             };

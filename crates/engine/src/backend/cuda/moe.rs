@@ -569,7 +569,7 @@ mod tests {
             }
         }
         // Logits that are not all finite numbers (a broken model's), by the block's routing (the
-        // default): k distinct ids below n_expert in every row; taken as they are (no softmax
+        // default) and the warp's: k distinct ids below n_expert in every row; taken as they are (no softmax
         // first), the CPU's ids (f32::total_cmp's order) and weights (NaN where the CPU's are).
         // After a softmax the NaNs' bits are the platform's (x86 and the GPU make different ones),
         // so there only the ids' validity is checked. Rows: a NaN among them; +inf; -inf and NaN;
@@ -583,7 +583,10 @@ mod tests {
         for (i, v) in logits[3 * ne..].iter_mut().enumerate() {
             *v = if i % 2 == 0 { -0.0 } else { 0.0 };
         }
-        for (softmax_first, normalize) in [(true, true), (false, true), (false, false)] {
+        for (softmax_first, normalize, warp) in [(true, true), (false, true), (false, false)]
+            .into_iter()
+            .flat_map(|(s, n)| [(s, n, false), (s, n, true)])
+        {
             let r = Routing {
                 n_expert: ne,
                 k: 4,
@@ -595,10 +598,10 @@ mod tests {
                 let mut x = b.alloc(4, ne);
                 b.write(&mut x, 4, ne, &logits);
                 let (ids, ws) = (b.alloc(4, 4), b.alloc(4, 4));
-                b.route_rows_by(x.ptr, 4, &r, ids.ptr, ws.ptr, false, false);
+                b.route_rows_by(x.ptr, 4, &r, ids.ptr, ws.ptr, false, warp);
                 (b.read(&ids), b.read(&ws))
             });
-            let what = format!("non-finite logits, softmax first {softmax_first}, normalize {normalize}");
+            let what = format!("non-finite logits, softmax first {softmax_first}, normalize {normalize}, warp {warp}");
             let ids: Vec<usize> = ids.iter().map(|v| v.to_bits() as usize).collect();
             for row in ids.chunks(4) {
                 let mut seen = row.to_vec();

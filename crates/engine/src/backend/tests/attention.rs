@@ -345,9 +345,19 @@ pub fn attention<B: Backend>(b: &B) {
 /// 2 KV heads) and 128 (8 of 64, 4 KV heads). Returns (what, values) per output, for comparing
 /// one backend's variants.
 pub fn attention_decode_step<B: Backend>(b: &B) -> Vec<(String, Vec<f32>)> {
-    let mut outs = Vec::new();
     let seqs = [(0usize, 1usize), (15, 1), (16, 1), (300, 1), (2100, 1)];
-    for (n_head, n_kv, hd) in [(8usize, 2usize, 128usize), (8, 4, 64)] {
+    attention_decode_step_of(b, &[(8, 2, 128), (8, 4, 64)], &seqs)
+}
+
+/// `attention_decode_step` for layers of the given (query heads, KV heads, head size) and a step
+/// of `seqs` (earlier positions, 1): one decode row each.
+pub fn attention_decode_step_of<B: Backend>(
+    b: &B,
+    shapes: &[(usize, usize, usize)],
+    seqs: &[(usize, usize)],
+) -> Vec<(String, Vec<f32>)> {
+    let mut outs = Vec::new();
+    for &(n_head, n_kv, hd) in shapes {
         let (kvd, cols) = (n_kv * hd, n_head * hd);
         let layers = [KvLayer::own(kvd, kvd, None)];
         let mut kvs: Vec<B::Kv> = seqs
@@ -378,7 +388,7 @@ pub fn attention_decode_step<B: Backend>(b: &B) -> Vec<(String, Vec<f32>)> {
             causal: true,
         };
         let refs: Vec<&B::Kv> = kvs.iter().collect();
-        let step = b.begin_step(plan(&seqs), &refs).unwrap();
+        let step = b.begin_step(plan(seqs), &refs).unwrap();
         let what = format!("{n_head} heads of {hd}, {n_kv} KV heads");
         let mut runs = Vec::new();
         for _ in 0..2 {

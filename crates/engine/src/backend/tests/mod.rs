@@ -12,7 +12,9 @@ use std::sync::Arc;
 mod attention;
 mod moe;
 mod sample;
-pub use attention::{attention, attention_decode_step, rope, rope_store_kv, rope_store_kv_heads};
+pub use attention::{
+    attention, attention_decode_step, attention_decode_step_of, rope, rope_store_kv, rope_store_kv_heads,
+};
 pub use moe::moe;
 pub use sample::{sample_rows, top_rows};
 
@@ -1319,11 +1321,20 @@ pub(crate) mod cuda {
         // A KV head's query heads over several blocks a split (`with_attn_hg`) against one block
         // taking them all: the same bits (each head's sums in the same order either way).
         if let Some(b) = cuda("attention_head_groups") {
-            let one = b.with_attn_dec(true).with_attn_hg(1);
+            // (Merging the splits in the last block takes one block a split: off, whatever the
+            // environment says.)
+            let one = b
+                .with_attn_dec(true)
+                .with_attn_hg(1)
+                .with_fused(Fused::AttnMerge, false);
             let want = super::attention_decode_step(&one);
             // (4 and 2 query heads a KV head: 4 groups falls back to one block in the second.)
             for hg in [2, 4] {
-                let b = Cuda::new(0).unwrap().with_attn_dec(true).with_attn_hg(hg);
+                let b = Cuda::new(0)
+                    .unwrap()
+                    .with_attn_dec(true)
+                    .with_attn_hg(hg)
+                    .with_fused(Fused::AttnMerge, false);
                 for ((what, g), (_, w)) in super::attention_decode_step(&b).iter().zip(&want) {
                     let bad = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
                     assert!(
@@ -1334,8 +1345,35 @@ pub(crate) mod cuda {
                     );
                 }
             }
+            // Eight query heads a KV head (the MoE's) in a step of three decode rows: 8 and 4
+            // blocks, and the default (0: 8 in a step this short), against one.
+            let (shapes, seqs) = ([(16, 2, 128)], [(0, 1), (40, 1), (300, 1)]);
+            let one = Cuda::new(0)
+                .unwrap()
+                .with_attn_dec(true)
+                .with_attn_hg(1)
+                .with_fused(Fused::AttnMerge, false);
+            let want = super::attention_decode_step_of(&one, &shapes, &seqs);
+            for hg in [0, 8, 4] {
+                let b = Cuda::new(0)
+                    .unwrap()
+                    .with_attn_dec(true)
+                    .with_attn_hg(hg)
+                    .with_fused(Fused::AttnMerge, false);
+                let got = super::attention_decode_step_of(&b, &shapes, &seqs);
+                for ((what, g), (_, w)) in got.iter().zip(&want) {
+                    let bad = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
+                    assert!(
+                        bad.is_none(),
+                        "{what}, setting {hg}: {:?} vs {:?}",
+                        bad.map(|i| g[i]),
+                        bad.map(|i| w[i])
+                    );
+                }
+            }
             // With the rope in the attention (`Fused::RopeAttn`), one head a block: its output and
-            // the keys it stored against the separate launches'.
+            // the keys it stored against the separate launches' (also one head a block, whose
+            // attention the comparisons above hold to one block taking all the heads).
             let b = Cuda::new(0)
                 .unwrap()
                 .with_rope_store(true)

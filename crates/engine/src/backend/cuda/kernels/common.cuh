@@ -290,6 +290,11 @@ __device__ __forceinline__ void route_weights(float* sel, int k, int softmax_fir
     }
 }
 
+// f32::total_cmp's order as a signed integer's: negative values' bits but the sign flipped.
+__device__ __forceinline__ int total_key(float v) {
+    int b = __float_as_int(v);
+    return b ^ (int)((unsigned)(b >> 31) >> 1);
+}
 template <int R>
 __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
     __shared__ __align__(16) float p[32 * R];
@@ -333,8 +338,9 @@ __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, in
         for (int r = 0; r < R; r++) v[r] *= inv;
         __syncwarp();
     }
-    // The k largest, one a round: each lane's best not yet taken (its experts in id order, so a
-    // tie keeps the lower id), then the warp's (ties to the lower id); its lane marks it taken.
+    // The k largest in f32::total_cmp's order (total_key; as the CPU's route), one a round: each
+    // lane's best not yet taken (its experts in id order, so a tie keeps the lower id), then the
+    // warp's (ties to the lower id); its lane marks it taken.
     u32 taken = 0;
     for (int j = 0; j < k; j++) {
         float best = 0.f;
@@ -342,13 +348,14 @@ __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, in
 #pragma unroll
         for (int r = 0; r < R; r++) {
             int i = lane + 32 * r;
-            if (i < ne && !((taken >> r) & 1) && (at < 0 || v[r] > best)) { best = v[r]; at = i; }
+            if (i < ne && !((taken >> r) & 1) && (at < 0 || total_key(v[r]) > total_key(best))) { best = v[r]; at = i; }
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             float bv = __shfl_xor_sync(0xffffffffu, best, o);
             int bi = __shfl_xor_sync(0xffffffffu, at, o);
-            if (bi >= 0 && (at < 0 || bv > best || (bv == best && bi < at))) { best = bv; at = bi; }
+            int kb = total_key(bv), ka = total_key(best);
+            if (bi >= 0 && (at < 0 || kb > ka || (kb == ka && bi < at))) { best = bv; at = bi; }
         }
         if (at >= 0 && (at & 31) == lane) taken |= 1u << (at >> 5);
         if (lane == 0) { sel[j] = best; sid[j] = at; }
@@ -365,12 +372,8 @@ __device__ void moe_route_t(const float* x, int ne, int k, int softmax_first, in
 // as a tree where that is exact (every term 0 or ≥ 2^-20, so a multiple of 2^-43, and the sums
 // ≤ 1024 < 2^10: every partial sum is a double, in any order), else by thread 0 in order as
 // moe_route_t; the k largest by rank (how many values are larger, or equal at a lower id: the order
-// of moe_route_t's rounds). The same ids and weights as moe_route_t, bit for bit.
-// f32::total_cmp's order as a signed integer's: negative values' bits but the sign flipped.
-__device__ __forceinline__ int total_key(float v) {
-    int b = __float_as_int(v);
-    return b ^ (int)((unsigned)(b >> 31) >> 1);
-}
+// of moe_route_t's rounds; both in f32::total_cmp's order, total_key). The same ids and weights as
+// moe_route_t, bit for bit.
 template <int NMAX = 1024>
 __device__ void moe_route_blk(const float* x, int ne, int k, int softmax_first, int normalize, int* ids, float* ws) {
     __shared__ __align__(16) float p[NMAX];
