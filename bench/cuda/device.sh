@@ -306,6 +306,19 @@ greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under eac
     echo "$e $(env $e timeout 60 $H generate -m $m --device cuda -p "The capital of France is" -n 48 --temp 0 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
   done
 }
+old_bin() {  # the binary before, carried as .dev/hf2q-old.xz, to /tmp/bin/hf2q-old
+  old_bin
+}
+old_new() {  # old_new TAG FILE SETTING ...: tg128 (tgp) of the binary before (TAG-old), then HEAD's under each setting (TAG-new)
+  local tag=$1 m=$2; shift 2
+  H=/tmp/bin/hf2q-old; tgp $tag-old $m X=1
+  H=/tmp/bin/hf2q; for c in "$@"; do tgp $tag-new $m $c; done
+}
+old_new_greedy() {  # old_new_greedy FILE SETTING ...: the greedy tokens of the binary before (OLD=1), then HEAD's under each setting
+  local m=$1; shift
+  H=/tmp/bin/hf2q-old; greedy_ab $m OLD=1
+  H=/tmp/bin/hf2q; greedy_ab $m "$@"
+}
 cut_ab() {  # cut_ab "TESTS" SETTING ...: on a fresh machine, the 8-layer cut of the MoE made while the
   # op tests matching TESTS run; then tg128 under each setting (X=1: the defaults; a quoted setting
   # may hold several ENV=V), alternating, three rounds, and the greedy tokens (ab.txt, greedy-ab.txt)
@@ -1067,18 +1080,16 @@ s57)
   # 8-layer cut, and the greedy tokens of each.
   unpack
   machine_info
-  xz -dc $D/hf2q-old.xz > /tmp/bin/hf2q-old && chmod +x /tmp/bin/hf2q-old
+  old_bin
   bg_make "" moe 8
   op_tests cuda::attention cuda::rope_store_kv cuda::moe cuda::routing
   m=$W/moe.q4_k_m.gguf
   moe_made 200 ab.txt
   if [ -f $m ]; then
     for i in 1 2; do
-      H=/tmp/bin/hf2q-old; tgp moe8-old $m X=1
-      H=/tmp/bin/hf2q; for c in X=1 HF2Q_CUDA_ATTN_HG=2 HF2Q_CUDA_ATTN_HG=4 HF2Q_CUDA_ATTN_HG=8; do tgp moe8-new $m $c; done
+      old_new moe8 $m X=1 HF2Q_CUDA_ATTN_HG=2 HF2Q_CUDA_ATTN_HG=4 HF2Q_CUDA_ATTN_HG=8
     done
-    H=/tmp/bin/hf2q-old; greedy_ab $m OLD=1
-    H=/tmp/bin/hf2q; greedy_ab $m X=1 HF2Q_CUDA_ATTN_HG=2 HF2Q_CUDA_ATTN_HG=4 HF2Q_CUDA_ATTN_HG=8
+    old_new_greedy $m X=1 HF2Q_CUDA_ATTN_HG=2 HF2Q_CUDA_ATTN_HG=4 HF2Q_CUDA_ATTN_HG=8
   fi
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
@@ -1096,7 +1107,7 @@ s58)
   # defaults and HF2Q_CUDA_ATTN_HG=1 / 2 on the 8B Q4_K_M and BF16, and the greedy tokens.
   unpack
   machine_info
-  xz -dc $D/hf2q-old.xz > /tmp/bin/hf2q-old && chmod +x /tmp/bin/hf2q-old
+  old_bin
   bg_llama
   bg_make "q4_k_m q8_0 bf16"
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
@@ -1108,13 +1119,10 @@ s58)
   for i in 1 2; do
     for q in q4_k_m bf16; do
       [ $SECONDS -lt 520 ] || break
-      f=$W/l8b.$q.gguf
-      H=/tmp/bin/hf2q-old; tgp $q-old $f X=1
-      H=/tmp/bin/hf2q; for c in X=1 HF2Q_CUDA_ATTN_HG=1 HF2Q_CUDA_ATTN_HG=2; do tgp $q-new $f $c; done
+      old_new $q $W/l8b.$q.gguf X=1 HF2Q_CUDA_ATTN_HG=1 HF2Q_CUDA_ATTN_HG=2
     done
   done
-  H=/tmp/bin/hf2q-old; greedy_ab $W/l8b.q8_0.gguf OLD=1
-  H=/tmp/bin/hf2q; greedy_ab $W/l8b.q8_0.gguf X=1 HF2Q_CUDA_ATTN_HG=1
+  old_new_greedy $W/l8b.q8_0.gguf X=1 HF2Q_CUDA_ATTN_HG=1
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt ab.txt greedy-ab.txt copy-bandwidth.txt engine-tiny.txt
   ;;
@@ -1165,7 +1173,7 @@ s58b)
   # the models are made; the greedy tokens of both.
   unpack
   machine_info
-  xz -dc $D/hf2q-old.xz > /tmp/bin/hf2q-old && chmod +x /tmp/bin/hf2q-old
+  old_bin
   bg_make "q4_k_m bf16 q8_0"
   timeout 100 /tmp/bin/engine-tests --test-threads=1 --skip kernels_compile cuda > $OUT/engine-tests.txt 2>&1
   grep -E "test result|FAILED|panicked" $OUT/engine-tests.txt
@@ -1177,12 +1185,10 @@ s58b)
     for q in q4_k_m bf16 q8_0; do
       wait_for $q-END 240
       [ $SECONDS -lt 250 ] && [ -f $W/l8b.$q.gguf ] || continue
-      H=/tmp/bin/hf2q-old; tgp $q-old $W/l8b.$q.gguf X=1
-      H=/tmp/bin/hf2q; tgp $q-new $W/l8b.$q.gguf X=1
+      old_new $q $W/l8b.$q.gguf X=1
     done
   done
-  H=/tmp/bin/hf2q-old; greedy_ab $W/l8b.q8_0.gguf OLD=1
-  H=/tmp/bin/hf2q; greedy_ab $W/l8b.q8_0.gguf X=1
+  old_new_greedy $W/l8b.q8_0.gguf X=1
   grep -E "make_model|Elapsed|END" /tmp/mk.log > $OUT/make.txt
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt greedy-ab.txt engine-tests.txt engine-tiny.txt decode-greedy.txt make.txt

@@ -1291,6 +1291,18 @@ pub(crate) mod cuda {
             super::attention(&b.with_attn_dec(false));
         }
     }
+    /// Each output of `got` bit for bit equal to `want`'s (`what`: the comparison, for the message).
+    fn same_bits(got: &[(String, Vec<f32>)], want: &[(String, Vec<f32>)], what: &str) {
+        for ((name, g), (_, w)) in got.iter().zip(want) {
+            let bad = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
+            assert!(
+                bad.is_none(),
+                "{name}: {what}: {:?} vs {:?}",
+                bad.map(|i| g[i]),
+                bad.map(|i| w[i])
+            );
+        }
+    }
     #[test]
     fn attention_merge() {
         // A decode step's splits merged by attn_dec_f16's last block against attn_combine(_q8):
@@ -1302,15 +1314,7 @@ pub(crate) mod cuda {
                 .with_attn_dec(true)
                 .with_fused(Fused::AttnMerge, false);
             let (got, want) = (super::attention_decode_step(&on), super::attention_decode_step(&off));
-            for ((what, g), (_, w)) in got.iter().zip(&want) {
-                let bad = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
-                assert!(
-                    bad.is_none(),
-                    "{what}: merged {:?} vs separate {:?}",
-                    bad.map(|i| g[i]),
-                    bad.map(|i| w[i])
-                );
-            }
+            same_bits(&got, &want, "merged vs separate");
             // Merged in the first layer's shape (512 values of query heads per KV head; two
             // runs), not in the second's (128: attn_combine_q8 quantizes it).
             assert_eq!((on.fused(Fused::AttnMerge), off.fused(Fused::AttnMerge)), (2, 0));
@@ -1320,56 +1324,29 @@ pub(crate) mod cuda {
     fn attention_head_groups() {
         // A KV head's query heads over several blocks a split (`with_attn_hg`) against one block
         // taking them all: the same bits (each head's sums in the same order either way).
-        if let Some(b) = cuda("attention_head_groups") {
+        if cuda("attention_head_groups").is_some() {
             // (Merging the splits in the last block takes one block a split: off, whatever the
             // environment says.)
-            let one = b
-                .with_attn_dec(true)
-                .with_attn_hg(1)
-                .with_fused(Fused::AttnMerge, false);
-            let want = super::attention_decode_step(&one);
-            // (4 and 2 query heads a KV head: 4 groups falls back to one block in the second.)
-            for hg in [2, 4] {
-                let b = Cuda::new(0)
+            let groups = |hg: usize| {
+                Cuda::new(0)
                     .unwrap()
                     .with_attn_dec(true)
                     .with_attn_hg(hg)
-                    .with_fused(Fused::AttnMerge, false);
-                for ((what, g), (_, w)) in super::attention_decode_step(&b).iter().zip(&want) {
-                    let bad = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
-                    assert!(
-                        bad.is_none(),
-                        "{what}, {hg} groups: {:?} vs {:?}",
-                        bad.map(|i| g[i]),
-                        bad.map(|i| w[i])
-                    );
-                }
+                    .with_fused(Fused::AttnMerge, false)
+            };
+            let want = super::attention_decode_step(&groups(1));
+            // (4 and 2 query heads a KV head: 4 groups falls back to one block in the second.)
+            for hg in [2, 4] {
+                let got = super::attention_decode_step(&groups(hg));
+                same_bits(&got, &want, &format!("{hg} groups vs one"));
             }
             // Eight query heads a KV head (the MoE's) in a step of three decode rows: 8 and 4
             // blocks, and the default (0: 8 in a step this short), against one.
             let (shapes, seqs) = ([(16, 2, 128)], [(0, 1), (40, 1), (300, 1)]);
-            let one = Cuda::new(0)
-                .unwrap()
-                .with_attn_dec(true)
-                .with_attn_hg(1)
-                .with_fused(Fused::AttnMerge, false);
-            let want = super::attention_decode_step_of(&one, &shapes, &seqs);
+            let want = super::attention_decode_step_of(&groups(1), &shapes, &seqs);
             for hg in [0, 8, 4] {
-                let b = Cuda::new(0)
-                    .unwrap()
-                    .with_attn_dec(true)
-                    .with_attn_hg(hg)
-                    .with_fused(Fused::AttnMerge, false);
-                let got = super::attention_decode_step_of(&b, &shapes, &seqs);
-                for ((what, g), (_, w)) in got.iter().zip(&want) {
-                    let bad = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
-                    assert!(
-                        bad.is_none(),
-                        "{what}, setting {hg}: {:?} vs {:?}",
-                        bad.map(|i| g[i]),
-                        bad.map(|i| w[i])
-                    );
-                }
+                let got = super::attention_decode_step_of(&groups(hg), &shapes, &seqs);
+                same_bits(&got, &want, &format!("setting {hg} vs one"));
             }
             // With the rope in the attention (`Fused::RopeAttn`), one head a block: its output and
             // the keys it stored against the separate launches' (also one head a block, whose
