@@ -306,17 +306,22 @@ greedy_ab() {  # greedy_ab FILE ENV=V ...: the md5 of 48 greedy tokens under eac
     echo "$e $(env $e timeout 60 $H generate -m $m --device cuda -p "The capital of France is" -n 48 --temp 0 --spec off 2> /dev/null | md5sum)" | tee -a $OUT/greedy-ab.txt
   done
 }
-old_bin() {  # the binary before, carried as .dev/hf2q-old.xz, to /tmp/bin/hf2q-old
-  old_bin
+old_bin() {  # the binary before, carried as .dev/hf2q-old.xz, to /tmp/bin/hf2q-old (a visible line where it was not carried)
+  if [ -f $D/hf2q-old.xz ]; then
+    xz -dc $D/hf2q-old.xz > /tmp/bin/hf2q-old && chmod +x /tmp/bin/hf2q-old
+  else
+    rm -f /tmp/bin/hf2q-old
+    echo "NOT RUN: the binary before (no .dev/hf2q-old.xz carried); only HEAD is measured" | tee -a $OUT/ab.txt
+  fi
 }
 old_new() {  # old_new TAG FILE SETTING ...: tg128 (tgp) of the binary before (TAG-old), then HEAD's under each setting (TAG-new)
   local tag=$1 m=$2; shift 2
-  H=/tmp/bin/hf2q-old; tgp $tag-old $m X=1
+  [ -x /tmp/bin/hf2q-old ] && { H=/tmp/bin/hf2q-old; tgp $tag-old $m X=1; }
   H=/tmp/bin/hf2q; for c in "$@"; do tgp $tag-new $m $c; done
 }
 old_new_greedy() {  # old_new_greedy FILE SETTING ...: the greedy tokens of the binary before (OLD=1), then HEAD's under each setting
   local m=$1; shift
-  H=/tmp/bin/hf2q-old; greedy_ab $m OLD=1
+  [ -x /tmp/bin/hf2q-old ] && { H=/tmp/bin/hf2q-old; greedy_ab $m OLD=1; }
   H=/tmp/bin/hf2q; greedy_ab $m "$@"
 }
 cut_ab() {  # cut_ab "TESTS" SETTING ...: on a fresh machine, the 8-layer cut of the MoE made while the
@@ -1136,8 +1141,10 @@ s58s)
   for n in 16 64; do serve_pair $n; done
   echo "== the next line: HF2Q_CUDA_ATTN_HG=4" >> $OUT/serve.txt
   (export HF2Q_CUDA_ATTN_HG=4; SKIP_LLAMA=1 serve_pair 64)
-  echo "== the next line: the binary before 958dca1 (hf2q-old)" >> $OUT/serve.txt
-  (H=/tmp/bin/hf2q-old; SKIP_LLAMA=1 serve_pair 64)
+  if [ -x /tmp/bin/hf2q-old ]; then
+    echo "== the next line: the binary before 958dca1 (hf2q-old)" >> $OUT/serve.txt
+    (H=/tmp/bin/hf2q-old; SKIP_LLAMA=1 serve_pair 64)
+  fi
   echo "$phase done at $SECONDS s" | tee -a $OUT/serve.txt
   pack serve.txt serve-hf2q-log.txt
   ;;
