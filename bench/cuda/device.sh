@@ -1171,6 +1171,44 @@ s59)
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt engine-tests.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
+s60)
+  # Written 2026-12-07 (twenty-ninth session; carry .dev made at HEAD, a fresh machine, ~430 s,
+  # timeout 600; the command checks for an H200 first). s58 ran HEAD on an H100 (bench/runs/
+  # 2026-12-07-h100); this is the Done-when's 8B part on an H200: every op test while llama.cpp
+  # (llama-bench, llama-server) and the 8B files are made, both tools on the three files, serving
+  # at 16 and 64 streams against llama-server, the greedy tokens. Then s61 on the same machine.
+  unpack
+  machine_info
+  bg_llama
+  bg_make "q4_k_m q8_0 bf16"
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  op_tests
+  wait_builds
+  for q in q4_k_m q8_0 bf16; do bench_pair $q $W/l8b.$q.gguf; done
+  for n in 16 64; do serve_pair $n; done
+  greedy_ab $W/l8b.q8_0.gguf X=1
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt serve.txt greedy-ab.txt copy-bandwidth.txt engine-tests.txt
+  ;;
+s61)
+  # After s60 on the same warm machine (carry .dev, timeout 600, ~360 s): the whole 48-layer MoE
+  # (as s49: made in /dev/shm, the kernels compiled meanwhile by doctor), both tools on it with the
+  # llama-bench s60 built, its active bytes a token, copy bandwidth again, the greedy tokens.
+  [ -x /tmp/lc/b/bin/llama-bench ] || { echo "NOT RUN: s61 needs s60's machine (no llama-bench here)"; exit 3; }
+  bg_make "" moe 48
+  timeout 200 $H doctor > $OUT/doctor.txt 2>&1
+  m=$W/moe.q4_k_m.gguf
+  moe_made 480 bench-summary.txt
+  if [ -f $m ] && grep -q MOE-END /tmp/mk.log; then
+    bench_pair moe $m
+    greedy_ab $m X=1
+    timeout 60 $H info --tensors $m > $OUT/moe-info.txt 2>&1
+    python3 bench/cuda/active_bytes.py $OUT/moe-info.txt | tee -a $OUT/bench-summary.txt
+  fi
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt greedy-ab.txt copy-bandwidth.txt make.txt
+  ;;
 s58b)
   # Written 2026-12-06 (twenty-eighth session, for 364 s of device time left, too little for s58's
   # llama.cpp build; carry .dev as for s58, timeout 300): HEAD's decode attention (head groups by
