@@ -106,7 +106,7 @@ bg_llama() {
   mkdir -p /tmp/lc && tar -xzf $D/llama-src.tgz -C /tmp/lc
   setsid nohup bash -c "cmake -S /tmp/lc -B /tmp/lc/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j10 --target llama-bench llama-server llama-batched-bench >> /tmp/lc.log 2>&1; \
+      > /tmp/lc.log 2>&1 && cmake --build /tmp/lc/b -j10 --target ${LLAMA_TARGETS:-llama-bench llama-server llama-batched-bench} >> /tmp/lc.log 2>&1; \
       echo BUILD-END rc=\$? >> /tmp/lc.log" > /dev/null 2>&1 &
 }
 bg_llama_bench() {
@@ -1179,7 +1179,7 @@ s60)
   # at 16 and 64 streams against llama-server, the greedy tokens. Then s61 on the same machine.
   unpack
   machine_info
-  bg_llama
+  LLAMA_TARGETS="llama-bench llama-server" bg_llama
   bg_make "q4_k_m q8_0 bf16"
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
   op_tests
