@@ -1190,6 +1190,22 @@ s60)
   echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
   pack bench-summary.txt serve.txt greedy-ab.txt copy-bandwidth.txt engine-tests.txt
   ;;
+s62)
+  # s60 for a short budget (twenty-ninth session, ~370 s of device time left; carry .dev, a fresh
+  # machine, the command checks for an H200 first): llama-bench alone built, the 8B files made
+  # beside it, both tools on BF16 (the thinnest margin), Q8_0, then Q4_K_M, each as soon as it can;
+  # no op tests (they passed with this build on an H100, bench/runs/2026-12-07-h100), no serving.
+  unpack
+  machine_info
+  LLAMA_TARGETS=llama-bench bg_llama
+  bg_make "bf16 q8_0 q4_k_m"
+  python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
+  timeout 150 $H doctor > $OUT/doctor.txt 2>&1
+  wait_builds
+  for q in bf16 q8_0 q4_k_m; do bench_pair $q $W/l8b.$q.gguf; done
+  echo "$phase done at $SECONDS s" | tee -a $OUT/bench-summary.txt
+  pack bench-summary.txt copy-bandwidth.txt
+  ;;
 s61)
   # After s60 on the same warm machine (carry .dev, timeout 600, ~360 s): the whole 48-layer MoE
   # (as s49: made in /dev/shm, the kernels compiled meanwhile by doctor), both tools on it with the
