@@ -56,6 +56,31 @@ struct Act {
 // fraction of the FMA rate).
 __device__ __forceinline__ float i2f(int i) { return __fsub_rn(__int_as_float(0x4B400000 + i), 12582912.f); }
 
+// A 16-byte word of a tile's unit: from shared memory (GL false), or from global memory without
+// keeping it in the L1 (a one-row product reads each weight byte once).
+template <bool GL>
+__device__ __forceinline__ uint4 ld_w(const u8* p) {
+    if constexpr (GL) {
+        uint4 v;
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
+        return v;
+    } else {
+        return *(const uint4*)p;
+    }
+}
+template <bool GL>
+__device__ __forceinline__ u32 ld_w32(const u8* p) {
+    if constexpr (GL) {
+        u32 v;
+        asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+        return v;
+    } else {
+        return *(const u32*)p;
+    }
+}
+
 // Per weight type: bytes of a tile's unit (UB), cp.async stages, and the unit's product.
 template <int TY> struct MQ;
 
@@ -71,7 +96,9 @@ template <> struct MQ<TY_Q4_K> {
     struct Scales { u32 sc[2], mn[2]; };
     static __device__ __forceinline__ Scales scales(const u8* p) {
         const u32* s = (const u32*)p;
-        u32 s0 = s[0], s1 = s[1], s2 = s[2];
+        return scales_w(s[0], s[1], s[2]);
+    }
+    static __device__ __forceinline__ Scales scales_w(u32 s0, u32 s1, u32 s2) {
         Scales r;
         r.sc[0] = s0 & 0x3F3F3F3Fu;
         r.mn[0] = s1 & 0x3F3F3F3Fu;
@@ -132,15 +159,34 @@ template <> struct MQ<TY_Q4_K> {
     // sub-block, summed over the four lanes of its rows (exact integers: the same s1 and cm as the
     // tensor-core products), then the same f32 steps as `unit` for output column 0 (acc[0][0]
     // row g, acc[0][2] row g + 8; the other slots are columns past t, never written).
-    static __device__ __forceinline__ void unit_v(const u8* s, const Act& x, int u, int lane, float acc[1][4]) {
+    // The lane's words of a unit (as MQ<TY_Q8_0>::Words): its rows' d|dmin and packed scales, its
+    // 16 bytes of each pair of sub-blocks.
+    struct Words { u32 dm[2], sc[2][3]; uint4 w[4]; };
+    template <bool GL>
+    static __device__ __forceinline__ Words words(const u8* s, int lane) {
         int g = lane >> 2;
-        u32 dm[2] = {*(const u32*)(s + 4 * g), *(const u32*)(s + 4 * (g + 8))};
-        Scales sr[2] = {scales(s + 64 + 12 * g), scales(s + 64 + 12 * (g + 8))};
+        Words f;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            f.dm[r] = ld_w32<GL>(s + 4 * (g + 8 * r));
+#pragma unroll
+            for (int k = 0; k < 3; k++) f.sc[r][k] = ld_w32<GL>(s + 64 + 12 * (g + 8 * r) + 4 * k);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) f.w[i] = ld_w<GL>(s + 256 + i * 512 + lane * 16);
+        return f;
+    }
+    static __device__ __forceinline__ void unit_v(const u8* s, const Act& x, int u, int lane, float acc[1][4]) {
+        unit_vw(words<false>(s, lane), x, u, lane, acc);
+    }
+    static __device__ __forceinline__ void unit_vw(const Words& f, const Act& x, int u, int lane, float acc[1][4]) {
+        const u32* dm = f.dm;
+        Scales sr[2] = {scales_w(f.sc[0][0], f.sc[0][1], f.sc[0][2]), scales_w(f.sc[1][0], f.sc[1][1], f.sc[1][2])};
         const uint4* xq = (const uint4*)(x.q + u * 256 + (lane & 3) * 64);
         int s1[2] = {0, 0}, cm[2] = {0, 0};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            uint4 w = *(const uint4*)(s + 256 + i * 512 + lane * 16);
+            uint4 w = f.w[i];
             uint4 xv = xq[i];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -297,14 +343,28 @@ template <> struct MQ<TY_Q8_0> {
     }
     // `unit` for one activation row through dp4a (as MQ<TY_Q4_K>::unit_v): each block's integer
     // product summed over the four lanes of its rows, then the same fma as `unit`, block by block.
-    static __device__ __forceinline__ void unit_v(const u8* s, const Act& x, int u, int lane, float acc[1][4]) {
+    // The lane's words of a unit: its rows' eight scales, its 16 bytes of each block.
+    struct Words { uint4 dw[2], w[8]; };
+    // From shared memory (GL false) or straight from the weight in global memory, past the L1.
+    template <bool GL>
+    static __device__ __forceinline__ Words words(const u8* s, int lane) {
         int g = lane >> 2;
-        uint4 dw4[2] = {*(const uint4*)(s + 16 * g), *(const uint4*)(s + 16 * (g + 8))};
+        Words f;
+        f.dw[0] = ld_w<GL>(s + 16 * g);
+        f.dw[1] = ld_w<GL>(s + 16 * (g + 8));
+#pragma unroll
+        for (int j = 0; j < 8; j++) f.w[j] = ld_w<GL>(s + 256 + j * 512 + lane * 16);
+        return f;
+    }
+    static __device__ __forceinline__ void unit_v(const u8* s, const Act& x, int u, int lane, float acc[1][4]) {
+        unit_vw(words<false>(s, lane), x, u, lane, acc);
+    }
+    static __device__ __forceinline__ void unit_vw(const Words& f, const Act& x, int u, int lane, float acc[1][4]) {
         const uint2* xq = (const uint2*)(x.q + u * 256 + (lane & 3) * 64);
         int c[8][2];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            uint4 w = *(const uint4*)(s + 256 + j * 512 + lane * 16);
+            uint4 w = f.w[j];
             uint2 b = xq[j];
             c[j][0] = __dp4a((int)w.x, (int)b.x, __dp4a((int)w.z, (int)b.y, 0));
             c[j][1] = __dp4a((int)w.y, (int)b.x, __dp4a((int)w.w, (int)b.y, 0));
@@ -321,7 +381,7 @@ template <> struct MQ<TY_Q8_0> {
             float dx = x.d_at(0, u * 8 + j);
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                float dw = h2f((comp(dw4[r], j >> 1) >> (16 * (j & 1))) & 0xFFFF);
+                float dw = h2f((comp(f.dw[r], j >> 1) >> (16 * (j & 1))) & 0xFFFF);
                 acc[0][2 * r] = __fmaf_rn(__fmul_rn(dx, dw), i2f(c[j][r]), acc[0][2 * r]);
             }
         }
@@ -329,6 +389,25 @@ template <> struct MQ<TY_Q8_0> {
         acc[0][3] = acc[0][2];
     }
 };
+
+// A block's output: its four warps' parts through shared memory (part[w][col][row], 4·NT·128
+// floats) added as ((p0 + p1) + p2) + p3 for rows tile·16.. and columns c0.. below m and t.
+template <int NT>
+__device__ __forceinline__ void write_parts(float* part, const float acc[NT][4], int tile, int c0, int m, int t, float* out) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int g = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) part[(warp * NT * 8 + nt * 8 + 2 * tig + (e & 1)) * 16 + g + 8 * (e >> 1)] = acc[nt][e];
+    __syncthreads();
+    const int P = NT * 8 * 16;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        float s = __fadd_rn(__fadd_rn(__fadd_rn(part[i], part[P + i]), part[2 * P + i]), part[3 * P + i]);
+        int o = tile * 16 + (i & 15), r = c0 + (i >> 4);
+        if (o < m && r < t) out[(u64)r * m + o] = s;
+    }
+}
 
 // One block: tile `tile` (16 weight rows) of W times activation rows c0 .. c0 + NT·8 (clamped to
 // t; outputs past t or m are not written). W: the weight's tiled bytes, U units per row. ST: the
@@ -418,20 +497,39 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
     }
     cp_wait<0>();
     __syncthreads();
-    // The four parts through shared memory: part[w][col][row].
-    float* part = (float*)smem;
-    int g = lane >> 2, tig = lane & 3;
+    write_parts<NT>((float*)smem, acc, tile, c0, m, t, out);
+}
+
+// One-row products with each lane's words loaded straight into registers, PF units in flight a
+// warp, no shared-memory stages (a one-row product uses each weight byte once; Q8_0's two stages
+// of 4352 bytes kept one unit in flight): the same words through the same unit_vw as mmq_v_'s, the
+// same parts, so the same bits. (HF2Q_CUDA_DEFINE=Q8_DIRECT=PF / Q4_DIRECT=PF makes the one-row
+// kernels of Q8_0 / Q4_K these, to compare.)
+template <int TY, int PF>
+__device__ void mmq_vd(int tile, const u8* W, int U, int m, const i8* qa, const float* ad, int n_pad, float* out, float* part) {
+    typedef MQ<TY> Q;
+    Act x{qa, ad, n_pad, 0, 1, (int)(threadIdx.x & 31) >> 2, (int)threadIdx.x & 3};
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const u8* wt = W + (u64)tile * U * Q::UB;
+    int u0 = U * warp / 4, u1 = U * (warp + 1) / 4;
+    float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+    typename Q::Words f[PF];
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+    for (int k = 0; k < PF; k++)
+        if (u0 + k < u1) f[k] = Q::template words<true>(wt + (u64)(u0 + k) * Q::UB, lane);
+    pdl_wait();
+    pdl_trigger();
+    for (int u = u0; u < u1; u += PF) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) part[(warp * NT * 8 + nt * 8 + 2 * tig + (e & 1)) * 16 + g + 8 * (e >> 1)] = acc[nt][e];
-    __syncthreads();
-    const int P = NT * 8 * 16;
-    for (int i = threadIdx.x; i < P; i += blockDim.x) {
-        float s = __fadd_rn(__fadd_rn(__fadd_rn(part[i], part[P + i]), part[2 * P + i]), part[3 * P + i]);
-        int o = tile * 16 + (i & 15), r = c0 + (i >> 4);
-        if (o < m && r < t) out[(u64)r * m + o] = s;
+        for (int k = 0; k < PF; k++) {
+            if (u + k < u1) {
+                typename Q::Words cur = f[k];
+                if (u + k + PF < u1) f[k] = Q::template words<true>(wt + (u64)(u + k + PF) * Q::UB, lane);
+                Q::unit_vw(cur, x, u + k, lane, acc);
+            }
+        }
     }
+    write_parts<1>(part, acc, tile, 0, m, 1, out);
 }
 
 // Up to three weights of one type by the same activations in one launch (a layer's Q, K and V, or
@@ -450,17 +548,43 @@ __device__ void mmq_t(int tile, int c0, const u8* W, int U, int m, const i8* qa,
 // (The name is pasted here, before the type's macro is expanded: mmq_TY_Q4_K_8 ...; mmq_v_TY_Q4_K
 // is the one-row kernel of the same products through dp4a: t = 1, ct = 1.)
 #define MMQ_ALL(TY) MMQ(mmq_##TY, TY, 1) MMQ(mmq_##TY, TY, 2) MMQ(mmq_##TY, TY, 4) MMQ(mmq_##TY, TY, 8) MMQ_K(mmq_v_##TY, TY, 1, true)
+// The one-row kernels of mmq_vd (Q8_DIRECT, Q4_DIRECT), slots as MMQ_KS's.
+#define MMQ_VD(NAME, TY, PF) \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
+        const u8* W0, float* o0, int m0, int nb0, const u8* W1, float* o1, int m1, int nb1, const u8* W2, float* o2, int m2) { \
+        __shared__ __align__(16) float part[4 * 8 * 16]; \
+        int b = blockIdx.x; \
+        const u8* W = W0; float* o = o0; int m = m0; \
+        if (b >= nb0) { b -= nb0; W = W1; o = o1; m = m1; if (b >= nb1) { b -= nb1; W = W2; o = o2; m = m2; } } \
+        mmq_vd<TY, PF>(b, W, U, m, qa, ad, n_pad, o, part); \
+    }
+#ifdef Q4_DIRECT
+MMQ(mmq_TY_Q4_K, TY_Q4_K, 1) MMQ(mmq_TY_Q4_K, TY_Q4_K, 2) MMQ(mmq_TY_Q4_K, TY_Q4_K, 4) MMQ(mmq_TY_Q4_K, TY_Q4_K, 8)
+MMQ_VD(mmq_v_TY_Q4_K, TY_Q4_K, Q4_DIRECT)
+MMQ_VD(mmq_v5_TY_Q4_K, TY_Q4_K, Q4_DIRECT)
+#else
 MMQ_ALL(TY_Q4_K)
 MMQ_ALL(TY_Q6_K)
+#ifdef Q8_DIRECT
+MMQ(mmq_TY_Q8_0, TY_Q8_0, 1) MMQ(mmq_TY_Q8_0, TY_Q8_0, 2) MMQ(mmq_TY_Q8_0, TY_Q8_0, 4) MMQ(mmq_TY_Q8_0, TY_Q8_0, 8)
+MMQ_VD(mmq_v_TY_Q8_0, TY_Q8_0, Q8_DIRECT)
+#else
 MMQ_ALL(TY_Q8_0)
+#endif
 // Q4_K's one-row kernel with four units in flight a warp (46 KB of shared memory a block, under the
 // 48 KB of static shared memory), for grids of few blocks (HF2Q_CUDA_MMQ_V5).
 MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
+#endif
 
 // One-row products of Q4_K and Q6_K weights in one launch (Q4_K_M files give some layers' V, or
 // down, Q6_K): slots [0, na) Q4_K (STA stages, STA - 1 units in flight a warp: mmq_v_'s or
 // mmq_v5_'s; the launch's blocks, Q6_K's too, against HF2Q_CUDA_MMQ_V5's threshold), the others
 // Q6_K; every block computes as its type's own launch does, in one shared buffer for both.
+#ifdef Q4_DIRECT
+#define VX_Q4(STA) mmq_vd<TY_Q4_K, Q4_DIRECT>(b, W, U, m, qa, ad, n_pad, o, (float*)sm)
+#else
+#define VX_Q4(STA) mmq_t<TY_Q4_K, 1, true, STA, false, true>(b / ct, (b % ct) * 8, W, U, m, qa, ad, n_pad, o, t, GluIn{}, sm)
+#endif
 #define MMQ_VX(NAME, STA) \
     extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
         const u8* W0, float* o0, int m0, int nb0, const u8* W1, float* o1, int m1, int nb1, const u8* W2, float* o2, int m2, \
@@ -470,7 +594,7 @@ MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
         int b = blockIdx.x, k = 0; \
         const u8* W = W0; float* o = o0; int m = m0; \
         if (b >= nb0) { b -= nb0; k = 1; W = W1; o = o1; m = m1; if (b >= nb1) { b -= nb1; k = 2; W = W2; o = o2; m = m2; } } \
-        if (k < na) mmq_t<TY_Q4_K, 1, true, STA, false, true>(b / ct, (b % ct) * 8, W, U, m, qa, ad, n_pad, o, t, GluIn{}, sm); \
+        if (k < na) VX_Q4(STA); \
         else mmq_t<TY_Q6_K, 1, true, MQ<TY_Q6_K>::STAGES, false, true>(b / ct, (b % ct) * 8, W, U, m, qa, ad, n_pad, o, t, GluIn{}, sm); \
     }
 MMQ_VX(mmq_vx_TY_Q4_K_TY_Q6_K, MQ<TY_Q4_K>::STAGES)
