@@ -1226,31 +1226,31 @@ s61)
   pack bench-summary.txt greedy-ab.txt copy-bandwidth.txt make.txt
   ;;
 s63)
-  # Written 2026-12-07 (thirtieth session; carry .dev, any card, a fresh machine, ~330 s): the
-  # one-row products of Q8_0 and Q4_K with each lane's weight words loaded straight into registers,
-  # PF units in flight a warp (mmq.cu mmq_vd: HF2Q_CUDA_DEFINE=Q8_DIRECT=PF / Q4_DIRECT=PF), against
-  # HEAD's shared-memory stages (Q8_0: two, one unit in flight; Q4_K: four or five), and Q8_0's
-  # products launched early (HF2Q_CUDA_PDL_Q8=1) with each: the matmul op tests under each define
-  # (one-row products the same bits as the tensor-core kernels' rows), then tg128 on the 8B Q8_0
-  # and Q4_K_M alternating, two rounds, and the greedy tokens of each.
+  # Written 2026-12-07 (thirtieth session; carry .dev, any card, a fresh machine, ~250 s, timeout
+  # 360): the one-row products of Q8_0 and Q4_K with each lane's weight words loaded straight into
+  # registers, PF units in flight a warp (mmq.cu mmq_vd: HF2Q_CUDA_DEFINE=Q8_DIRECT=PF /
+  # Q4_DIRECT=PF), against HEAD's shared-memory stages (Q8_0: two, one unit in flight; Q4_K: four or
+  # five), and Q8_0's products launched early (HF2Q_CUDA_PDL_Q8=1) with each: the matmul op tests
+  # under each define (one-row products the same bits as the tensor-core kernels' rows), then tg128
+  # on the 8B Q8_0 and Q4_K_M alternating, two rounds while there is time, and the greedy tokens.
   unpack
   machine_info
   bg_make "q8_0 q4_k_m"
   python3 bench/cuda/copy_bandwidth.py | tee $OUT/copy-bandwidth.txt
-  Q8=(X=1 HF2Q_CUDA_DEFINE=Q8_DIRECT=2 HF2Q_CUDA_DEFINE=Q8_DIRECT=3 HF2Q_CUDA_PDL_Q8=1
-      "HF2Q_CUDA_DEFINE=Q8_DIRECT=2 HF2Q_CUDA_PDL_Q8=1" "HF2Q_CUDA_DEFINE=Q8_DIRECT=3 HF2Q_CUDA_PDL_Q8=1")
-  Q4=(X=1 HF2Q_CUDA_DEFINE=Q4_DIRECT=4 HF2Q_CUDA_DEFINE=Q4_DIRECT=6)
-  for d in Q8_DIRECT=2 Q8_DIRECT=3 Q4_DIRECT=4 Q4_DIRECT=6; do
-    HF2Q_CUDA_DEFINE=$d timeout 120 /tmp/bin/engine-tests --test-threads=1 cuda::matmul 2>&1 | grep -E "test result|panicked|FAILED" | sed "s/^/$d /" | tee -a $OUT/ab.txt
+  Q8=(X=1 HF2Q_CUDA_DEFINE=Q8_DIRECT=2 HF2Q_CUDA_PDL_Q8=1 "HF2Q_CUDA_DEFINE=Q8_DIRECT=2 HF2Q_CUDA_PDL_Q8=1")
+  Q4=(X=1 HF2Q_CUDA_DEFINE=Q4_DIRECT=4)
+  for d in Q8_DIRECT=2 Q4_DIRECT=4; do
+    HF2Q_CUDA_DEFINE=$d timeout 100 /tmp/bin/engine-tests --test-threads=1 cuda::matmul 2>&1 | grep -E "test result|panicked|FAILED" | sed "s/^/$d /" | tee -a $OUT/ab.txt
   done
-  wait_for MAKE-END
+  wait_for MAKE-END 200
   grep -E "make_model|Elapsed|END|rror" /tmp/mk.log > $OUT/make.txt
   for i in 1 2; do
+    [ $i = 1 ] || [ $SECONDS -lt 230 ] || break
     for c in "${Q8[@]}"; do tgp q8_0 $W/l8b.q8_0.gguf $c; done
     for c in "${Q4[@]}"; do tgp q4_k_m $W/l8b.q4_k_m.gguf $c; done
   done
-  for c in "${Q8[@]}"; do greedy_ab $W/l8b.q8_0.gguf "$c"; done
-  for c in "${Q4[@]}"; do greedy_ab $W/l8b.q4_k_m.gguf "$c"; done
+  for c in "${Q8[@]}"; do [ $SECONDS -lt 300 ] && greedy_ab $W/l8b.q8_0.gguf "$c"; done
+  for c in "${Q4[@]}"; do [ $SECONDS -lt 310 ] && greedy_ab $W/l8b.q4_k_m.gguf "$c"; done
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt greedy-ab.txt copy-bandwidth.txt make.txt gpu.txt
   ;;
