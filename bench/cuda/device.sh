@@ -1254,6 +1254,24 @@ s63)
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt greedy-ab.txt copy-bandwidth.txt make.txt gpu.txt
   ;;
+s63q)
+  # s63 for ~200 s (thirtieth session, 263 s of device time left; carry .dev, any card, a fresh
+  # machine, timeout 200): Q8_0 alone, HEAD's stages against Q8_DIRECT=2 launched in order and
+  # early, while there is time; its op test and greedy tokens.
+  unpack
+  machine_info
+  bg_make "q8_0"
+  Q8=(X=1 HF2Q_CUDA_DEFINE=Q8_DIRECT=2 "HF2Q_CUDA_DEFINE=Q8_DIRECT=2 HF2Q_CUDA_PDL_Q8=1")
+  HF2Q_CUDA_DEFINE=Q8_DIRECT=2 timeout 60 /tmp/bin/engine-tests --test-threads=1 cuda::matmul_rows_alone 2>&1 | grep -E "test result|panicked|FAILED" | sed "s/^/Q8_DIRECT=2 /" | tee -a $OUT/ab.txt
+  wait_for MAKE-END 120
+  grep -E "make_model|Elapsed|END|rror" /tmp/mk.log > $OUT/make.txt
+  for i in 1 2; do
+    for c in "${Q8[@]}"; do [ $SECONDS -lt 165 ] && tgp q8_0 $W/l8b.q8_0.gguf $c; done
+  done
+  for c in "${Q8[@]}"; do [ $SECONDS -lt 175 ] && greedy_ab $W/l8b.q8_0.gguf "$c"; done
+  echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
+  pack ab.txt greedy-ab.txt make.txt gpu.txt
+  ;;
 s58b)
   # Written 2026-12-06 (twenty-eighth session, for 364 s of device time left, too little for s58's
   # llama.cpp build; carry .dev as for s58, timeout 300): HEAD's decode attention (head groups by
