@@ -284,29 +284,46 @@ mod tests {
         assert_eq!(built(false), cubins, "the cached cubins differ from the compiled ones");
         for ((name, _), cubin) in MODULES.iter().zip(cubins) {
             assert!(cubin.len() > 1000, "module {name}: {} bytes of cubin", cubin.len());
-            // Every kernel the backend loads is defined (a macro-made name can come out wrong): its
-            // name is a whole entry of the cubin's (ELF) string table, NUL on both sides.
-            let has = |k: &str| {
-                let needle = [&[0u8][..], k.as_bytes(), &[0u8][..]].concat();
-                cubin.windows(needle.len()).any(|w| w == needle.as_slice())
+            same_kernels(name, &cubin);
+        }
+        // The variants kept to be compared (HF2Q_CUDA_DEFINE) define the same kernels: a define
+        // that drops a type's kernels fails every load of the module (Q4_DIRECT did, 2026-12-07).
+        let (name, body) = MODULES.iter().find(|(n, _)| *n == "mmq").expect("the mmq module");
+        let src = format!("{COMMON}{QUANT}{body}");
+        let opts = [
+            "--gpu-architecture=sm_90",
+            "--std=c++17",
+            "-DQ4_DIRECT=4",
+            "-DQ8_DIRECT=2",
+        ];
+        let cubin = compile(name, &src, &opts).unwrap_or_else(|e| panic!("module {name} with {opts:?}: {e}"));
+        same_kernels(name, &cubin);
+    }
+
+    /// Every kernel the backend loads from module `name` is defined in `cubin` (a macro-made name
+    /// can come out wrong), and every kernel defined there is loaded.
+    fn same_kernels(name: &str, cubin: &[u8]) {
+        // A defined kernel's name is a whole entry of the cubin's (ELF) string table, NUL on both sides.
+        let has = |k: &str| {
+            let needle = [&[0u8][..], k.as_bytes(), &[0u8][..]].concat();
+            cubin.windows(needle.len()).any(|w| w == needle.as_slice())
+        };
+        let listed = super::super::dev::kernel_names(name);
+        for k in &listed {
+            assert!(has(k), "module {name} defines no kernel {k}");
+        }
+        // A kernel left out of the list panics at its first launch: each one's code is a section
+        // `.text.NAME` (NAME unmangled, extern "C").
+        for entry in cubin.split(|&b| b == 0) {
+            let Some(k) = entry.strip_prefix(b".text.") else {
+                continue;
             };
-            let listed = super::super::dev::kernel_names(name);
-            for k in &listed {
-                assert!(has(k), "module {name} defines no kernel {k}");
-            }
-            // And every kernel it defines is loaded (a kernel left out of the list panics at its
-            // first launch): each one's code is a section `.text.NAME` (NAME unmangled, extern "C").
-            for entry in cubin.split(|&b| b == 0) {
-                let Some(k) = entry.strip_prefix(b".text.") else {
-                    continue;
-                };
-                let k = String::from_utf8_lossy(k);
-                if !k.starts_with("_Z") {
-                    assert!(
-                        listed.contains(&k.to_string()),
-                        "module {name}: kernel {k} is not in kernel_names"
-                    );
-                }
+            let k = String::from_utf8_lossy(k);
+            if !k.starts_with("_Z") {
+                assert!(
+                    listed.contains(&k.to_string()),
+                    "module {name}: kernel {k} is not in kernel_names"
+                );
             }
         }
     }

@@ -558,12 +558,14 @@ __device__ void mmq_vd(int tile, const u8* W, int U, int m, const i8* qa, const 
         if (b >= nb0) { b -= nb0; W = W1; o = o1; m = m1; if (b >= nb1) { b -= nb1; W = W2; o = o2; m = m2; } } \
         mmq_vd<TY, PF>(b, W, U, m, qa, ad, n_pad, o, part); \
     }
+// (Each define replaces its type's one-row kernels only: every module keeps the same kernel names,
+// which kernels_compile_for_sm90 checks.)
 #ifdef Q4_DIRECT
 MMQ(mmq_TY_Q4_K, TY_Q4_K, 1) MMQ(mmq_TY_Q4_K, TY_Q4_K, 2) MMQ(mmq_TY_Q4_K, TY_Q4_K, 4) MMQ(mmq_TY_Q4_K, TY_Q4_K, 8)
 MMQ_VD(mmq_v_TY_Q4_K, TY_Q4_K, Q4_DIRECT)
-MMQ_VD(mmq_v5_TY_Q4_K, TY_Q4_K, Q4_DIRECT)
 #else
 MMQ_ALL(TY_Q4_K)
+#endif
 MMQ_ALL(TY_Q6_K)
 #ifdef Q8_DIRECT
 MMQ(mmq_TY_Q8_0, TY_Q8_0, 1) MMQ(mmq_TY_Q8_0, TY_Q8_0, 2) MMQ(mmq_TY_Q8_0, TY_Q8_0, 4) MMQ(mmq_TY_Q8_0, TY_Q8_0, 8)
@@ -571,6 +573,9 @@ MMQ_VD(mmq_v_TY_Q8_0, TY_Q8_0, Q8_DIRECT)
 #else
 MMQ_ALL(TY_Q8_0)
 #endif
+#ifdef Q4_DIRECT
+MMQ_VD(mmq_v5_TY_Q4_K, TY_Q4_K, Q4_DIRECT)
+#else
 // Q4_K's one-row kernel with four units in flight a warp (46 KB of shared memory a block, under the
 // 48 KB of static shared memory), for grids of few blocks (HF2Q_CUDA_MMQ_V5).
 MMQ_KS(mmq_v5_TY_Q4_K, TY_Q4_K, 1, true, 5)
