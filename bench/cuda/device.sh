@@ -1254,6 +1254,28 @@ s63)
   echo "$phase done at $SECONDS s" | tee -a $OUT/ab.txt
   pack ab.txt greedy-ab.txt copy-bandwidth.txt make.txt gpu.txt
   ;;
+s64a | s64b | s64)
+  # Written 2026-12-07 (thirty-first session): HEAD's SmolLM2 goldens on CUDA against the CPU
+  # with the logit margins where they part (hf2q serve on both, side by side, golden_margins.py),
+  # and perplexity on both backends. SmolLM2 Q4_1 travels in thirds (`split -n 3 FILE smol.part.`
+  # here: the working tree, 16.7 MiB, and a call's carry are 64 MiB together), one a call on the
+  # same warm machine, from folders that .git/info/exclude ignores (so only the one named travels):
+  # s64a carries .dev1 = bins.tar.xz + stash/smol.part.aa and unpacks, s64b .dev2 =
+  # stash/smol.part.ab, s64 .dev3 = stash/smol.part.ac and runs.
+  mkdir -p /tmp/stash
+  for d in .dev1 .dev2 .dev3; do [ -d $PWD/$d/stash ] && cp $PWD/$d/stash/* /tmp/stash/; done
+  [ $phase = s64a ] && unpack $PWD/.dev1
+  ls -la /tmp/stash /tmp/bin
+  [ $phase = s64 ] || exit 0
+  [ -x $H ] || { echo "NOT RUN: s64 needs s64a's machine (no /tmp/bin/hf2q here)"; exit 3; }
+  machine_info
+  smol_models
+  timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 14
+  for dev in cuda cpu; do  # Q8_0 only (the Done-when's file)
+    echo "Q8_0 $dev: $(timeout 120 $H perplexity -m $M/SmolLM2-135M-Instruct.Q8_0.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
+  done
+  echo "$phase done at $SECONDS s"
+  ;;
 s63q)
   # s63 for ~200 s (thirtieth session, 263 s of device time left; carry .dev, any card, a fresh
   # machine, timeout 200): Q8_0 alone, HEAD's stages against Q8_DIRECT=2 launched in order and
