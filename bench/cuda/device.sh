@@ -1276,6 +1276,17 @@ s64a | s64b | s64)
   done
   echo "$phase done at $SECONDS s"
   ;;
+s65)
+  # Written 2026-12-07 (thirty-first session; ~100 s, any card, timeout 240): the engine fixture
+  # families that .dev cannot carry beside the rest, on CUDA. Carry .dev4 alone, made here with
+  #   mkdir -p .dev4/fixtures/tiny && cp .dev/bins.tar.xz .dev4/ && for f in qwen2 gemma4_moe \
+  #     gemma4_ple qwen3_5 qwen3_5_moe qwen3_5_moe_text; do cp -r ../shared/fixtures/tiny/$f \
+  #     .dev4/fixtures/tiny/; done     (37 MiB; /.dev4/ in .git/info/exclude)
+  unpack $PWD/.dev4
+  machine_info
+  fixtures $PWD/.dev4/fixtures engine-tiny-rest
+  echo "$phase done at $SECONDS s"
+  ;;
 s63q)
   # s63 for ~200 s (thirtieth session, 263 s of device time left; carry .dev, any card, a fresh
   # machine, timeout 200): Q8_0 alone, HEAD's stages against Q8_DIRECT=2 launched in order and
