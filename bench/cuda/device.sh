@@ -1282,6 +1282,7 @@ s65)
   #   mkdir -p .dev4/fixtures/tiny && cp .dev/bins.tar.xz .dev4/ && for f in qwen2 gemma4_moe \
   #     gemma4_ple qwen3_5 qwen3_5_moe qwen3_5_moe_text; do cp -r ../shared/fixtures/tiny/$f \
   #     .dev4/fixtures/tiny/; done     (37 MiB; /.dev4/ in .git/info/exclude)
+  # and .dev removed or ignored (an untracked folder that is not ignored travels uncarried too).
   unpack $PWD/.dev4
   machine_info
   fixtures $PWD/.dev4/fixtures engine-tiny-rest
