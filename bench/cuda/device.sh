@@ -136,9 +136,9 @@ wait_builds() {
   tail -n 1 /tmp/lc.log; grep -E "make_model|Elapsed|Maximum resident" /tmp/mk.log > $OUT/make.txt
 }
 stash() {
-  # (From .dev, or from .dev1 / .dev2 when a call carries a half alone; SmolLM2 in two halves made
-  # here: `split -n 2 FILE smol.part.` into .dev1/stashA and .dev2/stashB.)
-  mkdir -p /tmp/stash && for d in $D/stashA $D/stashB $PWD/.dev1/stashA $PWD/.dev2/stashB; do [ -d $d ] && cp $d/* /tmp/stash/; done; ls /tmp/stash
+  # (From .dev/stash*, or from .devN/stash* when a call carries a part alone; SmolLM2 in parts made
+  # here: `split -n 2 FILE smol.part.` into .dev1/stashA and .dev2/stashB, or thirds as s64's.)
+  mkdir -p /tmp/stash && for d in $D/stash* $PWD/.dev[0-9]/stash*; do [ -d $d ] && cp $d/* /tmp/stash/; done; ls /tmp/stash
 }
 smol_models() {
   # SmolLM2 Q4_1 from its halves in /tmp/stash (`stash`) to M=/tmp/smollm2, and its Q8_0 / Q4_K_M.
@@ -149,8 +149,8 @@ smol_models() {
     $H quantize --allow-requantize $M/SmolLM2-135M-Instruct.Q4_1.gguf $M/SmolLM2-135M-Instruct.$q.gguf $q > /dev/null 2>&1
   done
 }
-smol_ppl() {  # smol_ppl TIMEOUT: perplexity of SmolLM2 Q8_0 and Q4_1 (smol_models) on the CPU and CUDA
-  for q in Q8_0 Q4_1; do
+smol_ppl() {  # smol_ppl TIMEOUT [TYPES]: perplexity of SmolLM2 in TYPES (Q8_0 Q4_1; smol_models) on the CPU and CUDA
+  for q in ${2:-Q8_0 Q4_1}; do
     for dev in cpu cuda; do
       echo "$q $dev: $(timeout $1 $H perplexity -m $M/SmolLM2-135M-Instruct.$q.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
     done
@@ -1262,18 +1262,14 @@ s64a | s64b | s64)
   # same warm machine, from folders that .git/info/exclude ignores (so only the one named travels):
   # s64a carries .dev1 = bins.tar.xz + stash/smol.part.aa and unpacks, s64b .dev2 =
   # stash/smol.part.ab, s64 .dev3 = stash/smol.part.ac and runs.
-  mkdir -p /tmp/stash
-  for d in .dev1 .dev2 .dev3; do [ -d $PWD/$d/stash ] && cp $PWD/$d/stash/* /tmp/stash/; done
+  stash
   [ $phase = s64a ] && unpack $PWD/.dev1
-  ls -la /tmp/stash /tmp/bin
   [ $phase = s64 ] || exit 0
   [ -x $H ] || { echo "NOT RUN: s64 needs s64a's machine (no /tmp/bin/hf2q here)"; exit 3; }
   machine_info
   smol_models
   timeout 200 python3 bench/cuda/golden_margins.py $H $M 2>&1 | tee $OUT/smollm2-goldens.txt | tail -n 14
-  for dev in cuda cpu; do  # Q8_0 only (the Done-when's file)
-    echo "Q8_0 $dev: $(timeout 120 $H perplexity -m $M/SmolLM2-135M-Instruct.Q8_0.gguf --device $dev -f crates/hf2q/tests/data/perplexity/alice_in_wonderland.txt -c 512 2>&1 | grep -E "PPL|Final" | tail -1)" | tee -a $OUT/smollm2-perplexity.txt
-  done
+  smol_ppl 120 Q8_0  # the Done-when's file
   echo "$phase done at $SECONDS s"
   ;;
 s65)

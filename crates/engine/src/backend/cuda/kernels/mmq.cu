@@ -547,7 +547,8 @@ __device__ void mmq_vd(int tile, const u8* W, int U, int m, const i8* qa, const 
 #define MMQ(NAME, TY, NT) MMQ_K(NAME##_##NT, TY, NT, false)
 // (The name is pasted here, before the type's macro is expanded: mmq_TY_Q4_K_8 ...; mmq_v_TY_Q4_K
 // is the one-row kernel of the same products through dp4a: t = 1, ct = 1.)
-#define MMQ_ALL(TY) MMQ(mmq_##TY, TY, 1) MMQ(mmq_##TY, TY, 2) MMQ(mmq_##TY, TY, 4) MMQ(mmq_##TY, TY, 8) MMQ_K(mmq_v_##TY, TY, 1, true)
+#define MMQ_TILES(NAME, TY) MMQ(NAME, TY, 1) MMQ(NAME, TY, 2) MMQ(NAME, TY, 4) MMQ(NAME, TY, 8)
+#define MMQ_ALL(TY) MMQ_TILES(mmq_##TY, TY) MMQ_K(mmq_v_##TY, TY, 1, true)
 // The one-row kernels of mmq_vd (Q8_DIRECT, Q4_DIRECT), slots as MMQ_KS's.
 #define MMQ_VD(NAME, TY, PF) \
     extern "C" __global__ void __launch_bounds__(128) NAME(const i8* qa, const float* ad, int n_pad, int U, int t, int ct, \
@@ -561,14 +562,14 @@ __device__ void mmq_vd(int tile, const u8* W, int U, int m, const i8* qa, const 
 // (Each define replaces its type's one-row kernels only: every module keeps the same kernel names,
 // which kernels_compile_for_sm90 checks.)
 #ifdef Q4_DIRECT
-MMQ(mmq_TY_Q4_K, TY_Q4_K, 1) MMQ(mmq_TY_Q4_K, TY_Q4_K, 2) MMQ(mmq_TY_Q4_K, TY_Q4_K, 4) MMQ(mmq_TY_Q4_K, TY_Q4_K, 8)
+MMQ_TILES(mmq_TY_Q4_K, TY_Q4_K)
 MMQ_VD(mmq_v_TY_Q4_K, TY_Q4_K, Q4_DIRECT)
 #else
 MMQ_ALL(TY_Q4_K)
 #endif
 MMQ_ALL(TY_Q6_K)
 #ifdef Q8_DIRECT
-MMQ(mmq_TY_Q8_0, TY_Q8_0, 1) MMQ(mmq_TY_Q8_0, TY_Q8_0, 2) MMQ(mmq_TY_Q8_0, TY_Q8_0, 4) MMQ(mmq_TY_Q8_0, TY_Q8_0, 8)
+MMQ_TILES(mmq_TY_Q8_0, TY_Q8_0)
 MMQ_VD(mmq_v_TY_Q8_0, TY_Q8_0, Q8_DIRECT)
 #else
 MMQ_ALL(TY_Q8_0)
