@@ -1275,9 +1275,11 @@ s64a | s64b | s64)
 s65)
   # Written 2026-12-07 (thirty-first session; ~100 s, any card, timeout 240): the engine fixture
   # families that .dev cannot carry beside the rest, on CUDA. Carry .dev4 alone, made here with
-  #   mkdir -p .dev4/fixtures/tiny && cp .dev/bins.tar.xz .dev4/ && for f in qwen2 gemma4_moe \
+  #   mkdir -p .dev4/fixtures/tiny && cp .dev/bins.tar.xz .dev4/ && for f in llama qwen2 gemma4_moe \
   #     gemma4_ple qwen3_5 qwen3_5_moe qwen3_5_moe_text; do cp -r ../shared/fixtures/tiny/$f \
-  #     .dev4/fixtures/tiny/; done     (37 MiB; /.dev4/ in .git/info/exclude)
+  #     .dev4/fixtures/tiny/; done     (39 MiB; /.dev4/ in .git/info/exclude)
+  # (llama too: engine_tiny takes a fixtures folder only when it holds tiny/llama.) Ran in
+  # bench/runs/2026-12-07-h100-b.
   # and .dev removed or ignored (an untracked folder that is not ignored travels uncarried too).
   unpack $PWD/.dev4
   machine_info
