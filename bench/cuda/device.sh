@@ -1278,9 +1278,9 @@ s65)
   #   mkdir -p .dev4/fixtures/tiny && cp .dev/bins.tar.xz .dev4/ && for f in llama qwen2 gemma4_moe \
   #     gemma4_ple qwen3_5 qwen3_5_moe qwen3_5_moe_text; do cp -r ../shared/fixtures/tiny/$f \
   #     .dev4/fixtures/tiny/; done     (39 MiB; /.dev4/ in .git/info/exclude)
-  # (llama too: engine_tiny takes a fixtures folder only when it holds tiny/llama.) Ran in
+  # and .dev removed or ignored (an untracked folder that is not ignored travels uncarried too);
+  # llama too, as engine_tiny takes a fixtures folder only when it holds tiny/llama. Ran in
   # bench/runs/2026-12-07-h100-b.
-  # and .dev removed or ignored (an untracked folder that is not ignored travels uncarried too).
   unpack $PWD/.dev4
   machine_info
   fixtures $PWD/.dev4/fixtures engine-tiny-rest

@@ -134,6 +134,25 @@ fn nvrtc_version() -> Result<(i32, i32)> {
     Ok((major, minor))
 }
 
+/// Module `body`'s whole source and its NVRTC options for compute capability `cc`. `defines`
+/// ("NAME[=V] ...", or comma-separated; HF2Q_CUDA_DEFINE): macros for the kernels' variants kept to
+/// be compared (e.g. DECODE_SCALAR_STORES, mmq.cu), each a -D option (so a part of the cache key) of
+/// the modules whose own .cu file names it, so the others are not compiled again (a macro tested only
+/// in common.cuh or quant.cuh would reach no module).
+fn program(body: &str, cc: (i32, i32), defines: &str) -> (String, Vec<String>) {
+    let mut opts = vec![
+        format!("--gpu-architecture=sm_{}{}", cc.0, cc.1),
+        "--std=c++17".to_string(),
+    ];
+    opts.extend(
+        defines
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|d| !d.is_empty() && body.contains(d.split('=').next().unwrap_or(d)))
+            .map(|d| format!("-D{d}")),
+    );
+    (format!("{COMMON}{QUANT}{body}"), opts)
+}
+
 /// The cubin of module `name` for compute capability `cc` (e.g. (9, 0)), from the disk cache or
 /// compiled now. Returns the bytes and whether it was compiled (not cached).
 pub fn module_cubin(name: &str, body: &str, cc: (i32, i32)) -> Result<(Vec<u8>, bool)> {
@@ -145,20 +164,7 @@ pub fn module_cubin(name: &str, body: &str, cc: (i32, i32)) -> Result<(Vec<u8>, 
         ));
     }
     let version = nvrtc_version()?;
-    let arch = format!("--gpu-architecture=sm_{}{}", cc.0, cc.1);
-    let src = format!("{COMMON}{QUANT}{body}");
-    // `HF2Q_CUDA_DEFINE="NAME[=V] ..."` (or comma-separated): macros for the kernels' variants
-    // kept to be compared (e.g. DECODE_SCALAR_STORES, mmq.cu), each a -D option (so a part of the
-    // cache key) of the modules whose own .cu file names it, so the others are not compiled again
-    // (a macro tested only in common.cuh or quant.cuh would reach no module).
-    let defines: Vec<String> = std::env::var("HF2Q_CUDA_DEFINE")
-        .unwrap_or_default()
-        .split(|c: char| c.is_whitespace() || c == ',')
-        .filter(|d| !d.is_empty() && body.contains(d.split('=').next().unwrap_or(d)))
-        .map(|d| format!("-D{d}"))
-        .collect();
-    let mut opts = vec![arch.as_str(), "--std=c++17"];
-    opts.extend(defines.iter().map(String::as_str));
+    let (src, opts) = program(body, cc, &std::env::var("HF2Q_CUDA_DEFINE").unwrap_or_default());
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (&src, &opts, version, env!("CARGO_PKG_VERSION")).hash(&mut h);
     let path = cache_dir().join(format!("{name}-sm{}{}-{:016x}.cubin", cc.0, cc.1, h.finish()));
@@ -199,15 +205,14 @@ pub fn compile_all(cc: (i32, i32)) -> Vec<Result<(Vec<u8>, bool)>> {
     })
 }
 
-fn compile(name: &str, src: &str, opts: &[&str]) -> Result<Vec<u8>> {
+fn compile(name: &str, src: &str, opts: &[String]) -> Result<Vec<u8>> {
     let fail =
         |what: &str, e: &dyn std::fmt::Debug| EngineError::Backend(format!("NVRTC {what} of module {name}: {e:?}"));
     let csrc = CString::new(src).map_err(|e| fail("source", &e))?;
     let cname = CString::new(format!("{name}.cu")).map_err(|e| fail("name", &e))?;
     let prog = nvrtc::create_program(&csrc, Some(&cname)).map_err(|e| fail("create", &e))?;
-    let copts: Vec<String> = opts.iter().map(|s| s.to_string()).collect();
     // SAFETY: `prog` is a valid program until destroyed below; options are NUL-free strings.
-    let res = unsafe { nvrtc::compile_program(prog, &copts) };
+    let res = unsafe { nvrtc::compile_program(prog, opts) };
     let out = (|| {
         if let Err(e) = res {
             // SAFETY: as above.
@@ -289,13 +294,8 @@ mod tests {
         // The variants kept to be compared (HF2Q_CUDA_DEFINE) define the same kernels: a define
         // that drops a type's kernels fails every load of the module (Q4_DIRECT did, 2026-12-07).
         let (name, body) = MODULES.iter().find(|(n, _)| *n == "mmq").expect("the mmq module");
-        let src = format!("{COMMON}{QUANT}{body}");
-        let opts = [
-            "--gpu-architecture=sm_90",
-            "--std=c++17",
-            "-DQ4_DIRECT=4",
-            "-DQ8_DIRECT=2",
-        ];
+        let (src, opts) = program(body, (9, 0), "Q4_DIRECT=4 Q8_DIRECT=2");
+        assert_eq!(opts.len(), 4, "both defines reach mmq: {opts:?}");
         let cubin = compile(name, &src, &opts).unwrap_or_else(|e| panic!("module {name} with {opts:?}: {e}"));
         same_kernels(name, &cubin);
     }
